@@ -1,0 +1,279 @@
+// cleanup/reclaim_queue.cc — see reclaim_queue.h for the contract of every function.
+
+#include "cleanup/reclaim_queue.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#include "cleanup/queue_allocation.h"
+#include "concurrentqueue/concurrentqueue.h"
+
+namespace reclaim {
+namespace {
+
+// Loaded on every storage allocation; written only by tests.
+std::atomic<AllocateFn> g_allocate{nullptr};
+
+struct QueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
+  // Larger blocks than the default (32): fewer block hand-offs per pointer, and with the larger initial
+  // index a producer thread can hold 256 * 256 pointers before its block index must grow (allocate).
+  static const std::size_t BLOCK_SIZE = 256;
+  static const std::size_t IMPLICIT_INITIAL_INDEX_SIZE = 256;
+
+  static void* malloc(std::size_t size) {
+    AllocateFn allocate = g_allocate.load(std::memory_order_relaxed);
+    return allocate != nullptr ? allocate(size) : std::malloc(size);
+  }
+  static void free(void* pointer) { std::free(pointer); }
+};
+
+using PointerQueue = moodycamel::ConcurrentQueue<void*, QueueTraits>;
+
+// Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
+constexpr std::size_t kDrainBatch = 128;
+
+[[noreturn]] void die(const char* what) noexcept {
+  std::fprintf(stderr, "cuda-reclaim: fatal: %s (errno %d)\n", what, errno);
+  std::abort();
+}
+
+int make_eventfd() noexcept {
+  int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) die("eventfd() failed");
+  return fd;
+}
+
+}  // namespace
+
+void set_queue_allocator_for_testing(AllocateFn allocate) noexcept {
+  g_allocate.store(allocate, std::memory_order_relaxed);
+}
+
+struct ReclaimQueue::Storage {
+  explicit Storage(std::size_t reserved_capacity) : queue(reserved_capacity) {}
+  PointerQueue queue;
+};
+
+ReclaimQueue::Storage* ReclaimQueue::make_storage(std::size_t reserved_capacity) noexcept {
+  // Construction allocates the block pool through QueueTraits::malloc (std::malloc in production); a
+  // queue that cannot reserve at start-up is not worth running with.
+  void* memory = std::malloc(sizeof(Storage));
+  if (memory == nullptr) die("cannot allocate the reclaim queue");
+  return new (memory) Storage(reserved_capacity);
+}
+
+ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
+    : storage_(make_storage(options.reserved_capacity)),
+      reserved_capacity_(options.reserved_capacity),
+      wakeup_fd_(make_eventfd()) {}
+
+ReclaimQueue::~ReclaimQueue() {
+  storage_->~Storage();
+  std::free(storage_);
+  ::close(wakeup_fd_);
+}
+
+PushStatus ReclaimQueue::push(void* item) noexcept {
+  if (item == nullptr) return PushStatus::kInvalidArgument;
+
+  const std::uint64_t admission = push_admissions_.fetch_add(1, std::memory_order_seq_cst);
+  PushStatus status;
+  if ((admission & kClosedBit) != 0) {
+    leaked_after_close_.fetch_add(1, std::memory_order_relaxed);
+    status = PushStatus::kLeakedAfterClose;
+  } else if (storage_->queue.enqueue(item)) {
+    status = PushStatus::kQueued;
+  } else {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    status = PushStatus::kRejected;
+  }
+  // Release: close() acquires this count and must then see the item in the queue.
+  push_completions_.fetch_add(1, std::memory_order_release);
+
+  if (status == PushStatus::kQueued) signal_edge();
+  return status;
+}
+
+void ReclaimQueue::signal_edge() noexcept {
+  // Pairs with the fence in clear_signal_if_empty(): either we see signaled_ == false (and write), or
+  // the drain that cleared it sees our item and signals again.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (signaled_.load(std::memory_order_relaxed)) return;  // common case: already readable, no RMW.
+  if (signaled_.exchange(true, std::memory_order_acq_rel)) return;
+  const std::uint64_t one = 1;
+  // An eventfd write of 1 cannot block unless the counter is near 2^64; EINTR cannot happen (non-blocking).
+  if (::write(wakeup_fd_, &one, sizeof one) == sizeof one) {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ReclaimQueue::notify() noexcept {
+  signaled_.store(true, std::memory_order_seq_cst);
+  const std::uint64_t one = 1;
+  if (::write(wakeup_fd_, &one, sizeof one) == sizeof one) {
+    wakeups_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void ReclaimQueue::clear_signal_if_empty() noexcept {
+  if (storage_->queue.size_approx() != 0) return;  // still pending: stay readable.
+  std::uint64_t count;
+  (void)::read(wakeup_fd_, &count, sizeof count);  // EAGAIN when already clear: fine.
+  signaled_.store(false, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  // A push that saw signaled_ == true just before we cleared it did not write; re-arm for it.
+  if (storage_->queue.size_approx() != 0) signal_edge();
+}
+
+void ReclaimQueue::note_pending(std::uint64_t seen) noexcept {
+  std::uint64_t highest = max_pending_.load(std::memory_order_relaxed);
+  while (seen > highest &&
+         !max_pending_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
+  }
+}
+
+std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::size_t max_items) {
+  note_pending(storage_->queue.size_approx());
+  void* batch[kDrainBatch];
+  std::size_t total = 0;
+  while (total < max_items) {
+    const std::size_t want = max_items - total < kDrainBatch ? max_items - total : kDrainBatch;
+    const std::size_t got = storage_->queue.try_dequeue_bulk(batch, want);
+    if (got == 0) break;
+    // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
+    // neither bucket for longer than the dequeue itself.
+    released_.fetch_add(got, std::memory_order_relaxed);
+    total += got;
+    std::size_t done = 0;
+    try {
+      for (; done < got; ++done) release(batch[done], context);
+    } catch (...) {
+      // The item being released counts as released (its owner's action ran); the rest are still ours.
+      const std::size_t rest = got - done - 1;
+      if (rest != 0 && storage_->queue.enqueue_bulk(batch + done + 1, rest)) {
+        released_.fetch_sub(rest, std::memory_order_relaxed);
+        signal_edge();
+      }
+      throw;
+    }
+  }
+  clear_signal_if_empty();
+  return total;
+}
+
+std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
+  // The one atomic load of an empty drain: nothing was signalled since the last clear.
+  if (!signaled_.load(std::memory_order_acquire)) return 0;
+  drain_calls_.fetch_add(1, std::memory_order_relaxed);
+  return release_all(release, context, max_items);
+}
+
+std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
+  const std::uint64_t admitted =
+      push_admissions_.fetch_or(kClosedBit, std::memory_order_seq_cst) & ~kClosedBit;
+  // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
+  // thread was preempted mid-push.
+  while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
+  return release != nullptr ? release_all(release, context, SIZE_MAX) : 0;
+}
+
+bool ReclaimQueue::maybe_pending() const noexcept { return signaled_.load(std::memory_order_acquire); }
+
+bool ReclaimQueue::is_closed() const noexcept {
+  return (push_admissions_.load(std::memory_order_acquire) & kClosedBit) != 0;
+}
+
+std::size_t ReclaimQueue::pending() const noexcept { return storage_->queue.size_approx(); }
+
+int ReclaimQueue::wakeup_fd() const noexcept { return wakeup_fd_; }
+
+bool ReclaimQueue::wait_for_work(int timeout_ms) noexcept {
+  struct pollfd waiter = {wakeup_fd_, POLLIN, 0};
+  return ::poll(&waiter, 1, timeout_ms) > 0 && (waiter.revents & POLLIN) != 0;
+}
+
+CounterSnapshot ReclaimQueue::snapshot() const noexcept {
+  CounterSnapshot counters;
+  const std::uint64_t admitted = push_admissions_.load(std::memory_order_acquire) & ~kClosedBit;
+  counters.rejected = rejected_.load(std::memory_order_relaxed);
+  counters.enqueued = admitted - counters.rejected;
+  counters.released = released_.load(std::memory_order_relaxed);
+  counters.pending = storage_->queue.size_approx();
+  counters.leaked_after_close = leaked_after_close_.load(std::memory_order_relaxed);
+  counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
+  counters.drain_calls = drain_calls_.load(std::memory_order_relaxed);
+  counters.max_pending = max_pending_.load(std::memory_order_relaxed);
+  counters.wakeups = wakeups_.load(std::memory_order_relaxed);
+  return counters;
+}
+
+void ReclaimQueue::reset_after_fork_in_child() noexcept {
+  // Only the forking thread exists now. Pushes that other parent threads had admitted may have stopped
+  // anywhere inside the old storage, so it is left as it is (never freed, never read), and everything
+  // accepted and not yet released or leaked becomes abandoned: derived from the counters rather than the
+  // old queue, so a push cut off between admission and enqueue is accounted for too.
+  const std::uint64_t admitted = push_admissions_.load(std::memory_order_relaxed) & ~kClosedBit;
+  const std::uint64_t accepted = admitted - rejected_.load(std::memory_order_relaxed);
+  const std::uint64_t gone = released_.load(std::memory_order_relaxed) +
+                             leaked_after_close_.load(std::memory_order_relaxed);
+  abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
+  push_admissions_.store(admitted, std::memory_order_relaxed);  // open again
+  push_completions_.store(admitted, std::memory_order_relaxed);  // cut-off pushes count as done
+  storage_ = make_storage(reserved_capacity_);
+
+  // Same descriptor number (an event loop in the child may have registered it), new eventfd behind it:
+  // the inherited one is shared with the parent and must not wake either side for the other.
+  const int fresh = make_eventfd();
+  if (::dup3(fresh, wakeup_fd_, O_CLOEXEC) < 0) die("dup3() of the wake-up eventfd failed after fork");
+  ::close(fresh);
+  signaled_.store(false, std::memory_order_relaxed);
+}
+
+namespace {
+
+ReclaimQueue* create_global_queue() noexcept {
+  QueueOptions options;
+  if (const char* text = std::getenv("CUDA_RECLAIM_RESERVED_CAPACITY")) {
+    char* end = nullptr;
+    unsigned long long value = std::strtoull(text, &end, 10);
+    if (end != text && *end == '\0' && value > 0) options.reserved_capacity = value;
+    else std::fprintf(stderr, "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=%s\n", text);
+  }
+  // Never deleted: pushes from CUDA's thread during exit() must find it alive.
+  auto* queue = new (std::nothrow) ReclaimQueue(options);
+  if (queue == nullptr) die("cannot allocate the global reclaim queue");
+  pthread_atfork(nullptr, nullptr, [] { global_queue().reset_after_fork_in_child(); });
+  return queue;
+}
+
+}  // namespace
+
+ReclaimQueue& global_queue() noexcept {
+  static ReclaimQueue* const queue = create_global_queue();
+  return *queue;
+}
+
+std::size_t format_report(const CounterSnapshot& c, char* buffer, std::size_t size) noexcept {
+  if (buffer == nullptr || size == 0) return 0;
+  int written = std::snprintf(
+      buffer, size,
+      "cuda-reclaim: enqueued=%" PRIu64 " released=%" PRIu64 " pending=%" PRIu64
+      " leaked_after_close=%" PRIu64 " abandoned_after_fork=%" PRIu64 " rejected=%" PRIu64
+      " drain_calls=%" PRIu64 " max_pending=%" PRIu64 " wakeups=%" PRIu64 " conserved=%s\n",
+      c.enqueued, c.released, c.pending, c.leaked_after_close, c.abandoned_after_fork, c.rejected,
+      c.drain_calls, c.max_pending, c.wakeups, c.conserved() ? "yes" : "no");
+  if (written < 0) return 0;
+  return static_cast<std::size_t>(written) < size ? static_cast<std::size_t>(written) : size - 1;
+}
+
+}  // namespace reclaim

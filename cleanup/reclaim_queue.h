@@ -1,0 +1,206 @@
+// cleanup/reclaim_queue.h — the reclaim queue: a process-lifetime, lock-free queue of opaque pointers.
+//
+// Native threads that Python does not own (above all CUDA's callback thread) hand pointers to an owner
+// through this queue; the owner releases them later, in a context it knows to be safe. This layer knows
+// nothing about what a pointer is: the owner supplies the release action at each drain (bindings/ passes
+// Py_DECREF). No Python.h, no cuda.h.
+//
+// Accounting (the conservation law, exact whenever no push, drain or close is in flight):
+//
+//     enqueued == released + pending + leaked_after_close + abandoned_after_fork
+//
+//   enqueued              every pointer handed to push() that was accepted: queued, or counted as leaked
+//                         because the queue was closed (a rejected push is not in `enqueued`).
+//   released              pointers handed to the release action by drain() or close().
+//   pending               read from the queue itself (moodycamel's size_approx), never derived from the
+//                         other counters, so that a test of the law can fail.
+//   leaked_after_close    pushes that arrived after close(): counted, never dereferenced, never released.
+//   abandoned_after_fork  pointers that were queued (or being pushed) in the parent when the process
+//                         forked; the child never releases them (the parent still owns them).
+//   rejected              pushes the queue could not store (allocation failure): counted apart, leaked.
+//
+// A push that races with close() ends in exactly one bucket. close() first sets the closed bit in the
+// same atomic word whose fetch_add admits each push; a push admitted before the bit (its fetch_add
+// precedes close's fetch_or) is waited for and then released by close()'s final drain; a push admitted
+// after it only increments leaked_after_close. There is no third outcome, so the exit report can always
+// say where every pointer went.
+//
+// Wake-up: an eventfd becomes readable on the empty→non-empty edge (one write per edge, coalesced), stays
+// readable while work is pending, and is cleared by the drain that empties the queue. The descriptor
+// number never changes for the life of the process (fork replaces the object behind it, not the number).
+
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace reclaim {
+
+// Release action supplied by the owner. Called once per pointer, on the thread that drains.
+// It should not throw, but it may unwind: CPython ends a thread that re-takes the GIL during finalization
+// with pthread_exit, whose forced unwind passes through here. drain() and close() let any unwind pass
+// (a noexcept frame would turn it into std::terminate) after putting the rest of their batch back.
+using ReleaseFn = void (*)(void* item, void* context);
+
+enum class PushStatus : int {
+  kQueued = 0,            // stored; will be released by a drain or by close().
+  kLeakedAfterClose = 1,  // queue closed; counted in leaked_after_close; pointer never touched.
+  kRejected = 2,          // storage could not grow (allocation failure); counted in rejected; leaked.
+  kInvalidArgument = 3,   // null pointer; nothing was handed over; nothing counted.
+};
+
+// Plain values; see the accounting section above for what each one holds.
+struct CounterSnapshot {
+  std::uint64_t enqueued = 0;
+  std::uint64_t released = 0;
+  std::uint64_t pending = 0;
+  std::uint64_t leaked_after_close = 0;
+  std::uint64_t rejected = 0;
+  std::uint64_t abandoned_after_fork = 0;
+  std::uint64_t drain_calls = 0;  // drains that found the wake-up signal set; an empty drain returns
+                                  // after one load, before counting.
+  std::uint64_t max_pending = 0;  // highest pending seen by a drain or close (high-water mark).
+  std::uint64_t wakeups = 0;      // eventfd writes: one per empty→non-empty edge, plus notify() calls.
+
+  // True when the conservation law holds for this snapshot. Meaningful at quiescence only: a snapshot
+  // taken while pushes or drains are in flight may be off by the number in flight.
+  bool conserved() const noexcept {
+    return enqueued == released + pending + leaked_after_close + abandoned_after_fork;
+  }
+};
+
+struct QueueOptions {
+  // Pointer slots reserved up front, so that pushes from already-known producer threads do not allocate
+  // until this many are pending. Rounded up to whole blocks of the underlying queue.
+  std::size_t reserved_capacity = 64 * 1024;
+};
+
+class ReclaimQueue {
+ public:
+  // Creates an open queue and its eventfd. Allocates; not for the producer path.
+  // Aborts the process (with a message on stderr) if no eventfd can be created.
+  // Not thread-safe: publish the queue to other threads only after construction.
+  explicit ReclaimQueue(const QueueOptions& options = QueueOptions()) noexcept;
+
+  // Deliberately not destroyed in production (see global_queue()); tests may destroy an instance once no
+  // thread can reach it. Closes its eventfd.
+  ~ReclaimQueue();
+  ReclaimQueue(const ReclaimQueue&) = delete;
+  ReclaimQueue& operator=(const ReclaimQueue&) = delete;
+
+  // Hands `item` over; the queue now owns it until a drain releases it (or it is counted as leaked or
+  // rejected). Steals the pointer: the caller must not use it afterwards, whatever the status.
+  // Cost: a few relaxed atomic RMWs, one queue enqueue (no allocation while reserved capacity lasts on a
+  // thread that has pushed before; see docs in README on a thread's first push), one eventfd write on
+  // the empty→non-empty edge.
+  // Any thread; never touches Python; never blocks.
+  PushStatus push(void* item) noexcept;
+
+  // Releases up to `max_items` pending pointers by calling `release(item, context)` for each, on the
+  // calling thread. Dequeues in bulk and calls `release` outside any internal lock; `release` may push
+  // again or call drain() again (re-entrancy is safe). When nothing is pending it returns after one
+  // atomic load. Clears the wake-up fd when it leaves the queue empty. Returns the number released.
+  // If `release` unwinds, the item it was releasing counts as released, the rest of the batch goes back
+  // to the queue (still pending, counted once), and the unwind continues to the caller.
+  // Any thread (several may drain at once); never blocks. The owner decides which threads are safe for
+  // `release` (for Python objects: a thread holding the GIL).
+  std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
+
+  // Closes the queue: later pushes only count as leaked_after_close. Waits for pushes admitted before
+  // the close to finish (they never block, so this is short), then releases everything still queued with
+  // `release` (if `release` is null, those pointers stay pending and are reported as such).
+  // Idempotent: a second call releases whatever a racing push left, and returns.
+  // Returns the number released by this call. An unwinding `release` is handled as in drain().
+  // Any thread; never touches Python; may yield the CPU while admitted pushes finish.
+  std::size_t close(ReleaseFn release, void* context);
+
+  // Any thread; never touches Python; never blocks.
+  bool is_closed() const noexcept;
+
+  // False when nothing was signalled since the last emptying drain: the one load an empty drain() costs,
+  // for callers that want to skip work of their own (argument parsing) before draining.
+  // Any thread; never touches Python; never blocks.
+  bool maybe_pending() const noexcept;
+
+  // Approximate number of queued pointers (exact at quiescence).
+  // Any thread; never touches Python; never blocks.
+  std::size_t pending() const noexcept;
+
+  // A consistent-at-quiescence copy of every counter; see CounterSnapshot.
+  // Any thread; never touches Python; never blocks.
+  CounterSnapshot snapshot() const noexcept;
+
+  // The eventfd: readable while work is pending. Owned by the queue; never close it. The number is stable
+  // for the life of the queue, across fork.
+  // Any thread; never touches Python; never blocks.
+  int wakeup_fd() const noexcept;
+
+  // Waits until the wake-up fd is readable or `timeout_ms` passes (negative: no limit). Returns true if
+  // work is (probably) pending. An interrupted wait (EINTR) returns false, so a caller can check signals.
+  // Any thread; blocks up to `timeout_ms`; never touches Python (release the GIL before calling).
+  bool wait_for_work(int timeout_ms) noexcept;
+
+  // Makes the wake-up fd readable even when nothing is pending, so that a waiter returns (used to stop a
+  // drain thread). The next drain finds nothing and clears it. Counted in `wakeups`.
+  // Any thread; never touches Python; never blocks.
+  void notify() noexcept;
+
+  // Call in the child right after fork(), while it is single-threaded: the child gets a fresh, open,
+  // empty queue (same fd number, new eventfd behind it); whatever the parent had queued or was pushing
+  // is counted as abandoned_after_fork and never touched. Counters keep their history. Allocates.
+  // Not thread-safe (fork child only).
+  void reset_after_fork_in_child() noexcept;
+
+ private:
+  struct Storage;  // the moodycamel queue; replaced (never freed) after fork.
+
+  void signal_edge() noexcept;
+  void clear_signal_if_empty() noexcept;
+  void note_pending(std::uint64_t seen) noexcept;
+  std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items);
+  static Storage* make_storage(std::size_t reserved_capacity) noexcept;
+
+  // Written only by construction and by reset_after_fork_in_child (single-threaded); read by all.
+  Storage* storage_;
+  std::size_t reserved_capacity_;
+  int wakeup_fd_;
+
+  static constexpr std::uint64_t kClosedBit = std::uint64_t{1} << 63;
+
+  // Producer-side words, each on its own cache line so producers and the owner do not share lines.
+  // push_admissions_: bit 63 = closed (set by close() with fetch_or, seq_cst); low bits count pushes
+  // admitted (fetch_add by push(), seq_cst, so each push is ordered before or after the close).
+  alignas(64) std::atomic<std::uint64_t> push_admissions_{0};
+  // push_completions_: fetch_add(release) by push() when its admitted push is done (stored, leaked or
+  // rejected); close() loads it with acquire to wait for admitted pushes, then sees their items.
+  alignas(64) std::atomic<std::uint64_t> push_completions_{0};
+  // signaled_: true while the eventfd has been written and not yet cleared. Set by exchange on the
+  // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. seq_cst fences on
+  // both sides make "producer sees false" or "drain sees the item" hold (Dekker pattern).
+  alignas(64) std::atomic<bool> signaled_{false};
+  // Rare-path counters: written with relaxed fetch_add by whoever hits the path.
+  alignas(64) std::atomic<std::uint64_t> leaked_after_close_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> wakeups_{0};
+  // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.
+  alignas(64) std::atomic<std::uint64_t> released_{0};
+  std::atomic<std::uint64_t> drain_calls_{0};
+  std::atomic<std::uint64_t> max_pending_{0};
+  std::atomic<std::uint64_t> abandoned_after_fork_{0};
+};
+
+// The process-wide queue: created on first use, never destroyed (no static destructor runs on it), so a
+// push during exit() or after Py_Finalize is safe. Its fork handler (pthread_atfork, child side) calls
+// reset_after_fork_in_child(). The first call allocates and may wait on a static-init guard; every
+// later call is one load. Call it once from a known context (module init) before producers can run.
+// Capacity: CUDA_RECLAIM_RESERVED_CAPACITY in the environment at first use, else QueueOptions' default.
+// Any thread; never touches Python; never blocks after the first call.
+ReclaimQueue& global_queue() noexcept;
+
+// Formats the one-line report of `counters` (all counters, plus whether the law holds) into `buffer`.
+// Returns the length written (without the NUL), truncated to fit. Never allocates.
+// Any thread; never touches Python; never blocks.
+std::size_t format_report(const CounterSnapshot& counters, char* buffer, std::size_t size) noexcept;
+
+}  // namespace reclaim

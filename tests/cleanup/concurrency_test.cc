@@ -1,0 +1,119 @@
+// Many producer threads, concurrent drains and a close in the middle: every pointer is released at most
+// once, exactly the queued ones are released, and the conservation law holds exactly at the end.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "cleanup/reclaim_queue.h"
+#include "gtest/gtest.h"
+#include "tests/cleanup/release_recorder.h"
+
+namespace {
+
+using reclaim::PushStatus;
+using reclaim::ReclaimQueue;
+using reclaim_test::item_for;
+using reclaim_test::ReleaseRecorder;
+
+struct Run {
+  std::size_t producers;
+  std::size_t pushes_per_producer;
+  std::size_t drainers;
+  bool close_midway;
+};
+
+void run_and_check(const Run& run) {
+  ReclaimQueue queue;
+  const std::size_t ids = run.producers * run.pushes_per_producer;
+  ReleaseRecorder recorder(ids);
+  std::vector<PushStatus> statuses(ids);
+  std::atomic<bool> producers_done{false};
+  std::atomic<bool> closed{false};
+  std::atomic<std::size_t> pushed{0};
+
+  std::vector<std::thread> drainers;
+  for (std::size_t d = 0; d < run.drainers; ++d) {
+    drainers.emplace_back([&] {
+      while (!producers_done.load()) {
+        if (queue.wait_for_work(1)) queue.drain(ReleaseRecorder::release, &recorder, 64);
+      }
+    });
+  }
+  std::vector<std::thread> producers;
+  for (std::size_t p = 0; p < run.producers; ++p) {
+    producers.emplace_back([&, p] {
+      for (std::size_t i = 0; i < run.pushes_per_producer; ++i) {
+        // Halfway, wait for the close, so that each producer pushes some items after it; the close
+        // itself still races with the producers that have not reached halfway yet.
+        if (run.close_midway && i == run.pushes_per_producer / 2) {
+          while (!closed.load()) std::this_thread::yield();
+        }
+        const std::size_t id = p * run.pushes_per_producer + i;
+        statuses[id] = queue.push(item_for(id));
+        pushed.fetch_add(1);
+      }
+    });
+  }
+  std::size_t closed_by_main = 0;
+  if (run.close_midway) {
+    while (pushed.load() < ids / 4) std::this_thread::yield();
+    closed_by_main = queue.close(ReleaseRecorder::release, &recorder);
+    closed = true;
+  }
+  for (auto& t : producers) t.join();
+  producers_done = true;
+  for (auto& t : drainers) t.join();
+  if (!run.close_midway) queue.close(ReleaseRecorder::release, &recorder);
+
+  std::size_t queued = 0, leaked = 0;
+  for (std::size_t id = 0; id < ids; ++id) {
+    ASSERT_NE(statuses[id], PushStatus::kRejected) << "no allocation failure injected";
+    if (statuses[id] == PushStatus::kQueued) {
+      ++queued;
+      ASSERT_EQ(recorder.count(id), 1) << "queued item " << id << " must be released exactly once";
+    } else {
+      ++leaked;
+      ASSERT_EQ(statuses[id], PushStatus::kLeakedAfterClose);
+      ASSERT_EQ(recorder.count(id), 0) << "leaked item " << id << " must never be released";
+    }
+  }
+  const auto counters = queue.snapshot();
+  EXPECT_EQ(counters.enqueued, ids);
+  EXPECT_EQ(counters.released, queued);
+  EXPECT_EQ(counters.leaked_after_close, leaked);
+  EXPECT_EQ(counters.pending, 0u);
+  EXPECT_TRUE(counters.conserved());
+  if (run.close_midway) {
+    EXPECT_GE(leaked, ids / 2) << "every producer's second half came after close";
+    EXPECT_LE(closed_by_main, queued);
+  } else {
+    EXPECT_EQ(leaked, 0u);
+  }
+}
+
+TEST(ReclaimQueueConcurrency, ProducersAndDrainersReleaseEachQueuedItemOnce) {
+  run_and_check({4, 20000, 2, false});
+}
+
+TEST(ReclaimQueueConcurrency, CloseInTheMiddleSplitsPushesIntoExactlyOneBucket) {
+  run_and_check({4, 20000, 2, true});
+}
+
+TEST(ReclaimQueueConcurrency, ManyShortLivedProducerThreadsConserve) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(64 * 100);
+  for (int round = 0; round < 8; ++round) {
+    std::vector<std::thread> threads;
+    for (std::size_t t = 0; t < 8; ++t) {
+      threads.emplace_back([&, round, t] {
+        for (std::size_t i = 0; i < 100; ++i) queue.push(item_for((round * 8 + t) * 100 + i));
+      });
+    }
+    for (auto& t : threads) t.join();
+    queue.drain(ReleaseRecorder::release, &recorder);
+  }
+  for (std::size_t id = 0; id < recorder.size(); ++id) ASSERT_EQ(recorder.count(id), 1);
+  EXPECT_TRUE(queue.snapshot().conserved());
+}
+
+}  // namespace

@@ -1,0 +1,121 @@
+// Fork: the child starts with a fresh, open, empty queue on the same fd number and counts what the
+// parent had queued as abandoned; the parent is unaffected. The global queue does this by itself through
+// its pthread_atfork handler; other instances call reset_after_fork_in_child().
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cleanup/reclaim.h"
+#include "cleanup/reclaim_queue.h"
+#include "gtest/gtest.h"
+#include "tests/cleanup/release_recorder.h"
+
+namespace {
+
+using reclaim::PushStatus;
+using reclaim::ReclaimQueue;
+using reclaim_test::item_for;
+using reclaim_test::ReleaseRecorder;
+
+bool readable(int fd) {
+  struct pollfd waiter = {fd, POLLIN, 0};
+  return ::poll(&waiter, 1, 0) == 1 && (waiter.revents & POLLIN) != 0;
+}
+
+// Runs `child` in a forked child; it returns 0 on success or a line number of the failed check.
+// GoogleTest assertions cannot report from the child, so checks there return their line.
+template <typename Child>
+int exit_code_of_child(Child child) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(child());
+  int status = 0;
+  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status));
+  return WEXITSTATUS(status);
+}
+#define CHILD_CHECK(condition) \
+  do {                         \
+    if (!(condition)) return __LINE__ % 250 + 1; \
+  } while (0)
+
+TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(20);
+  for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
+  const int fd_before = queue.wakeup_fd();
+
+  const int code = exit_code_of_child([&] {
+    queue.reset_after_fork_in_child();
+    auto counters = queue.snapshot();
+    CHILD_CHECK(counters.abandoned_after_fork == 10);
+    CHILD_CHECK(counters.pending == 0);
+    CHILD_CHECK(counters.conserved());
+    CHILD_CHECK(!queue.is_closed());
+    CHILD_CHECK(queue.wakeup_fd() == fd_before);
+    CHILD_CHECK(!readable(queue.wakeup_fd()));
+    CHILD_CHECK(queue.push(item_for(10)) == PushStatus::kQueued);
+    CHILD_CHECK(readable(queue.wakeup_fd()));
+    CHILD_CHECK(queue.drain(ReleaseRecorder::release, &recorder) == 1);
+    CHILD_CHECK(recorder.count(10) == 1 && recorder.total() == 1);  // parent items never touched
+    counters = queue.snapshot();
+    CHILD_CHECK(counters.enqueued == 11 && counters.released == 1 && counters.conserved());
+    return 0;
+  });
+  EXPECT_EQ(code, 0) << "a check in the child failed (code is its line number % 250 + 1)";
+
+  // Parent: unaffected by the child's reset, its pushes or its drain.
+  EXPECT_EQ(queue.pending(), 10u);
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 10u);
+  for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(recorder.count(i), 1);
+  EXPECT_EQ(queue.snapshot().abandoned_after_fork, 0u);
+  EXPECT_TRUE(queue.snapshot().conserved());
+}
+
+TEST(ForkReset, ChildOfAClosedQueueIsOpen) {
+  ReclaimQueue queue;
+  queue.close(nullptr, nullptr);
+  queue.push(item_for(0));  // leaked after close
+  const int code = exit_code_of_child([&] {
+    queue.reset_after_fork_in_child();
+    CHILD_CHECK(!queue.is_closed());
+    CHILD_CHECK(queue.push(item_for(1)) == PushStatus::kQueued);
+    const auto counters = queue.snapshot();
+    CHILD_CHECK(counters.leaked_after_close == 1 && counters.abandoned_after_fork == 0);
+    CHILD_CHECK(counters.conserved());
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+  EXPECT_TRUE(queue.is_closed());
+}
+
+TEST(ForkReset, GlobalQueueResetsItselfInTheChildAndKeepsParentWakeupsApart) {
+  // Parent: some pending work, wake-up fd readable.
+  for (std::size_t i = 0; i < 5; ++i) ASSERT_EQ(reclaim_push(item_for(i)), RECLAIM_QUEUED);
+  const int fd = reclaim_wakeup_fd();
+  ReleaseRecorder recorder(64);
+
+  const int code = exit_code_of_child([&] {
+    // No explicit reset: the pthread_atfork handler has done it.
+    reclaim_stats stats;
+    CHILD_CHECK(reclaim_get_stats(&stats) == 0);
+    CHILD_CHECK(stats.abandoned_after_fork == 5 && stats.pending == 0);
+    CHILD_CHECK(reclaim_wakeup_fd() == fd && !readable(fd));
+    for (std::size_t i = 0; i < 3; ++i) CHILD_CHECK(reclaim_push(item_for(10 + i)) == RECLAIM_QUEUED);
+    CHILD_CHECK(readable(fd));
+    // Leave the child's queue non-empty and its fd readable: the parent must not see it.
+    return 0;
+  });
+  EXPECT_EQ(code, 0);
+
+  EXPECT_EQ(reclaim_pending(), 5u);
+  EXPECT_EQ(reclaim_drain(ReleaseRecorder::release, &recorder, SIZE_MAX), 5u);
+  EXPECT_FALSE(readable(fd)) << "the child's pushes must not make the parent's fd readable";
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(recorder.count(i), 1);
+  EXPECT_EQ(recorder.total(), 5u);
+  reclaim_stats stats;
+  ASSERT_EQ(reclaim_get_stats(&stats), 0);
+  EXPECT_EQ(stats.abandoned_after_fork, 0u);
+}
+
+}  // namespace

@@ -1,0 +1,107 @@
+// The wake-up eventfd: readable iff work is pending, one write per empty→non-empty edge, cleared by the
+// drain that empties the queue, and a blocking wait with a timeout.
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <thread>
+
+#include "cleanup/reclaim_queue.h"
+#include "gtest/gtest.h"
+#include "tests/cleanup/release_recorder.h"
+
+namespace {
+
+using reclaim::ReclaimQueue;
+using reclaim_test::item_for;
+using reclaim_test::ReleaseRecorder;
+
+bool readable(int fd) {
+  struct pollfd waiter = {fd, POLLIN, 0};
+  return ::poll(&waiter, 1, 0) == 1 && (waiter.revents & POLLIN) != 0;
+}
+
+TEST(WakeupFd, NotReadableWhileEmpty) {
+  ReclaimQueue queue;
+  EXPECT_GE(queue.wakeup_fd(), 0);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+  EXPECT_FALSE(queue.wait_for_work(0));
+}
+
+TEST(WakeupFd, ReadableAfterPushAndClearedByEmptyingDrain) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(1);
+  queue.push(item_for(0));
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+  EXPECT_TRUE(queue.wait_for_work(0));
+  queue.drain(ReleaseRecorder::release, &recorder);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, OneWritePerEmptyToNonEmptyEdge) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(300);
+  for (std::size_t i = 0; i < 100; ++i) queue.push(item_for(i));
+  EXPECT_EQ(queue.snapshot().wakeups, 1u);
+  queue.drain(ReleaseRecorder::release, &recorder);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+  for (std::size_t i = 100; i < 300; ++i) queue.push(item_for(i));
+  EXPECT_EQ(queue.snapshot().wakeups, 2u);
+  // The eventfd counter itself holds exactly one write for the 200 pushes of this edge.
+  std::uint64_t count = 0;
+  ASSERT_EQ(::read(queue.wakeup_fd(), &count, sizeof count), static_cast<ssize_t>(sizeof count));
+  EXPECT_EQ(count, 1u);
+}
+
+TEST(WakeupFd, StaysReadableWhenBudgetLeavesWork) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(10);
+  for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
+  queue.drain(ReleaseRecorder::release, &recorder, 4);
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+  queue.drain(ReleaseRecorder::release, &recorder);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, WaitReturnsWhenAnotherThreadPushes) {
+  ReclaimQueue queue;
+  std::thread producer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    queue.push(item_for(0));
+  });
+  // A generous limit: the wait must end because of the push, not the timeout.
+  EXPECT_TRUE(queue.wait_for_work(30000));
+  producer.join();
+  EXPECT_EQ(queue.pending(), 1u);
+}
+
+TEST(WakeupFd, WaitTimesOutWhenNothingArrives) {
+  ReclaimQueue queue;
+  EXPECT_FALSE(queue.wait_for_work(20));
+}
+
+TEST(WakeupFd, NotifyWakesAWaiterAndTheNextDrainClearsIt) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(1);
+  std::thread waker([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    queue.notify();
+  });
+  EXPECT_TRUE(queue.wait_for_work(30000));
+  waker.join();
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, ClosingDrainClearsTheFd) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(3);
+  for (std::size_t i = 0; i < 3; ++i) queue.push(item_for(i));
+  queue.close(ReleaseRecorder::release, &recorder);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+  queue.push(item_for(0));  // leaked after close: no work, so no wake-up.
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+}  // namespace
