@@ -1,0 +1,101 @@
+"""cuda_reclaim — release Python objects safely from CUDA's own threads.
+
+Native threads that Python does not own (CUDA's callback thread above all) hand references over with a
+lock-free push that never touches Python; this package releases them later, only in contexts known to
+be safe: an explicit :func:`drain`, the automatic drain (a Python thread, or a ``gc`` callback), an
+event loop (:mod:`cuda_reclaim.asyncio`), and a final drain from an ``atexit`` hook, after which the
+queue is closed and whatever arrives is counted as leaked and never touched.
+
+Counters (:func:`stats`) obey ``enqueued == released + pending + leaked_after_close +
+abandoned_after_fork``; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
+process exit, after Python is gone.
+"""
+
+import atexit as _atexit
+import os as _os
+
+from . import _auto
+from . import _reclaim
+from ._reclaim import ABI_VERSION, fileno, is_closed, pending
+
+__all__ = [
+    "ABI_VERSION",
+    "STATS_KEYS",
+    "close",
+    "defer_release",
+    "drain",
+    "fileno",
+    "get_auto_drain",
+    "get_include",
+    "is_closed",
+    "pending",
+    "set_auto_drain",
+    "stats",
+]
+
+__version__ = "0.1.0"
+
+#: Keys of :func:`stats`, all plain ints. Every counter only grows, except ``pending``.
+STATS_KEYS = (
+    "enqueued",  # references handed over and accepted (queued, or leaked because the queue was closed)
+    "released",  # references released by a drain or by close()
+    "pending",  # queued now (read from the queue itself)
+    "leaked_after_close",  # handed over after close(): never touched
+    "rejected",  # could not be stored (out of memory); not in `enqueued`
+    "abandoned_after_fork",  # queued in the parent when this process forked; the child never releases
+    "drain_calls",  # drains that found the wake-up signal set (an empty drain is not counted)
+    "max_pending",  # highest `pending` a drain has seen
+    "wakeups",  # writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls
+)
+
+# Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
+drain = _reclaim.drain
+
+
+def defer_release(obj):
+    """Hand one reference to ``obj`` over to the queue; it is released by a later drain.
+
+    Any thread. Returns True if queued, False if the queue is already closed (the reference is then
+    counted as ``leaked_after_close`` and never released). Starts the automatic drain, lazily.
+    """
+    _auto.note_handover()
+    return _reclaim.defer_release(obj)
+
+
+def close():
+    """Final drain, then close the queue; later hand-overs are counted as leaked. Idempotent.
+
+    Returns the number of references released by this call. The atexit hook calls it for you.
+    """
+    _auto.shutdown()
+    return _reclaim.close()
+
+
+def stats():
+    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`."""
+    return _reclaim.stats()
+
+
+def get_include():
+    """Directory of the C header ``cuda_reclaim/cuda_reclaim.h`` (the capsule C API) for extensions."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+set_auto_drain = _auto.set_auto_drain
+get_auto_drain = _auto.get_auto_drain
+
+
+def _c_api_imported():
+    """Called by cuda_reclaim_import() in C: a C API user will hand references over."""
+    _auto.note_handover()
+
+
+# Registered at import, so hooks registered later (which may destroy CUDA graphs and hand references
+# over) run before this one: it drains everything they left, then closes.
+_atexit.register(close)
+
+_os.register_at_fork(
+    before=_auto.before_fork,
+    after_in_parent=_auto.after_fork_in_parent,
+    after_in_child=_auto.after_fork_in_child,
+)

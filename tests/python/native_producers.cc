@@ -1,0 +1,97 @@
+// tests/python/native_producers.cc — test-only extension `_native_producers`: std::threads that Python
+// did not create hand references over through the public C API (the capsule's CUhostFn-compatible
+// host_destructor), as CUDA's callback thread does. The thread bodies never touch Python.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "cuda_reclaim/cuda_reclaim.h"
+
+namespace {
+
+const cuda_reclaim_c_api* g_api = nullptr;
+
+// Takes a new reference to each item of `sequence` (GIL held); the native side steals them.
+bool take_references(PyObject* sequence, std::vector<void*>* out) {
+  PyObject* fast = PySequence_Fast(sequence, "expected a sequence of objects");
+  if (fast == nullptr) return false;
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+  out->reserve(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
+    Py_INCREF(item);
+    out->push_back(item);
+  }
+  Py_DECREF(fast);
+  return true;
+}
+
+// The body of a producer thread: like a CUDA callback thread, it must never unwind into the caller.
+void fire(const std::vector<void*>* items, std::size_t first, std::size_t step, int delay_us) noexcept {
+  for (std::size_t i = first; i < items->size(); i += step) {
+    if (delay_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+    g_api->host_destructor((*items)[i]);
+  }
+}
+
+bool parse(PyObject* args, PyObject** sequence, int* threads, int* delay_us) {
+  *threads = 1;
+  *delay_us = 0;
+  if (!PyArg_ParseTuple(args, "O|ii", sequence, threads, delay_us)) return false;
+  if (*threads < 1 || *delay_us < 0) {
+    PyErr_SetString(PyExc_ValueError, "threads must be >= 1 and delay_us >= 0");
+    return false;
+  }
+  return true;
+}
+
+// hand_over(objs, threads=1, delay_us=0): pushes every object from `threads` native threads and joins
+// them (GIL released meanwhile). Returns the number of threads that ran.
+PyObject* hand_over(PyObject*, PyObject* args) {
+  PyObject* sequence;
+  int threads, delay_us;
+  if (!parse(args, &sequence, &threads, &delay_us)) return nullptr;
+  std::vector<void*> items;
+  if (!take_references(sequence, &items)) return nullptr;
+  Py_BEGIN_ALLOW_THREADS
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) workers.emplace_back(fire, &items, t, threads, delay_us);
+  for (auto& worker : workers) worker.join();
+  Py_END_ALLOW_THREADS
+  return PyLong_FromLong(threads);
+}
+
+// hand_over_detached(objs, threads=1, delay_us=0): like hand_over, but returns at once; the threads
+// keep pushing on their own (through interpreter shutdown and exit(), if the process ends first).
+PyObject* hand_over_detached(PyObject*, PyObject* args) {
+  PyObject* sequence;
+  int threads, delay_us;
+  if (!parse(args, &sequence, &threads, &delay_us)) return nullptr;
+  auto* items = new std::vector<void*>();  // owned by the detached threads; never freed (process end)
+  if (!take_references(sequence, items)) {
+    delete items;
+    return nullptr;
+  }
+  for (int t = 0; t < threads; ++t) std::thread(fire, items, t, threads, delay_us).detach();
+  return PyLong_FromLong(threads);
+}
+
+PyMethodDef kMethods[] = {
+    {"hand_over", hand_over, METH_VARARGS, "hand_over(objs, threads=1, delay_us=0) -> int"},
+    {"hand_over_detached", hand_over_detached, METH_VARARGS,
+     "hand_over_detached(objs, threads=1, delay_us=0) -> int"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native_producers", nullptr, -1, kMethods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__native_producers(void) {
+  if (cuda_reclaim_import(&g_api) < 0) return nullptr;
+  return PyModule_Create(&kModule);
+}

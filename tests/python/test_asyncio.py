@@ -1,0 +1,111 @@
+"""cuda_reclaim.asyncio: an idle loop is woken by the fd alone and drains; timer fallback; uvloop."""
+
+import asyncio
+import weakref
+
+import pytest
+
+import cuda_reclaim
+import cuda_reclaim.asyncio as reclaim_asyncio
+
+_native_producers = pytest.importorskip("_native_producers")
+
+
+class Payload:
+    pass
+
+
+async def _idle_until_released(refs, limit=30.0):
+    # The loop has nothing scheduled but this sleep: only the fd reader can run the drain.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while any(r() is not None for r in refs) and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+
+
+def _run_idle_loop_scenario(loop_factory):
+    async def main():
+        handle = reclaim_asyncio.install()
+        assert handle.mode == "reader"
+        objs = [Payload() for _ in range(500)]
+        refs = [weakref.ref(o) for o in objs]
+        _native_producers.hand_over_detached(objs, 2, 200)
+        del objs
+        await _idle_until_released(refs)
+        released = handle.drained
+        handle.cancel()
+        return refs, released
+
+    loop = loop_factory()
+    try:
+        refs, released = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert all(r() is None for r in refs)
+    assert released == 500, "the loop's reader, not another drain, released everything"
+
+
+def test_idle_loop_is_woken_by_the_fd_and_drains(drained):
+    _run_idle_loop_scenario(asyncio.new_event_loop)
+
+
+def test_uvloop_is_woken_by_the_fd_and_drains(drained):
+    uvloop = pytest.importorskip("uvloop", reason="uvloop is not installed for this Python")
+    _run_idle_loop_scenario(uvloop.new_event_loop)
+
+
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    def add_reader(self, fd, callback, *args):
+        raise NotImplementedError
+
+
+def test_loop_without_add_reader_falls_back_to_a_timer(drained):
+    async def main():
+        handle = reclaim_asyncio.install(interval=0.01)
+        assert handle.mode == "timer"
+        obj = Payload()
+        ref = weakref.ref(obj)
+        cuda_reclaim.defer_release(obj)
+        del obj
+        await _idle_until_released([ref])
+        handle.cancel()
+        return ref, handle.drained
+
+    loop = NoReaderLoop()
+    try:
+        ref, released = loop.run_until_complete(main())
+    finally:
+        loop.close()
+    assert ref() is None and released == 1
+
+
+def test_cancel_stops_draining_and_install_is_idempotent(drained):
+    async def main():
+        first = reclaim_asyncio.install()
+        assert reclaim_asyncio.install() is first
+        first.cancel()
+        first.cancel()
+        assert first.cancelled
+        cuda_reclaim.defer_release(Payload())
+        await asyncio.sleep(0.1)
+        return first.drained
+
+    loop = asyncio.new_event_loop()
+    try:
+        assert loop.run_until_complete(main()) == 0
+    finally:
+        loop.close()
+    assert cuda_reclaim.pending() == 1
+
+
+def test_install_needs_a_loop_and_valid_arguments(drained):
+    with pytest.raises(RuntimeError, match="needs a loop"):
+        reclaim_asyncio.install()
+    loop = asyncio.new_event_loop()
+    try:
+        with pytest.raises(ValueError, match="max_items"):
+            reclaim_asyncio.install(loop, max_items=0)
+        with pytest.raises(ValueError, match="interval"):
+            reclaim_asyncio.install(loop, interval=0)
+    finally:
+        loop.close()

@@ -1,0 +1,101 @@
+"""The automatic drain: lazy thread start, thread/gc/off modes, stopped before finalization."""
+
+import gc
+import threading
+import time
+import weakref
+
+import pytest
+
+import cuda_reclaim
+from cuda_reclaim import _auto
+from conftest import run_child
+
+
+class Payload:
+    pass
+
+
+def test_no_thread_until_something_is_handed_over():
+    result = run_child(
+        """
+        import threading, cuda_reclaim
+        cuda_reclaim.drain(); cuda_reclaim.stats(); cuda_reclaim.pending()
+        names = [t.name for t in threading.enumerate()]
+        assert names == ["MainThread"], names
+        cuda_reclaim.defer_release(object())
+        names = [t.name for t in threading.enumerate()]
+        assert "cuda-reclaim-drain" in names, names
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_thread_mode_releases_without_an_explicit_drain():
+    previous = cuda_reclaim.set_auto_drain("thread")
+    try:
+        obj = Payload()
+        ref = weakref.ref(obj)
+        cuda_reclaim.defer_release(obj)
+        del obj
+        deadline = time.monotonic() + 30
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ref() is None
+        assert _auto.is_thread_running()
+    finally:
+        cuda_reclaim.set_auto_drain(previous)
+
+
+def test_off_mode_stops_the_thread_and_leaves_work_queued(drained):
+    assert not _auto.is_thread_running()
+    cuda_reclaim.defer_release(Payload())
+    time.sleep(0.05)
+    assert cuda_reclaim.pending() == 1
+    assert not _auto.is_thread_running()
+    assert cuda_reclaim.drain() == 1
+
+
+def test_gc_mode_drains_after_a_collection(drained):
+    cuda_reclaim.set_auto_drain("gc")
+    try:
+        obj = Payload()
+        ref = weakref.ref(obj)
+        cuda_reclaim.defer_release(obj)
+        del obj
+        assert ref() is not None
+        assert not _auto.is_thread_running(), "gc mode uses no thread"
+        gc.collect()
+        assert ref() is None
+    finally:
+        cuda_reclaim.set_auto_drain("off")
+
+
+def test_set_auto_drain_rejects_unknown_modes_and_returns_the_previous_one(drained):
+    with pytest.raises(ValueError, match="must be one of 'thread', 'gc', 'off'"):
+        cuda_reclaim.set_auto_drain("sometimes")
+    assert cuda_reclaim.set_auto_drain("gc") == "off"
+    assert cuda_reclaim.get_auto_drain() == "gc"
+    assert cuda_reclaim.set_auto_drain("off") == "gc"
+
+
+def test_drain_thread_is_stopped_before_finalization():
+    # If the thread still ran during finalization it would be killed or hang; instead threading's
+    # shutdown stops it, then the atexit hook drains and closes.
+    result = run_child(
+        """
+        import threading, cuda_reclaim
+        from cuda_reclaim import _auto
+        cuda_reclaim.defer_release(object())
+        assert _auto.is_thread_running()
+        import atexit
+        atexit.register(lambda: print("thread running at atexit:", _auto.is_thread_running(), flush=True))
+        cuda_reclaim.set_auto_drain("thread")
+        """,
+        env={"CUDA_RECLAIM_REPORT": "1"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "thread running at atexit: False" in result.stdout
+    assert "conserved=yes" in result.stderr
