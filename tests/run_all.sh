@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs every test of cuda-reclaim on a fresh machine of this kind, installing what is missing:
+#   1. Debian packages (third_party/install_deps.sh) and, per interpreter, tests/requirements.txt;
+#   2. `bazel test //...` once for every CPython among 3.10–3.13 found (fails if one is missing,
+#      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
+#      the wheel and everything else registered with Bazel;
+#   3. the C++ cleanup tests again under --config=tsan, asan and ubsan.
+# Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+source third_party/pythons.sh
+
+bash third_party/install_deps.sh || exit 1
+
+pythons=()
+missing=()
+for minor in 10 11 12 13; do
+  python="$(find_python "$minor")"
+  if [[ -n "$python" ]]; then pythons+=("$python"); else missing+=("3.$minor"); fi
+done
+if ((${#missing[@]})); then
+  echo "run_all.sh: no CPython with headers found for: ${missing[*]} (pyenv or python3.X on PATH)" >&2
+  [[ "${CUDA_RECLAIM_ALLOW_MISSING_PYTHONS:-0}" == 1 ]] || exit 1
+fi
+for python in "${pythons[@]}"; do ensure_requirements "$python" || exit 1; done
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+passed=0
+failed=0
+status=0
+run_bazel_tests() {
+  local title="$1"
+  shift
+  echo
+  echo "=== $title"
+  bazel test --color=no --curses=no "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  local p f
+  p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
+  f=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if ((rc != 0)); then
+    status=1
+    ((f == 0)) && failed=$((failed + 1))  # a build failure counts as one failed run
+  fi
+}
+
+for python in "${pythons[@]}"; do
+  run_bazel_tests "bazel test //... with $("$python" -V 2>&1) ($python)" \
+    --repo_env=PYTHON_BIN_PATH="$python" //...
+done
+for config in tsan asan ubsan; do
+  run_bazel_tests "cleanup/ tests under --config=$config" --config="$config" //tests/cleanup/...
+done
+
+echo
+echo "Pythons: ${pythons[*]}"
+echo "Tests: $passed passed, $failed failed"
+exit "$status"

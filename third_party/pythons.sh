@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Sourced by tests/run_all.sh and examples/run_demo.sh: finds CPython interpreters and installs the
+# Python-side test requirements (tests/requirements.txt) into them from PyPI, only when missing.
+
+# find_python MINOR → prints the newest interpreter for 3.MINOR with C headers, or nothing.
+# Looks in pyenv's versions, then on PATH (python3.MINOR).
+find_python() {
+  local minor="$1" candidate root
+  local -a candidates=()
+  root="${PYENV_ROOT:-$HOME/.pyenv}"
+  if command -v pyenv >/dev/null 2>&1; then root="$(pyenv root)"; fi
+  if [[ -d "$root/versions" ]]; then
+    while IFS= read -r candidate; do candidates+=("$candidate"); done < <(
+      ls -d "$root"/versions/3."$minor".*/bin/python3."$minor" 2>/dev/null | sort -t. -k3 -n -r)
+  fi
+  candidate="$(command -v "python3.$minor" 2>/dev/null || true)"
+  [[ -n "$candidate" ]] && candidates+=("$(readlink -f "$candidate")")
+  for candidate in "${candidates[@]}"; do
+    if [[ -x "$candidate" ]] && "$candidate" -c \
+      'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+      2>/dev/null; then
+      echo "$candidate"
+      return 0
+    fi
+  done
+  return 0
+}
+
+# ensure_requirements PYTHON → pip-installs tests/requirements.txt into PYTHON if anything is missing.
+ensure_requirements() {
+  local python="$1" requirements
+  requirements="$(dirname "${BASH_SOURCE[0]}")/../tests/requirements.txt"
+  if ! "$python" - "$requirements" <<'PY' 2>/dev/null; then
+import sys
+from importlib import metadata
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    Requirement = None
+missing = []
+for line in open(sys.argv[1]):
+    line = line.split("#", 1)[0].strip()
+    if not line:
+        continue
+    name = Requirement(line).name if Requirement else line.split(";")[0].split("=")[0].split(">")[0].split("<")[0].strip()
+    marker_ok = True
+    if Requirement and Requirement(line).marker is not None:
+        marker_ok = Requirement(line).marker.evaluate()
+    if not marker_ok:
+        continue
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        missing.append(name)
+sys.exit(1 if missing else 0)
+PY
+    echo "pythons.sh: installing tests/requirements.txt into $python"
+    "$python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      -r "$requirements" 2>/dev/null ||
+      "$python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  fi
+}
