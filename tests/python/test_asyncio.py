@@ -16,22 +16,39 @@ class Payload:
 
 
 async def _idle_until_released(refs, limit=30.0):
-    # The loop has nothing scheduled but this sleep: only the fd reader can run the drain.
+    # Polls every 50 ms: for tests where polling does not matter (timer fallback, cancel).
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     while any(r() is not None for r in refs) and loop.time() < deadline:
         await asyncio.sleep(0.05)
 
 
+class Announced:
+    """Resolves `done` from its finalizer once `count` instances were released (on the loop's thread,
+    since the loop's reader is what drains)."""
+
+    def __init__(self, state):
+        self.state = state
+
+    def __del__(self):
+        state = self.state
+        state["released"] += 1
+        if state["released"] == state["count"] and not state["done"].done():
+            state["done"].set_result(None)
+
+
 def _run_idle_loop_scenario(loop_factory):
     async def main():
         handle = reclaim_asyncio.install()
         assert handle.mode == "reader"
-        objs = [Payload() for _ in range(500)]
+        state = {"released": 0, "count": 500, "done": asyncio.get_running_loop().create_future()}
+        objs = [Announced(state) for _ in range(500)]
         refs = [weakref.ref(o) for o in objs]
         _native_producers.hand_over_detached(objs, 2, 200)
         del objs
-        await _idle_until_released(refs)
+        # The loop is idle: nothing is scheduled but this wait's 30 s timeout, so only the wake-up
+        # fd becoming readable can run the drain that resolves the future.
+        await asyncio.wait_for(state["done"], 30)
         released = handle.drained
         handle.cancel()
         return refs, released
