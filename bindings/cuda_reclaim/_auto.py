@@ -101,8 +101,12 @@ def _stop_thread():
         return False
     _stopping = True
     _reclaim.notify()
-    thread.join()
     _thread = None
+    if thread is threading.current_thread():
+        # Called from a finalizer that the drain thread itself is running (close(), set_auto_drain()
+        # or fork inside __del__): it leaves its loop when that drain returns; it cannot join itself.
+        return True
+    thread.join()
     # notify() left the fd readable; this drain clears it (and releases anything that arrived).
     _reclaim.drain()
     _wait_for_os_thread_exit(thread)

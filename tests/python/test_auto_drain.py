@@ -99,3 +99,27 @@ def test_drain_thread_is_stopped_before_finalization():
     assert result.returncode == 0, result.stderr
     assert "thread running at atexit: False" in result.stdout
     assert "conserved=yes" in result.stderr
+
+
+def test_finalizer_run_by_the_drain_thread_may_switch_the_auto_drain_off():
+    result = run_child(
+        """
+        import threading, time, cuda_reclaim
+        from cuda_reclaim import _auto
+        done = threading.Event()
+        class SwitchesOff:
+            def __del__(self):
+                cuda_reclaim.set_auto_drain("off")  # runs on the drain thread itself
+                done.set()
+        cuda_reclaim.defer_release(SwitchesOff())
+        assert done.wait(30), "the drain thread released the object"
+        deadline = time.monotonic() + 30
+        while _auto.is_thread_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _auto.is_thread_running()
+        assert cuda_reclaim.get_auto_drain() == "off"
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
