@@ -1,13 +1,13 @@
 // Fork: the child starts with a fresh, open, empty queue on the same fd number and counts what the
 // parent had queued as abandoned; the parent is unaffected. The global queue does this by itself through
 // its pthread_atfork handler; other instances call reset_after_fork_in_child().
-#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
+#include "tests/cleanup/fd_readable.h"
 #include "tests/cleanup/release_recorder.h"
 
 namespace {
@@ -15,12 +15,8 @@ namespace {
 using reclaim::PushStatus;
 using reclaim::ReclaimQueue;
 using reclaim_test::item_for;
+using reclaim_test::readable;
 using reclaim_test::ReleaseRecorder;
-
-bool readable(int fd) {
-  struct pollfd waiter = {fd, POLLIN, 0};
-  return ::poll(&waiter, 1, 0) == 1 && (waiter.revents & POLLIN) != 0;
-}
 
 // Runs `child` in a forked child; it returns 0 on success or a line number of the failed check.
 // GoogleTest assertions cannot report from the child, so checks there return their line.

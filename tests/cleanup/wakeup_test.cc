@@ -1,6 +1,5 @@
 // The wake-up eventfd: readable iff work is pending, one write per empty→non-empty edge, cleared by the
 // drain that empties the queue, and a blocking wait with a timeout.
-#include <poll.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,18 +8,15 @@
 
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
+#include "tests/cleanup/fd_readable.h"
 #include "tests/cleanup/release_recorder.h"
 
 namespace {
 
 using reclaim::ReclaimQueue;
 using reclaim_test::item_for;
+using reclaim_test::readable;
 using reclaim_test::ReleaseRecorder;
-
-bool readable(int fd) {
-  struct pollfd waiter = {fd, POLLIN, 0};
-  return ::poll(&waiter, 1, 0) == 1 && (waiter.revents & POLLIN) != 0;
-}
 
 TEST(WakeupFd, NotReadableWhileEmpty) {
   ReclaimQueue queue;
