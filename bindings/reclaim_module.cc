@@ -68,9 +68,11 @@ int capi_get_stats(cuda_reclaim_stats* out, size_t size) {
   return 0;
 }
 
+// queue_ops hands out cleanup/'s table for this module's queue: this module never adopts another
+// copy's queue, so it is global_queue() itself, the queue every drain below works on.
 const cuda_reclaim_c_api kCApi = {
     CUDA_RECLAIM_ABI_VERSION, sizeof(cuda_reclaim_c_api), capi_push, reclaim_host_destructor,
-    capi_drain,               capi_get_stats,
+    capi_drain,               capi_get_stats,             reclaim_queue_ops_in_use,
 };
 
 // --- argument helpers -------------------------------------------------------------------------------

@@ -195,6 +195,9 @@ class ReclaimQueue {
 // reset_after_fork_in_child(). The first call allocates and may wait on a static-init guard; every
 // later call is one load. Call it once from a known context (module init) before producers can run.
 // Capacity: CUDA_RECLAIM_RESERVED_CAPACITY in the environment at first use, else QueueOptions' default.
+// This is this copy of cleanup/'s own queue: in a shared object that adopted another copy's queue
+// (reclaim_adopt() in cleanup/reclaim.h), only the C entry points forward there, so such code must push
+// with reclaim_push()/reclaim_host_destructor(), never through global_queue().
 // Any thread; never touches Python; never blocks after the first call.
 ReclaimQueue& global_queue() noexcept;
 

@@ -77,7 +77,13 @@ def stats():
 
 
 def get_include():
-    """Directory of the C header ``cuda_reclaim/cuda_reclaim.h`` (the capsule C API) for extensions."""
+    """Directory holding ``cuda_reclaim/cuda_reclaim.h``, the C API (capsule) header, for extensions.
+
+    Add it to the include path: ``include_dirs=[cuda_reclaim.get_include()]`` (setuptools), or
+    ``-I$(python -c "import cuda_reclaim; print(cuda_reclaim.get_include())")``. Cython code cimports
+    ``cuda_reclaim.c_api`` (``c_api.pxd`` in this package, found on ``sys.path``) and needs the same
+    include directory for the C compiler. See docs/c-api.md.
+    """
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
