@@ -120,10 +120,14 @@ PyObject* py_keep_alive_stream(PyObject*, PyObject* const* args, Py_ssize_t narg
 
 PyObject* py_source_stats(PyObject*, PyObject*) {
   const graph::SourceCounters counters = graph::source_counters();
-  return Py_BuildValue("{s:K,s:K,s:K}", "graph_user_objects",
+  // Thread ids as threading.get_ident() gives them (pthread_self on POSIX).
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "graph_user_objects",
                        static_cast<unsigned long long>(counters.graph_user_objects), "stream_host_functions",
                        static_cast<unsigned long long>(counters.stream_host_functions), "withdrawn",
-                       static_cast<unsigned long long>(counters.withdrawn));
+                       static_cast<unsigned long long>(counters.withdrawn), "last_destructor_thread",
+                       static_cast<unsigned long long>(counters.last_destructor_thread),
+                       "last_host_function_thread",
+                       static_cast<unsigned long long>(counters.last_host_function_thread));
 }
 
 PyObject* py_driver_info(PyObject*, PyObject*) {
@@ -151,7 +155,8 @@ PyMethodDef kGraphMethods[] = {
      "this point (a host function)."},
     {"_source_stats", py_source_stats, METH_NOARGS,
      "_source_stats() -> dict\n\nPushes made by graph user-object destructors and stream host functions, "
-     "and destructors whose payload was withdrawn after a failed attach."},
+     "destructors whose payload was withdrawn after a failed attach, and the threads (as "
+     "threading.get_ident()) that last ran each trampoline."},
     {"_driver_info", py_driver_info, METH_NOARGS,
      "_driver_info() -> dict\n\nLoads the CUDA driver if needed; its status, version and message."},
     {nullptr, nullptr, 0, nullptr},

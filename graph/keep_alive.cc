@@ -2,6 +2,8 @@
 
 #include "graph/keep_alive.h"
 
+#include <pthread.h>
+
 #include <atomic>
 
 #include "cleanup/reclaim_queue.h"
@@ -15,6 +17,10 @@ namespace {
 std::atomic<std::uint64_t> g_graph_user_objects{0};
 std::atomic<std::uint64_t> g_stream_host_functions{0};
 std::atomic<std::uint64_t> g_withdrawn{0};
+// The thread each trampoline last ran on (pthread_self: a register read, no call into libc's locks);
+// relaxed stores by the trampolines, for tests and diagnostics that need to see where CUDA ran them.
+std::atomic<std::uintptr_t> g_last_destructor_thread{0};
+std::atomic<std::uintptr_t> g_last_host_function_thread{0};
 
 // The withdrawn-payload table (see keep_alive.h). A slot holds null (free), a payload being withdrawn, or
 // kConsumed (its destructor ran and did not push). Slots: claimed (null → payload) and freed by the
@@ -96,9 +102,12 @@ CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStat
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+std::uintptr_t this_thread() noexcept { return static_cast<std::uintptr_t>(pthread_self()); }
+
 }  // namespace
 
 void graph_user_object_destructor(void* payload) noexcept {
+  g_last_destructor_thread.store(this_thread(), std::memory_order_relaxed);
   if (consume_withdrawn(payload)) {
     g_withdrawn.fetch_add(1, std::memory_order_relaxed);
     return;
@@ -106,7 +115,10 @@ void graph_user_object_destructor(void* payload) noexcept {
   push_counted(payload, g_graph_user_objects);
 }
 
-void stream_host_function(void* payload) noexcept { push_counted(payload, g_stream_host_functions); }
+void stream_host_function(void* payload) noexcept {
+  g_last_host_function_thread.store(this_thread(), std::memory_order_relaxed);
+  push_counted(payload, g_stream_host_functions);
+}
 
 AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
@@ -158,6 +170,8 @@ SourceCounters source_counters() noexcept {
   counters.graph_user_objects = g_graph_user_objects.load(std::memory_order_relaxed);
   counters.stream_host_functions = g_stream_host_functions.load(std::memory_order_relaxed);
   counters.withdrawn = g_withdrawn.load(std::memory_order_relaxed);
+  counters.last_destructor_thread = g_last_destructor_thread.load(std::memory_order_relaxed);
+  counters.last_host_function_thread = g_last_host_function_thread.load(std::memory_order_relaxed);
   return counters;
 }
 

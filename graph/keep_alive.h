@@ -73,6 +73,9 @@ struct SourceCounters {
   std::uint64_t graph_user_objects = 0;     // graph_user_object_destructor
   std::uint64_t stream_host_functions = 0;  // stream_host_function
   std::uint64_t withdrawn = 0;              // destructors that found their payload withdrawn (not pushed)
+  // pthread_self() of the thread that last ran each trampoline (0: never ran), to see where CUDA runs them.
+  std::uintptr_t last_destructor_thread = 0;
+  std::uintptr_t last_host_function_thread = 0;
 };
 
 // Any thread; never touches Python; never blocks.
