@@ -6,6 +6,10 @@ be safe: an explicit :func:`drain`, the automatic drain (a Python thread, or a `
 event loop (:mod:`cuda_reclaim.asyncio`), and a final drain from an ``atexit`` hook, after which the
 queue is closed and whatever arrives is counted as leaked and never touched.
 
+CUDA work keeps objects alive with :func:`keep_alive` (a graph: released once CUDA destroys the graph
+and everything instantiated from it) and :func:`keep_alive_until` (a stream: released once the stream
+reaches that point); both hand the references over from CUDA's thread, loading the driver at run time.
+
 Counters (:func:`stats`) obey ``enqueued == released + pending + leaked_after_close +
 abandoned_after_fork``; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
 process exit, after Python is gone.

@@ -56,10 +56,18 @@ bool hidden(const char* symbol) {
   return hide != nullptr && std::strcmp(hide, symbol) == 0;
 }
 
-void run_on_thread(std::vector<Call> calls) {
+// Takes the calls waiting in `pending` and runs them on another thread (joined), as CUDA's thread would;
+// returns how many ran.
+int run_on_thread(std::vector<Call>& pending) {
+  std::vector<Call> calls;
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    calls.swap(pending);
+  }
   std::thread([&calls] {
     for (const Call& call : calls) call.fn(call.data);
   }).join();
+  return static_cast<int>(calls.size());
 }
 
 // Drops `count` references; runs (or defers) the destructor at zero. Called with g_mutex NOT held, so a
@@ -236,25 +244,11 @@ __attribute__((visibility("default"))) void fake_cuda_defer_destructors(int defe
 }
 
 // Runs deferred destructors on another thread (joined); returns how many ran.
-__attribute__((visibility("default"))) int fake_cuda_run_deferred() {
-  std::vector<Call> calls;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    calls.swap(g_deferred);
-  }
-  run_on_thread(calls);
-  return static_cast<int>(calls.size());
-}
+__attribute__((visibility("default"))) int fake_cuda_run_deferred() { return run_on_thread(g_deferred); }
 
 // Runs launched host functions on another thread (joined), as the stream reaching them; returns how many.
 __attribute__((visibility("default"))) int fake_cuda_run_host_functions() {
-  std::vector<Call> calls;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    calls.swap(g_host_functions);
-  }
-  run_on_thread(calls);
-  return static_cast<int>(calls.size());
+  return run_on_thread(g_host_functions);
 }
 
 // A stream handle that reports an active capture into `graph` (null: capturing nothing).

@@ -4,7 +4,10 @@
 
 #include "graph/keep_alive.h"
 
+#include <pthread.h>
+
 #include <atomic>
+#include <cstdint>
 #include <thread>
 #include <vector>
 
@@ -70,6 +73,8 @@ TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
   EXPECT_EQ(drain(), std::vector<int*>{&payload_});
   EXPECT_EQ(delta().graph_user_objects, 1u);
   EXPECT_EQ(delta().stream_host_functions, 0u);
+  EXPECT_EQ(source_counters().last_destructor_thread, static_cast<std::uintptr_t>(pthread_self()))
+      << "the fake ran it inside the destroy call, on this thread";
 }
 
 TEST_F(KeepAliveTest, DestructorOnAnotherThreadPushesOnce) {
@@ -81,6 +86,9 @@ TEST_F(KeepAliveTest, DestructorOnAnotherThreadPushesOnce) {
   EXPECT_EQ(fake_.run_deferred(), 1);
   EXPECT_EQ(drain(), std::vector<int*>{&payload_});
   EXPECT_EQ(delta().graph_user_objects, 1u);
+  const std::uintptr_t ran_on = source_counters().last_destructor_thread;
+  EXPECT_NE(ran_on, 0u);
+  EXPECT_NE(ran_on, static_cast<std::uintptr_t>(pthread_self()));
 }
 
 TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpushed) {
@@ -115,9 +123,11 @@ TEST_F(KeepAliveTest, WithdrawalDoesNotCatchAnotherGraphsPayload) {
 }
 
 TEST_F(KeepAliveTest, NullPayloadIsRefusedBeforeAnyDriverCall) {
-  const AttachResult result = retain_on_graph(driver_.api, fake_.graph_create(), nullptr);
+  CUgraph graph = fake_.graph_create();
+  const AttachResult result = retain_on_graph(driver_.api, graph, nullptr);
   EXPECT_EQ(result.handover, Handover::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
+  fake_.graph_destroy(graph);
   EXPECT_EQ(retain_until_stream(driver_.api, nullptr, nullptr).handover, Handover::kReturned);
 }
 
