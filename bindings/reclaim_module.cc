@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "bindings/graph_functions.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
@@ -318,7 +319,7 @@ int module_exec(PyObject* module) {
     return -1;
   }
   if (PyModule_AddIntConstant(module, "ABI_VERSION", CUDA_RECLAIM_ABI_VERSION) < 0) return -1;
-  return 0;
+  return add_graph_functions(module);
 }
 
 PyModuleDef_Slot kSlots[] = {

@@ -6,6 +6,10 @@ be safe: an explicit :func:`drain`, the automatic drain (a Python thread, or a `
 event loop (:mod:`cuda_reclaim.asyncio`), and a final drain from an ``atexit`` hook, after which the
 queue is closed and whatever arrives is counted as leaked and never touched.
 
+CUDA work keeps objects alive with :func:`keep_alive` (a graph: released once CUDA destroys the graph
+and everything instantiated from it) and :func:`keep_alive_until` (a stream: released once the stream
+reaches that point); both hand the references over from CUDA's thread, loading the driver at run time.
+
 Counters (:func:`stats`) obey ``enqueued == released + pending + leaked_after_close +
 abandoned_after_fork``; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
 process exit, after Python is gone.
@@ -15,11 +19,15 @@ import atexit as _atexit
 import os as _os
 
 from . import _auto
+from . import _graph
 from . import _reclaim
+from ._graph import DriverError, keep_alive, keep_alive_until
 from ._reclaim import ABI_VERSION, fileno, is_closed, pending
 
 __all__ = [
     "ABI_VERSION",
+    "DriverError",
+    "SOURCE_KEYS",
     "STATS_KEYS",
     "close",
     "defer_release",
@@ -28,6 +36,8 @@ __all__ = [
     "get_auto_drain",
     "get_include",
     "is_closed",
+    "keep_alive",
+    "keep_alive_until",
     "pending",
     "set_auto_drain",
     "stats",
@@ -46,6 +56,13 @@ STATS_KEYS = (
     "drain_calls",  # drains that found the wake-up signal set (an empty drain is not counted)
     "max_pending",  # highest `pending` a drain has seen
     "wakeups",  # writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls
+)
+
+#: Further keys of :func:`stats`: where the references in ``enqueued`` came from.
+SOURCE_KEYS = (
+    "graph_user_objects",  # handed over by the destructor of a keep_alive() graph user object
+    "stream_host_functions",  # handed over by a keep_alive_until() host function
+    "direct_pushes",  # everything else: defer_release(), the C API capsule (enqueued minus the two above)
 )
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
@@ -72,8 +89,14 @@ def close():
 
 
 def stats():
-    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`."""
-    return _reclaim.stats()
+    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS` and :data:`SOURCE_KEYS`."""
+    # Sources first: a trampoline counts its push after the queue did, so `enqueued` read second
+    # already includes every push counted here and direct_pushes never goes negative.
+    sources = _graph.source_stats()
+    counters = _reclaim.stats()
+    counters.update(sources)
+    counters["direct_pushes"] = counters["enqueued"] - sources["graph_user_objects"] - sources["stream_host_functions"]
+    return counters
 
 
 def get_include():

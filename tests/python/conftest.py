@@ -64,3 +64,11 @@ class Tracked:
 
     def __del__(self):
         Tracked.released.append(self.ident)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "gpu: needs an NVIDIA GPU, its driver and cuda.core (skipped with the reason where absent); "
+        "run with `pytest -m gpu`",
+    )

@@ -1,0 +1,179 @@
+// bindings/graph_functions.cc — Python entry points for graph/: attach a payload (one object, or a tuple
+// of them) to a CUDA graph or stream, and read the per-source counters.
+//
+// The caller's reference is handed to graph/ and comes back only when graph/ says so (Handover::kReturned):
+// then it is given back here, at once, with the GIL. Driver calls run with the GIL released: they may
+// block (a full stream queue), and other libraries' host callbacks on CUDA's thread may need the GIL.
+// Handles are plain ints here; bindings/cuda_reclaim/_graph.py turns cuda.core / cuda.bindings objects
+// into them and checks them.
+
+#define PY_SSIZE_T_CLEAN
+#include "bindings/graph_functions.h"
+
+#include <cstdint>
+
+#include "graph/driver.h"
+#include "graph/keep_alive.h"
+
+namespace {
+
+namespace graph = reclaim::graph;
+
+// cuda_reclaim.DriverError (a RuntimeError): no usable driver, or a driver call failed. Owned by the
+// module; this borrowed pointer is set once in add_graph_functions (main interpreter only).
+PyObject* g_driver_error = nullptr;
+
+// The process-wide driver, loaded on first use with the GIL released (dlopen and cuInit can be slow), or
+// null with DriverError set when it is unusable.
+const graph::Driver* usable_driver() {
+  const graph::Driver* driver;
+  Py_BEGIN_ALLOW_THREADS
+  driver = &graph::driver();
+  Py_END_ALLOW_THREADS
+  if (driver->status != graph::DriverStatus::kOk) {
+    PyErr_SetString(g_driver_error, driver->message);
+    return nullptr;
+  }
+  return driver;
+}
+
+// Parses (handle: int, payload: object). Returns false with an exception set.
+bool parse_handle_and_payload(const char* name, PyObject* const* args, Py_ssize_t nargs, void** handle,
+                              PyObject** payload) {
+  if (nargs != 2) {
+    PyErr_Format(PyExc_TypeError, "%s() takes exactly 2 arguments (%zd given)", name, nargs);
+    return false;
+  }
+  if (!PyLong_Check(args[0])) {
+    PyErr_Format(PyExc_TypeError, "%s(): the handle must be an int, not %.100s", name,
+                 Py_TYPE(args[0])->tp_name);
+    return false;
+  }
+  const unsigned long long value = PyLong_AsUnsignedLongLong(args[0]);
+  if (value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError, "%s(): the handle must be an int in [0, 2**64)", name);
+    return false;
+  }
+  *handle = reinterpret_cast<void*>(static_cast<std::uintptr_t>(value));
+  *payload = args[1];
+  return true;
+}
+
+enum class Target { kGraph, kCapture, kStream };
+
+// Hands a new reference to `payload` to graph/ for `target`. Returns None, or null with DriverError set;
+// on every failure the reference is given back here or, if CUDA still holds it, left to CUDA's push.
+PyObject* attach(Target target, const char* name, PyObject* const* args, Py_ssize_t nargs) {
+  void* handle;
+  PyObject* payload;
+  if (!parse_handle_and_payload(name, args, nargs, &handle, &payload)) return nullptr;
+  const graph::Driver* driver = usable_driver();
+  if (driver == nullptr) return nullptr;
+
+  Py_INCREF(payload);  // the reference CUDA will own
+  graph::AttachResult result;
+  Py_BEGIN_ALLOW_THREADS
+  switch (target) {
+    case Target::kGraph:
+      result = graph::retain_on_graph(driver->api, static_cast<CUgraph>(handle), payload);
+      break;
+    case Target::kCapture:
+      result = graph::retain_on_capture(driver->api, static_cast<CUstream>(handle), payload);
+      break;
+    case Target::kStream:
+      result = graph::retain_until_stream(driver->api, static_cast<CUstream>(handle), payload);
+      break;
+  }
+  Py_END_ALLOW_THREADS
+
+  switch (result.handover) {
+    case graph::Handover::kAttached:
+      Py_RETURN_NONE;
+    case graph::Handover::kReturned:
+      Py_DECREF(payload);  // given back at once: the objects are not kept alive by CUDA
+      PyErr_Format(g_driver_error, "%s failed with %s; nothing was attached", result.call,
+                   graph::error_name(*driver, result.error));
+      return nullptr;
+    case graph::Handover::kInFlight:
+      // CUDA still owns the reference and will hand it to the queue; touching it here would release it
+      // twice.
+      PyErr_Format(g_driver_error,
+                   "%s failed with %s; nothing was attached (CUDA releases the objects through the queue)",
+                   result.call, graph::error_name(*driver, result.error));
+      return nullptr;
+  }
+  PyErr_SetString(PyExc_SystemError, "cuda_reclaim: unknown hand-over result");
+  return nullptr;
+}
+
+PyObject* py_keep_alive_graph(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(Target::kGraph, "_keep_alive_graph", args, nargs);
+}
+
+PyObject* py_keep_alive_capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(Target::kCapture, "_keep_alive_capture", args, nargs);
+}
+
+PyObject* py_keep_alive_stream(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(Target::kStream, "_keep_alive_stream", args, nargs);
+}
+
+PyObject* py_source_stats(PyObject*, PyObject*) {
+  const graph::SourceCounters counters = graph::source_counters();
+  // Thread ids as threading.get_ident() gives them (pthread_self on POSIX).
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "graph_user_objects",
+                       static_cast<unsigned long long>(counters.graph_user_objects), "stream_host_functions",
+                       static_cast<unsigned long long>(counters.stream_host_functions), "withdrawn",
+                       static_cast<unsigned long long>(counters.withdrawn), "last_destructor_thread",
+                       static_cast<unsigned long long>(counters.last_destructor_thread),
+                       "last_host_function_thread",
+                       static_cast<unsigned long long>(counters.last_host_function_thread));
+}
+
+PyObject* py_driver_info(PyObject*, PyObject*) {
+  const graph::Driver* driver;
+  Py_BEGIN_ALLOW_THREADS
+  driver = &graph::driver();
+  Py_END_ALLOW_THREADS
+  static const char* const kStatus[] = {"ok", "library_missing", "driver_too_old", "init_failed"};
+  return Py_BuildValue("{s:s,s:i,s:s}", "status", kStatus[static_cast<int>(driver->status)], "version",
+                       driver->version, "message", driver->message);
+}
+
+PyMethodDef kGraphMethods[] = {
+    {"_keep_alive_graph", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_keep_alive_graph)),
+     METH_FASTCALL,
+     "_keep_alive_graph(cugraph: int, payload)\n\nRetain payload on the CUgraph as a user object; it is "
+     "handed to the queue when CUDA destroys the user object."},
+    {"_keep_alive_capture",
+     reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_keep_alive_capture)), METH_FASTCALL,
+     "_keep_alive_capture(custream: int, payload)\n\nAs _keep_alive_graph, on the graph the stream is "
+     "capturing."},
+    {"_keep_alive_stream", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_keep_alive_stream)),
+     METH_FASTCALL,
+     "_keep_alive_stream(custream: int, payload)\n\nHand payload to the queue when the stream reaches "
+     "this point (a host function)."},
+    {"_source_stats", py_source_stats, METH_NOARGS,
+     "_source_stats() -> dict\n\nPushes made by graph user-object destructors and stream host functions, "
+     "destructors whose payload was withdrawn after a failed attach, and the threads (as "
+     "threading.get_ident()) that last ran each trampoline."},
+    {"_driver_info", py_driver_info, METH_NOARGS,
+     "_driver_info() -> dict\n\nLoads the CUDA driver if needed; its status, version and message."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int add_graph_functions(PyObject* module) {
+  PyObject* error = PyErr_NewExceptionWithDoc(
+      "cuda_reclaim._reclaim.DriverError",
+      "The CUDA driver is missing or too old for graph/stream keep-alive, or a driver call failed.",
+      PyExc_RuntimeError, nullptr);
+  if (error == nullptr) return -1;
+  if (PyModule_AddObject(module, "DriverError", error) < 0) {
+    Py_DECREF(error);
+    return -1;
+  }
+  g_driver_error = error;  // the module keeps it alive
+  return PyModule_AddFunctions(module, kGraphMethods);
+}

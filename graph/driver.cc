@@ -1,0 +1,143 @@
+// graph/driver.cc — dlopen libcuda.so.1 and resolve entry points with cuGetProcAddress.
+
+#include "graph/driver.h"
+
+#include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+
+namespace reclaim {
+namespace graph {
+namespace {
+
+// cuGetProcAddress_v2 (CUDA 12.0+: reports why a symbol was not found) or the 11.3 original.
+struct ProcAddress {
+  PFN_cuGetProcAddress_v12000 v2 = nullptr;
+  PFN_cuGetProcAddress_v11030 v1 = nullptr;
+
+  // The entry point `name` with the ABI of CUDA version `version`, or null. Stream functions resolve to
+  // their legacy-default-stream variants, as in code built without per-thread default streams.
+  void* find(const char* name, int version) const {
+    void* function = nullptr;
+    if (v2 != nullptr) {
+      CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+      if (v2(name, &function, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found) != CUDA_SUCCESS ||
+          found != CU_GET_PROC_ADDRESS_SUCCESS) {
+        return nullptr;
+      }
+    } else if (v1(name, &function, version, CU_GET_PROC_ADDRESS_LEGACY_STREAM) != CUDA_SUCCESS) {
+      return nullptr;
+    }
+    return function;
+  }
+
+  template <typename Pfn>
+  bool find(const char* name, int version, Pfn* out) const {
+    *out = reinterpret_cast<Pfn>(find(name, version));
+    return *out != nullptr;
+  }
+};
+
+__attribute__((format(printf, 3, 4))) Driver& fail(Driver& driver, DriverStatus status, const char* format,
+                                                   ...) {
+  driver.status = status;
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(driver.message, sizeof driver.message, format, args);
+  va_end(args);
+  driver.api = DriverApi();
+  return driver;
+}
+
+}  // namespace
+
+Driver load_driver(const char* library) noexcept {
+  Driver driver;
+  // RTLD_LOCAL: libcuda's symbols stay out of the global namespace; we only reach them through pointers.
+  // Never dlclose: destructors CUDA runs during exit() live in this library and call into ours.
+  void* handle = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    return fail(driver, DriverStatus::kLibraryMissing,
+                "the CUDA driver library %s could not be loaded (%s): graph and stream keep-alive need "
+                "an NVIDIA driver",
+                library, why != nullptr ? why : "unknown reason");
+  }
+  auto get_version = reinterpret_cast<PFN_cuDriverGetVersion_v2020>(dlsym(handle, "cuDriverGetVersion"));
+  if (get_version == nullptr || get_version(&driver.version) != CUDA_SUCCESS) {
+    return fail(driver, DriverStatus::kDriverTooOld, "the CUDA driver in %s does not report its version",
+                library);
+  }
+  if (driver.version < kMinimumDriverVersion) {
+    return fail(driver, DriverStatus::kDriverTooOld,
+                "the CUDA driver is version %d.%d; graph and stream keep-alive need %d.%d or newer "
+                "(CUDA user objects)",
+                driver.version / 1000, driver.version % 1000 / 10, kMinimumDriverVersion / 1000,
+                kMinimumDriverVersion % 1000 / 10);
+  }
+  ProcAddress proc;
+  proc.v2 = reinterpret_cast<PFN_cuGetProcAddress_v12000>(dlsym(handle, "cuGetProcAddress_v2"));
+  proc.v1 = reinterpret_cast<PFN_cuGetProcAddress_v11030>(dlsym(handle, "cuGetProcAddress"));
+  if (proc.v2 == nullptr && proc.v1 == nullptr) {
+    return fail(driver, DriverStatus::kDriverTooOld, "the CUDA driver in %s has no cuGetProcAddress",
+                library);
+  }
+
+  DriverApi& api = driver.api;
+  PFN_cuInit_v2000 init = nullptr;
+  const char* missing = nullptr;
+  if (!proc.find("cuInit", 2000, &init)) missing = "cuInit";
+  if (!proc.find("cuGetErrorName", 6000, &api.get_error_name)) missing = "cuGetErrorName";
+  if (!proc.find("cuUserObjectCreate", 11030, &api.user_object_create)) missing = "cuUserObjectCreate";
+  if (!proc.find("cuUserObjectRelease", 11030, &api.user_object_release)) missing = "cuUserObjectRelease";
+  if (!proc.find("cuGraphRetainUserObject", 11030, &api.graph_retain_user_object)) {
+    missing = "cuGraphRetainUserObject";
+  }
+  if (!proc.find("cuLaunchHostFunc", 10000, &api.launch_host_func)) missing = "cuLaunchHostFunc";
+  // cuGetProcAddress answers with the newest ABI no newer than the version asked for AND the driver's:
+  // asking a 12.2 driver for 12.3's signature would return 11.3's. So ask for the one the driver has.
+  const bool has_edge_data = driver.version >= 12030;
+  if (has_edge_data ? !proc.find("cuStreamGetCaptureInfo", 12030, &api.stream_get_capture_info_v3)
+                    : !proc.find("cuStreamGetCaptureInfo", 11030, &api.stream_get_capture_info_v2)) {
+    missing = "cuStreamGetCaptureInfo";
+  }
+  if (missing != nullptr) {
+    return fail(driver, DriverStatus::kDriverTooOld,
+                "the CUDA driver (version %d.%d) does not provide %s, which graph and stream keep-alive "
+                "need",
+                driver.version / 1000, driver.version % 1000 / 10, missing);
+  }
+  const CUresult initialized = init(0);
+  if (initialized != CUDA_SUCCESS) {
+    const char* name = error_name(driver, initialized);
+    fail(driver, DriverStatus::kInitFailed, "cuInit failed with %s", name);
+    driver.error = initialized;
+    return driver;
+  }
+  driver.status = DriverStatus::kOk;
+  return driver;
+}
+
+const Driver& driver() noexcept {
+  // Loaded once and never destroyed: a static Driver object would be destroyed at exit while CUDA may
+  // still call back into code that reads it.
+  static const Driver* const loaded = [] {
+    const char* library = std::getenv("CUDA_RECLAIM_LIBCUDA");
+    return new Driver(load_driver(library != nullptr && *library != '\0' ? library : "libcuda.so.1"));
+  }();
+  return *loaded;
+}
+
+const char* error_name(const Driver& driver, CUresult error) noexcept {
+  const char* name = nullptr;
+  if (driver.api.get_error_name != nullptr && driver.api.get_error_name(error, &name) == CUDA_SUCCESS &&
+      name != nullptr) {
+    return name;
+  }
+  return "an unknown CUDA error";
+}
+
+}  // namespace graph
+}  // namespace reclaim

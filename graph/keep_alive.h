@@ -1,0 +1,85 @@
+// graph/keep_alive.h — keep a payload alive for as long as CUDA work needs it, then hand it to the
+// process-wide reclaim queue (cleanup/).
+//
+// A payload is an opaque pointer that the caller owns one reference to (bindings/ passes a PyObject*).
+// On success CUDA owns that reference: when the graph (and every clone and executable graph made from it)
+// is gone, or when the stream reaches the point, one of the trampolines below runs on a CUDA thread, or
+// synchronously inside the CUDA call that dropped the last reference (cuGraphDestroy, cuGraphExecDestroy,
+// ...), and pushes the payload into reclaim::global_queue(). The trampolines make no CUDA call, take no
+// lock, allocate nothing and never throw.
+//
+// Error accounting: every attach function says in its result what became of the reference, so that the
+// caller can give it back at once, in its own context, exactly when it is still its own. The delicate case
+// is a failing cuGraphRetainUserObject after a successful cuUserObjectCreate: the user object we own must
+// be released, and that runs its destructor, which would push the payload. The payload is first entered
+// in a small table of withdrawn payloads that the destructor checks; if the destructor runs during the
+// release (or before the caller looks again), it finds the entry, marks it consumed and does not push,
+// and the caller gets kReturned; if it has not run by then, the caller removes the entry and gets
+// kInFlight: the destructor will push the payload later, as for an attached one.
+
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "graph/driver.h"
+
+namespace reclaim {
+namespace graph {
+
+// What became of the payload's reference.
+enum class Handover : int {
+  kAttached = 0,  // CUDA holds it; a trampoline will push it into global_queue() exactly once.
+  kReturned = 1,  // Not handed over (or withdrawn): the caller still owns it and must give it back.
+  kInFlight = 2,  // The call failed, but CUDA had taken the reference and will still push it: the caller
+                  // must not touch it. Only after a failed retain whose destructor has not yet run.
+};
+
+struct AttachResult {
+  Handover handover;
+  CUresult error;    // CUDA_SUCCESS when attached.
+  const char* call;  // what failed, for the message ("cuGraphRetainUserObject"); null when attached.
+};
+
+// Retains `payload` on `graph` as a user object (cuUserObjectCreate(..., CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
+// + cuGraphRetainUserObject(..., CU_GRAPH_USER_OBJECT_MOVE)); clones and instantiations of the graph
+// retain it too. Steals the reference to `payload` unless the result is kReturned.
+// Cost: two driver calls (four on the failure path).
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept;
+
+// As retain_on_graph, on the graph that `stream` is capturing into (a stream-capture graph builder).
+// Fails with kReturned (CUDA_ERROR_ILLEGAL_STATE) when the stream is not capturing.
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept;
+
+// Keeps `payload` until `stream` reaches the current point: cuLaunchHostFunc with a function that pushes
+// it. Refuses a capturing stream (kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): there the host
+// function would become a graph node that runs, and pushes, at every launch.
+// Steals the reference to `payload` unless the result is kReturned.
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept;
+
+// The CUhostFn trampolines, public so that tests can fire them as CUDA would. Each steals `payload` and
+// pushes it into global_queue() (unless it was withdrawn, see above), counting the push by source.
+// Any thread; never touches Python; never blocks.
+void graph_user_object_destructor(void* payload) noexcept;
+void stream_host_function(void* payload) noexcept;
+
+// Pushes the trampolines made. A push counts when the queue took the pointer (queued, or leaked because
+// the queue was closed); a rejected push is counted by the queue alone.
+struct SourceCounters {
+  std::uint64_t graph_user_objects = 0;     // graph_user_object_destructor
+  std::uint64_t stream_host_functions = 0;  // stream_host_function
+  std::uint64_t withdrawn = 0;              // destructors that found their payload withdrawn (not pushed)
+  // pthread_self() of the thread that last ran each trampoline (0: never ran), to see where CUDA runs them.
+  std::uintptr_t last_destructor_thread = 0;
+  std::uintptr_t last_host_function_thread = 0;
+};
+
+// Any thread; never touches Python; never blocks.
+SourceCounters source_counters() noexcept;
+
+}  // namespace graph
+}  // namespace reclaim

@@ -1,0 +1,217 @@
+// tests/graph/keep_alive_test.cc — payloads kept alive by (fake) graph user objects and stream host
+// functions reach the global queue exactly once; every failure says who owns the payload, including a
+// retain that fails after the user object exists, whether its destructor runs at once or later.
+
+#include "graph/keep_alive.h"
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cleanup/reclaim_queue.h"
+#include "tests/graph/fake_driver.h"
+
+namespace reclaim {
+namespace graph {
+namespace {
+
+using reclaim_test::FakeCuda;
+using reclaim_test::fake_libcuda_path;
+
+// Payloads are plain ints here; the release action records which ones the queue handed back.
+struct Released {
+  std::vector<int*> items;
+  static void record(void* item, void* context) { static_cast<Released*>(context)->items.push_back(static_cast<int*>(item)); }
+};
+
+class KeepAliveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    driver_ = load_driver(fake_libcuda_path().c_str());
+    ASSERT_EQ(driver_.status, DriverStatus::kOk) << driver_.message;
+    fake_.defer_destructors(false);
+    drain();  // start empty
+    before_ = source_counters();
+  }
+  void TearDown() override { fake_.defer_destructors(false); }
+
+  std::vector<int*> drain() {
+    Released released;
+    global_queue().drain(&Released::record, &released);
+    return released.items;
+  }
+
+  SourceCounters delta() const {
+    const SourceCounters now = source_counters();
+    SourceCounters d;
+    d.graph_user_objects = now.graph_user_objects - before_.graph_user_objects;
+    d.stream_host_functions = now.stream_host_functions - before_.stream_host_functions;
+    d.withdrawn = now.withdrawn - before_.withdrawn;
+    return d;
+  }
+
+  Driver driver_;
+  FakeCuda fake_;
+  SourceCounters before_;
+  int payload_ = 7;
+  int other_ = 8;
+};
+
+TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
+  CUgraph graph = fake_.graph_create();
+  const AttachResult result = retain_on_graph(driver_.api, graph, &payload_);
+  EXPECT_EQ(result.handover, Handover::kAttached);
+  EXPECT_EQ(result.error, CUDA_SUCCESS);
+  EXPECT_EQ(result.call, nullptr);
+  EXPECT_TRUE(drain().empty()) << "alive while the graph is";
+  fake_.graph_destroy(graph);
+  EXPECT_EQ(drain(), std::vector<int*>{&payload_});
+  EXPECT_EQ(delta().graph_user_objects, 1u);
+  EXPECT_EQ(delta().stream_host_functions, 0u);
+  EXPECT_EQ(source_counters().last_destructor_thread, static_cast<std::uintptr_t>(pthread_self()))
+      << "the fake ran it inside the destroy call, on this thread";
+}
+
+TEST_F(KeepAliveTest, DestructorOnAnotherThreadPushesOnce) {
+  fake_.defer_destructors(true);
+  CUgraph graph = fake_.graph_create();
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
+  fake_.graph_destroy(graph);
+  EXPECT_TRUE(drain().empty()) << "the destructor has not run yet";
+  EXPECT_EQ(fake_.run_deferred(), 1);
+  EXPECT_EQ(drain(), std::vector<int*>{&payload_});
+  EXPECT_EQ(delta().graph_user_objects, 1u);
+  const std::uintptr_t ran_on = source_counters().last_destructor_thread;
+  EXPECT_NE(ran_on, 0u);
+  EXPECT_NE(ran_on, static_cast<std::uintptr_t>(pthread_self()));
+}
+
+TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpushed) {
+  const AttachResult result = retain_on_graph(driver_.api, fake_.failing_graph(), &payload_);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_STREQ(result.call, "cuGraphRetainUserObject");
+  EXPECT_TRUE(drain().empty()) << "the destructor ran but must not push a payload the caller gets back";
+  EXPECT_EQ(delta().withdrawn, 1u);
+  EXPECT_EQ(delta().graph_user_objects, 0u);
+}
+
+TEST_F(KeepAliveTest, FailedRetainWithLaterDestructorLeavesThePayloadInFlight) {
+  fake_.defer_destructors(true);
+  const AttachResult result = retain_on_graph(driver_.api, fake_.failing_graph(), &payload_);
+  EXPECT_EQ(result.handover, Handover::kInFlight) << "CUDA still holds it: the caller must not touch it";
+  EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(fake_.run_deferred(), 1);
+  EXPECT_EQ(drain(), std::vector<int*>{&payload_}) << "pushed exactly once, by the destructor";
+  EXPECT_EQ(delta().withdrawn, 0u);
+  EXPECT_EQ(delta().graph_user_objects, 1u);
+}
+
+TEST_F(KeepAliveTest, WithdrawalDoesNotCatchAnotherGraphsPayload) {
+  // One payload attached to a graph, another withdrawn: destroying the graph still pushes the first.
+  CUgraph graph = fake_.graph_create();
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &other_).handover, Handover::kAttached);
+  EXPECT_EQ(retain_on_graph(driver_.api, fake_.failing_graph(), &payload_).handover, Handover::kReturned);
+  fake_.graph_destroy(graph);
+  EXPECT_EQ(drain(), std::vector<int*>{&other_});
+}
+
+TEST_F(KeepAliveTest, NullPayloadIsRefusedBeforeAnyDriverCall) {
+  CUgraph graph = fake_.graph_create();
+  const AttachResult result = retain_on_graph(driver_.api, graph, nullptr);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
+  fake_.graph_destroy(graph);
+  EXPECT_EQ(retain_until_stream(driver_.api, nullptr, nullptr).handover, Handover::kReturned);
+}
+
+TEST_F(KeepAliveTest, CapturingStreamRetainsOnTheGraphBeingCaptured) {
+  CUgraph graph = fake_.graph_create();
+  CUstream stream = fake_.capturing_stream(graph);
+  EXPECT_EQ(retain_on_capture(driver_.api, stream, &payload_).handover, Handover::kAttached);
+  EXPECT_TRUE(drain().empty());
+  fake_.graph_destroy(graph);
+  EXPECT_EQ(drain(), std::vector<int*>{&payload_});
+}
+
+TEST_F(KeepAliveTest, StreamThatIsNotCapturingHasNoGraphToRetainOn) {
+  const AttachResult result = retain_on_capture(driver_.api, nullptr, &payload_);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_NE(std::string(result.call).find("not capturing"), std::string::npos);
+  const AttachResult failing = retain_on_capture(driver_.api, fake_.failing_stream(), &payload_);
+  EXPECT_EQ(failing.handover, Handover::kReturned);
+  EXPECT_EQ(failing.error, CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_TRUE(drain().empty());
+}
+
+TEST_F(KeepAliveTest, HostFunctionPushesWhenTheStreamReachesIt) {
+  const AttachResult result = retain_until_stream(driver_.api, nullptr, &payload_);
+  EXPECT_EQ(result.handover, Handover::kAttached);
+  EXPECT_TRUE(drain().empty()) << "alive until the stream gets there";
+  EXPECT_EQ(fake_.run_host_functions(), 1);
+  EXPECT_EQ(drain(), std::vector<int*>{&payload_});
+  EXPECT_EQ(delta().stream_host_functions, 1u);
+  EXPECT_EQ(delta().graph_user_objects, 0u);
+}
+
+TEST_F(KeepAliveTest, FailedHostFunctionLaunchReturnsThePayload) {
+  const AttachResult result = retain_until_stream(driver_.api, fake_.failing_stream(), &payload_);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_INVALID_HANDLE);
+  EXPECT_EQ(fake_.run_host_functions(), 0);
+  EXPECT_TRUE(drain().empty());
+}
+
+TEST_F(KeepAliveTest, CapturingStreamIsRefusedForHostFunctionsThatWouldRunAtEveryLaunch) {
+  CUgraph graph = fake_.graph_create();
+  const AttachResult result = retain_until_stream(driver_.api, fake_.capturing_stream(graph), &payload_);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  EXPECT_EQ(fake_.run_host_functions(), 0);
+  fake_.graph_destroy(graph);
+  EXPECT_TRUE(drain().empty());
+}
+
+TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadOnce) {
+  // Threads that fail retains (their destructors run inside the release) race with threads destroying
+  // graphs that hold the same payloads: each handed-over pointer is pushed or returned, never both.
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 2000;
+  std::vector<int> payloads(kRounds);
+  std::atomic<int> returned{0};
+  std::atomic<int> attached{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kRounds; ++i) {
+        if (t % 2 == 0) {
+          const AttachResult r = retain_on_graph(driver_.api, fake_.failing_graph(), &payloads[i]);
+          if (r.handover == Handover::kReturned) returned.fetch_add(1);
+        } else {
+          CUgraph graph = fake_.graph_create();
+          if (retain_on_graph(driver_.api, graph, &payloads[i]).handover == Handover::kAttached) {
+            attached.fetch_add(1);
+          }
+          fake_.graph_destroy(graph);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  const std::size_t pushed = drain().size();
+  EXPECT_EQ(attached.load(), kThreads / 2 * kRounds);
+  EXPECT_EQ(static_cast<int>(pushed) + returned.load(), kThreads * kRounds);
+  EXPECT_EQ(delta().graph_user_objects, pushed);
+  EXPECT_EQ(delta().withdrawn, static_cast<std::uint64_t>(returned.load()));
+}
+
+}  // namespace
+}  // namespace graph
+}  // namespace reclaim
