@@ -6,7 +6,7 @@
 
 #include <atomic>
 
-#include "cleanup/reclaim_queue.h"
+#include "cleanup/reclaim.h"
 
 namespace reclaim {
 namespace graph {
@@ -48,8 +48,11 @@ bool consume_withdrawn(void* payload) noexcept {
 }
 
 void push_counted(void* payload, std::atomic<std::uint64_t>& counter) noexcept {
-  const PushStatus status = global_queue().push(payload);
-  if (status == PushStatus::kQueued || status == PushStatus::kLeakedAfterClose) {
+  // Through the C entry point, not global_queue(): when this copy of cleanup/ adopted another copy's
+  // queue (reclaim_adopt, e.g. an extension built with Bazel next to the cuda_reclaim wheel), only the
+  // C entry points forward to the queue that is drained.
+  const int status = reclaim_push(payload);
+  if (status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE) {
     counter.fetch_add(1, std::memory_order_relaxed);
   }
 }

@@ -5,7 +5,7 @@
 // On success CUDA owns that reference: when the graph (and every clone and executable graph made from it)
 // is gone, or when the stream reaches the point, one of the trampolines below runs on a CUDA thread, or
 // synchronously inside the CUDA call that dropped the last reference (cuGraphDestroy, cuGraphExecDestroy,
-// ...), and pushes the payload into reclaim::global_queue(). The trampolines make no CUDA call, take no
+// ...), and pushes the payload into the process-wide queue (reclaim_push). The trampolines make no CUDA call, take no
 // lock, allocate nothing and never throw.
 //
 // Error accounting: every attach function says in its result what became of the reference, so that the
@@ -30,7 +30,7 @@ namespace graph {
 
 // What became of the payload's reference.
 enum class Handover : int {
-  kAttached = 0,  // CUDA holds it; a trampoline will push it into global_queue() exactly once.
+  kAttached = 0,  // CUDA holds it; a trampoline will push it into the queue exactly once.
   kReturned = 1,  // Not handed over (or withdrawn): the caller still owns it and must give it back.
   kInFlight = 2,  // The call failed, but CUDA had taken the reference and will still push it: the caller
                   // must not touch it. Only after a failed retain whose destructor has not yet run.
@@ -62,7 +62,7 @@ AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payl
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept;
 
 // The CUhostFn trampolines, public so that tests can fire them as CUDA would. Each steals `payload` and
-// pushes it into global_queue() (unless it was withdrawn, see above), counting the push by source.
+// pushes it into the queue with reclaim_push() (unless it was withdrawn, see above), counting the push by source.
 // Any thread; never touches Python; never blocks.
 void graph_user_object_destructor(void* payload) noexcept;
 void stream_host_function(void* payload) noexcept;

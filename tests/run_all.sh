@@ -4,7 +4,7 @@
 #   2. `bazel test //...` once for every CPython among 3.10–3.13 found (fails if one is missing,
 #      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
 #      the wheel and everything else registered with Bazel;
-#   3. the C++ cleanup tests again under --config=tsan, asan and ubsan.
+#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan.
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +53,8 @@ for python in "${pythons[@]}"; do
     --repo_env=PYTHON_BIN_PATH="$python" //...
 done
 for config in tsan asan ubsan; do
-  run_bazel_tests "cleanup/ tests under --config=$config" --config="$config" //tests/cleanup/...
+  run_bazel_tests "cleanup/ and graph/ tests under --config=$config" --config="$config" \
+    //tests/cleanup/... //tests/graph/...
 done
 
 echo
