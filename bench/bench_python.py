@@ -57,7 +57,7 @@ class Config:
 
     def __init__(self, quick):
         self.quick = quick
-        self.producer_calls = 2_000 if quick else 20_000  # per thread
+        self.producer_calls = 2_000 if quick else 100_000  # per thread: long enough for threads to overlap
         self.gil_calls = 50 if quick else 400  # with_gil per thread: each may wait a switch interval
         self.producer_budget_s = 0.3 if quick else 1.0  # a run stops early when this passes
         self.latency_n = 20 if quick else 200
@@ -95,13 +95,14 @@ def int64s(blob):
 
 
 def busy_until(predicate):
-    """Run bytecode (allocating small containers, as real code does, so gc runs too) until predicate()."""
-    junk = None
+    """Run bytecode until predicate(). Each iteration leaves one small reference cycle behind, as
+    allocation-heavy code does, so that gc collections happen (a container freed at once would not count
+    towards gc's threshold, and gc mode would never drain)."""
     i = 0
     while not predicate():
-        junk = [i]
+        cycle = [i]
+        cycle.append(cycle)
         i += 1
-    return junk
 
 
 def busy_for(seconds):
@@ -190,8 +191,8 @@ def _time_drain(cfg, fate, method):
     samples = []
     for _ in range(cfg.repeats):
         objects = ext.probes(cfg.drain_n)
-        if method == "plain_decref_loop":
-            samples.append(ext.decref_loop(objects, fate == "die"))
+        if method in ("plain_decref_loop", "plain_release_fn_loop"):
+            samples.append(ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop"))
             continue
         strategy, batch = method
         # cuda.core's pending call may run as soon as burst() returns to bytecode, before any drain
@@ -219,13 +220,13 @@ def _time_drain(cfg, fate, method):
 
 def bench_drain(cfg):
     cuda_reclaim.set_auto_drain("off")
-    methods = ["plain_decref_loop"] + [("cuda_reclaim", b) for b in DRAIN_BATCHES]
+    methods = ["plain_decref_loop", "plain_release_fn_loop"] + [("cuda_reclaim", b) for b in DRAIN_BATCHES]
     methods += [(s, None) for s in QUEUEING_STRATEGIES if s != "cuda_reclaim"]
     rows = []
     for fate in ("die", "survive"):
         for method in methods:
             ns = _time_drain(cfg, fate, method)
-            strategy, batch = ("plain_decref_loop", None) if method == "plain_decref_loop" else method
+            strategy, batch = (method, None) if isinstance(method, str) else method
             rows.append({
                 "section": "drain",
                 "fate": fate,
@@ -371,12 +372,8 @@ def main(argv=None):
         started = time.perf_counter()
         result["rows"].extend(section(cfg))
         print(f"[bench_python] {name}: {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    text = json.dumps(result, indent=1)
-    if args.json:
-        with open(args.json, "w") as f:
-            f.write(text)
-    else:
-        print(text)
+    with open(args.json or "/dev/stdout", "w") as out:
+        json.dump(result, out, indent=1)
     return 0
 
 

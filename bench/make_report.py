@@ -24,6 +24,7 @@ ANCHORS = {
     "cas_stack": "CAS stack, preallocated nodes (cuda.core)",
     "with_gil": "`with gil: Py_DECREF`",
     "plain_decref_loop": "plain Py_DECREF loop over an array (limit)",
+    "plain_release_fn_loop": "plain loop calling bindings' release action (Py_DECREF + PyErr_Occurred, via pointer)",
     "plain_loop": "plain loop over an array (limit)",
 }
 QUEUE_STRATEGIES_CPP = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_stack")
@@ -33,7 +34,7 @@ LATENCY_KEYS = (
     ("asyncio", "cuda_reclaim", "thread"), ("asyncio", "cuda_reclaim", "asyncio_fd"),
     ("asyncio", "cuda_reclaim", "gc"), ("asyncio", "cas_pending_call", "-"),
 )
-DRAIN_METHODS = (("plain_decref_loop", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
+DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
                  ("mutex_vector", "all"), ("mutex_deque", "all"), ("cas_pending_call", "all"))
 CPP_DRAIN = (("plain_loop", 0), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", 0),
              ("mutex_vector", 0), ("mutex_deque", 0), ("cas_stack", 0))
@@ -128,17 +129,20 @@ def producer_tables(r):
 def cpp_push_table(r):
     rows = []
     for threads in (1, 2, 4):
-        per_call = {}
+        found = {}
         for strategy in QUEUE_STRATEGIES_CPP:
             bench = r.bench(rf"BM_Push/{strategy}/iterations:\d+/real_time/threads:{threads}")
             if bench is not None:
-                # items_per_second counts every thread's pushes over the wall time of the run.
-                per_call[strategy] = threads * 1e9 / bench["items_per_second"]
-        for strategy, ns in per_call.items():
-            rows.append([threads, ANCHORS[strategy], fmt_ns(ns), f"{threads * 1e3 / ns:.1f}",
-                         fmt_ratio(ns, per_call.get("cuda_reclaim"))])
-    return table(["threads", "strategy", "wall time per push per thread", "M pushes/s (all threads)",
-                  "/ cuda-reclaim"], rows)
+                found[strategy] = bench
+        base = found.get("cuda_reclaim")
+        for strategy, bench in found.items():
+            # cpu_time: all threads' CPU time per push (a preempted thread does not count, so a loaded
+            # machine inflates it less than wall time); items_per_second: all pushes over wall time.
+            rows.append([threads, ANCHORS[strategy], fmt_ns(bench["cpu_time"]),
+                         f"{bench['items_per_second'] / 1e6:.1f}",
+                         fmt_ratio(bench["cpu_time"], base["cpu_time"]) if base else "–"])
+    return table(["threads", "strategy", "CPU time per push", "M pushes/s (all threads, wall time)",
+                  "CPU / cuda-reclaim"], rows)
 
 
 def latency_table(r):
@@ -264,32 +268,44 @@ def slower_rows(r):
 WHY = """\
 ### Why cuda-reclaim loses where it loses (and what would win those rows)
 
-- **Producer cost with an idle owner.** When the owner keeps up (the auto-drain thread empties the queue
-  after every push), every push is an empty→non-empty edge and pays one `write(2)` to the eventfd, a
-  system call of a few hundred ns; the anchors pay no system call (the mutex anchors never signal anyone;
-  cuda.core's `Py_AddPendingCall` takes an uncontended lock, and with the main thread blocked in C its
-  pending call never runs, so it is only ever scheduled once). With a busy main thread the drain lags,
-  edges are rare and cuda-reclaim's push is a plain lock-free enqueue. A design that wins the row:
-  *lazy re-arm* — after a drain that empties the queue, the drain thread keeps the signal set and waits
-  once more with a short timeout (say 1 ms) before clearing it; pushes during that time see the signal
-  already set and skip the write, so a steady stream costs at most one write per timeout instead of one
-  per push, for at most that much added latency on the first push after a quiet period.
-- **Release latency with a busy main thread.** The auto-drain thread has to take the GIL from a thread
-  that is running bytecode, which it gets only at the next switch interval (`sys.getswitchinterval()`,
-  5 ms): p50 is a few ms. A pending call runs at the main thread's next eval-breaker check — *when* the
-  main thread notices it (see the note below). A design that wins the row without touching Python on the
-  producer path: the drain thread (a Python-owned thread, allowed to call the C API) calls
-  `Py_AddPendingCall(drain)` itself when it wakes, then waits for the GIL as now; whichever comes first
-  drains (the pending call on a busy main thread, the thread when the main thread is blocked or idle).
-- **Drain throughput.** cuda-reclaim's drain pays a bulk dequeue from moodycamel's per-producer blocks,
-  the counters and the per-item `PyErr_Occurred()` check (a finalizer's error must go to
-  `sys.unraisablehook` and never stop the drain); the CAS stack walks a linked list it already owns. All
-  of them stay within a small factor of the plain `Py_DECREF` loop, and for objects that die the
-  deallocation dominates.
+- **Producer cost, p50.** In the Python-hosted rows the difference is 10–20 ns, at the resolution of
+  the clock used for the per-call stamps (the no-op row shows the floor). The C++ rows show where it
+  goes: a cuda-reclaim push is two read-modify-writes on process-wide counters (`push_admissions_`
+  seq_cst and `push_completions_` release, which make `close()` race-free and every hand-over
+  countable), a seq_cst fence for the wake-up handshake and a moodycamel enqueue; cuda.core's push is
+  one CAS. With 2–4 producers those shared counter lines move between cores on every push. What would
+  narrow it: sharded admission/completion counters (one cache line per producer slot or per CPU), summed
+  by `close()` and `snapshot()`; the conservation law and the close race stay exact because `close()`
+  still sees every admission before it waits.
+- **Producer cost, p99 with an idle owner.** When the auto-drain thread keeps up, it empties the queue
+  after almost every push, so the next push is an empty→non-empty edge and pays one `write(2)` to the
+  eventfd (a few hundred ns). The anchors never signal anyone from the producer (the mutex anchors are
+  drained on their library's next entry; cuda.core's pending call stays scheduled while the main thread
+  is blocked). What would win it: *lazy re-arm* — after a drain that empties the queue the drain thread
+  keeps the signal set and polls once more with a short timeout (say 1 ms) before clearing it; pushes in
+  that time skip the write, so a steady stream costs at most one write per timeout, for at most that much
+  added latency on a push that arrives in it.
+- **Release latency, busy main thread.** The auto-drain thread must take the GIL from a thread that runs
+  bytecode; CPython hands it over after the switch interval (5 ms), so p50 is a few ms (gc mode does
+  better on allocation-heavy code: it drains at every collection). cuda.core's pending call never ran in
+  the window on CPython 3.10–3.12 (see the note) but runs within about 10 µs on 3.13. What would win the
+  row on 3.13+: when the drain thread wakes, it also calls `Py_AddPendingCall(drain)` (it is a
+  Python-owned thread, so the producer path still never touches Python), then waits for the GIL as now;
+  whichever runs first drains. On 3.10–3.12 that gains nothing for the same reason cuda.core's call does
+  not run.
+- **Drain throughput.** Two costs, both visible in the tables: bindings' release action (a call through a
+  function pointer per reference plus a `PyErr_Occurred()` call, so that a finalizer's exception goes to
+  `sys.unraisablehook` and never stops the drain; the "plain loop calling bindings' release action" row),
+  and the dequeue itself (moodycamel's bulk dequeue runs at about half the speed of a loop over an array
+  in the C++ table, where the anchors' swapped-out vector or detached list are plain arrays or lists). What
+  would narrow it: a batch release action (`void release(void** items, size_t n, void* context)`) so
+  that bindings runs one tight `Py_DECREF` loop per 128-item batch, fetching the thread state once and
+  checking the error indicator inline, and prefetching the next objects' headers while it releases.
 - **Memory after draining.** moodycamel keeps its blocks for reuse and never returns them, so the queue's
-  high-water mark stays resident; the vector anchor frees its buffer when it is swapped out. Bytes per
-  pending reference are on par (8 bytes + block overhead); cuda.core's node costs 16 bytes (32 when each
-  node is its own allocation).
+  high-water mark stays resident after a burst; the anchors free their buffers when they are swapped
+  out. Bytes per pending reference are on par with the mutex anchors (8 bytes + block overhead) and half
+  of cuda.core's node. Not worth a design change for CUDA's steady streams; a process that expects rare
+  huge bursts can see its high-water mark in `stats()["max_pending"]`.
 
 ¹ *never*: not released before the run's window closed (the last push plus 50 ms). A gc-mode drain
 needs a collection, which a main thread sleeping in C or idle in an event loop never triggers; cuda.core's
@@ -297,13 +313,15 @@ pending call needs the main thread to run bytecode *and* to notice the call.
 """
 
 NOTE_PENDING = """\
-**Note on cuda.core's pending call with a busy main thread.** On CPython ≤ 3.12, `Py_AddPendingCall`
-called from a thread that is not the main thread records the call but (as far as this run shows) does not
-set the main thread's eval breaker: the main thread runs the call only when something else makes it
-re-check (another thread asking for the GIL, a signal, the main thread blocking and re-taking the GIL).
-In this benchmark nothing else asks for the GIL during the cuda.core rows, so with a busy main thread its
-objects are not released within the window; in an application with other Python threads it would run
-within about one switch interval. CPython 3.13 signals the main thread directly.
+**Note on cuda.core's pending call with a busy main thread.** On CPython 3.10–3.12, a pending call added
+from a thread other than the main thread is recorded, but the main thread's eval breaker is not set (the
+breaker is computed on the calling thread, which cannot run pending calls): the main thread runs it only
+when something else makes it re-check — another thread asking for the GIL, a signal, or the main thread
+itself blocking and re-taking the GIL. Nothing else asks for the GIL during the cuda.core rows here, so
+with a busy main thread its objects are not released within the window; in an application with other
+Python threads it would run within about one switch interval. CPython 3.13 signals the main thread
+directly. Checked with `--quick` runs on 3.10.13, 3.11.7 and 3.12.1 (never within the window) and 3.13.0
+(released within about 10 µs).
 """
 
 
@@ -357,7 +375,8 @@ def document(r, args, plot_name):
         "## 2. Release latency (push → object released)",
         "",
         "One native thread hands over a `Probe` object every 1 ms; the Probe's `tp_dealloc` stamps the time "
-        "of its release. The main thread is busy (running bytecode that allocates, so gc collections happen), "
+        "of its release. The main thread is busy (running bytecode that leaves one small reference cycle per iteration, so gc "
+        "collections happen), "
         "sleeping in C (`time.sleep` for the whole window), or idle in an asyncio loop (`await "
         "asyncio.sleep`).",
         "",
@@ -403,6 +422,8 @@ def document(r, args, plot_name):
         "## Where cuda-reclaim is slower in this run",
         "",
     ]
+    parts += ["Listed mechanically from this run's p50 / throughput (producer differences of 10 ns are the "
+              "resolution of the per-call clock):", ""]
     parts += [f"- {note}" for note in slower] or ["- nowhere"]
     parts += ["", WHY, "",
               "## 6. GPU: graph create/retain/destroy",

@@ -31,7 +31,7 @@ using reclaim_bench::MutexVectorPool;
 using reclaim_bench::StackNode;
 
 // Sizes of a run; --quick (the smoke test) makes them tiny. Set in main() before any benchmark runs.
-std::int64_t g_pushes_per_thread = 1 << 17;
+std::int64_t g_pushes_per_thread = 1 << 20;  // ms per thread: long enough for the threads to overlap
 std::size_t g_drain_items = 1 << 20;
 std::int64_t g_heap_items = 1000000;
 constexpr int kMaxThreads = 4;

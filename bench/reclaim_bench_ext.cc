@@ -185,6 +185,7 @@ struct Run {
   std::vector<std::int64_t> cost_ns;  // per-call duration, parallel to items
   std::vector<std::int64_t> push_ns;  // time just before each hand-over, parallel to items
   std::unique_ptr<std::atomic<std::size_t>[]> done;  // hand-overs completed, per thread
+  std::atomic<int> started{0};   // producers at the start line; they go together, so that they contend
   std::atomic<int> finished{0};
   std::vector<std::thread> workers;
 };
@@ -192,7 +193,13 @@ struct Run {
 std::unique_ptr<Run> g_run;
 
 void produce(Run* run, int thread) noexcept {
+  // Thread start-up is staggered by far more than a short run lasts: wait for every producer first.
+  run->started.fetch_add(1, std::memory_order_acq_rel);
+  while (run->started.load(std::memory_order_acquire) < run->threads) std::this_thread::yield();
   const std::size_t first = static_cast<std::size_t>(thread) * run->per_thread;
+  // Spaced hand-overs follow a fixed schedule (not sleep-after-each), so that a loaded machine's sleep
+  // overshoot does not push the last ones past the window the main thread waits for.
+  const auto begin = std::chrono::steady_clock::now();
   std::size_t i = 0;
   for (; i < run->per_thread; ++i) {
     const std::size_t k = first + i;
@@ -202,7 +209,9 @@ void produce(Run* run, int thread) noexcept {
     hand_over(run->strategy, run->items[k], &run->nodes[k]);
     run->cost_ns[k] = now_ns() - start;
     run->done[thread].store(i + 1, std::memory_order_release);
-    if (run->spacing_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(run->spacing_us));
+    if (run->spacing_us > 0) {
+      std::this_thread::sleep_until(begin + std::chrono::microseconds(run->spacing_us) * static_cast<long>(i + 1));
+    }
   }
   run->finished.fetch_add(1, std::memory_order_release);
 }
@@ -371,13 +380,23 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// decref_loop(objects, die) -> int: the physical limit of a drain, timed here: one Py_DECREF per item
-// over a plain array. Each item gets one new reference first; with die=True the list is emptied before
-// the loop, so each Py_DECREF deallocates. Returns nanoseconds.
+// The release action bindings/ gives the queue (reclaim_module.cc's release_reference), reproduced for
+// the decomposition row of the drain table: a Py_DECREF called through a function pointer, then a check
+// for an exception left by a finalizer.
+void release_like_bindings(void* item, void*) {
+  Py_DECREF(static_cast<PyObject*>(item));
+  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
+}
+void (*volatile g_release_like_bindings)(void*, void*) = release_like_bindings;
+
+// decref_loop(objects, die, like_bindings=False) -> int: the physical limit of a drain, timed here: one
+// Py_DECREF per item over a plain array (with like_bindings: through bindings' release action instead).
+// Each item gets one new reference first; with die=True the list is emptied before the loop, so each
+// release deallocates. Returns nanoseconds.
 PyObject* py_decref_loop(PyObject*, PyObject* args) {
   PyObject* list;
-  int die;
-  if (!PyArg_ParseTuple(args, "O!p", &PyList_Type, &list, &die)) return nullptr;
+  int die, like_bindings = 0;
+  if (!PyArg_ParseTuple(args, "O!p|p", &PyList_Type, &list, &die, &like_bindings)) return nullptr;
   const Py_ssize_t n = PyList_GET_SIZE(list);
   std::vector<PyObject*> items(static_cast<std::size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i) {
@@ -389,7 +408,11 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
     return nullptr;
   }
   const std::int64_t start = now_ns();
-  for (PyObject* item : items) Py_DECREF(item);
+  if (like_bindings) {
+    for (PyObject* item : items) g_release_like_bindings(item, nullptr);
+  } else {
+    for (PyObject* item : items) Py_DECREF(item);
+  }
   return PyLong_FromLongLong(now_ns() - start);
 }
 
@@ -424,9 +447,6 @@ PyObject* py_pending_call_totals(PyObject*, PyObject*) {
 // noop() -> None: the cheapest C function call, the baseline of an empty drain().
 PyObject* py_noop(PyObject*, PyObject*) { Py_RETURN_NONE; }
 
-// now_ns() -> int: the producers' clock (steady_clock), for stamps taken in Python.
-PyObject* py_now_ns(PyObject*, PyObject*) { return PyLong_FromLongLong(now_ns()); }
-
 PyMethodDef kMethods[] = {
     {"start", py_start, METH_VARARGS, "start(strategy, threads, per_thread, spacing_us=0, budget_s=10, probes=False)"},
     {"done", py_done, METH_NOARGS, "done() -> bool"},
@@ -435,11 +455,10 @@ PyMethodDef kMethods[] = {
     {"drain", py_drain, METH_VARARGS, "drain(strategy, max_items=-1) -> int"},
     {"burst", py_burst, METH_VARARGS, "burst(strategy, objects, die=False): hand over one reference to each, natively"},
     {"free_nodes", py_free_nodes, METH_NOARGS, "free_nodes(): free cas_pending_call burst nodes"},
-    {"decref_loop", py_decref_loop, METH_VARARGS, "decref_loop(objects, die) -> ns"},
+    {"decref_loop", py_decref_loop, METH_VARARGS, "decref_loop(objects, die, like_bindings=False) -> ns"},
     {"probes", py_probes, METH_O, "probes(n) -> list of n objects"},
     {"pending_call_totals", py_pending_call_totals, METH_NOARGS, "pending_call_totals() -> (calls, released, ns)"},
     {"noop", py_noop, METH_NOARGS, "noop() -> None"},
-    {"now_ns", py_now_ns, METH_NOARGS, "now_ns() -> int (steady_clock)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON_BIN_PATH:-python3}"
-python="$(command -v "${python}")"
+python="$("${python}" -c 'import sys; print(sys.executable)')"  # the real interpreter, not a shim
 out="${BENCH_OUT:-docs/benchmarks.md}"
 plot="${out%.md}.png"
 work="$(mktemp -d)"
