@@ -64,7 +64,7 @@ class Config:
         self.latency_spacing_us = 1000
         self.latency_grace_s = 0.05  # time given after the last push before unreleased counts as never
         self.drain_n = 20_000 if quick else 1_000_000
-        self.repeats = 1 if quick else 3
+        self.repeats = 1 if quick else 5
         self.idle_calls = 20_000 if quick else 1_000_000
         self.idle_thread_s = 0.2 if quick else 10.0
         self.memory_n = 20_000 if quick else 1_000_000
@@ -186,36 +186,31 @@ def bench_latency(cfg):
 # --- 3. drain throughput -------------------------------------------------------------------------------
 
 
-def _time_drain(cfg, fate, method):
-    """Median ns to release cfg.drain_n references by `method`; objects die or survive the release."""
-    samples = []
-    for _ in range(cfg.repeats):
-        objects = ext.probes(cfg.drain_n)
-        if method in ("plain_decref_loop", "plain_release_fn_loop"):
-            samples.append(ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop"))
-            continue
-        strategy, batch = method
-        # cuda.core's pending call may run as soon as burst() returns to bytecode, before any drain
-        # here: it times itself, and what it did is added in.
-        _, before_released, before_ns = ext.pending_call_totals()
-        ext.burst(strategy, objects, fate == "die")  # die: the strategy holds the only references
-        released = 0
-        start = time.perf_counter_ns()
-        if strategy == "cuda_reclaim":
-            while released < cfg.drain_n:
-                released += cuda_reclaim.drain(batch)  # the public Python API
-        else:
-            released = ext.drain(strategy)
-        elapsed = time.perf_counter_ns() - start
-        if strategy == "cas_pending_call":
-            _, after_released, after_ns = ext.pending_call_totals()
-            released += after_released - before_released
-            elapsed += after_ns - before_ns
-            ext.free_nodes()
-        samples.append(elapsed)
-        assert released == cfg.drain_n, (method, released)
-    samples.sort()
-    return samples[len(samples) // 2]
+def _time_drain_once(cfg, fate, method):
+    """ns to release cfg.drain_n references by `method`; objects die or survive the release."""
+    objects = ext.probes(cfg.drain_n)
+    if method in ("plain_decref_loop", "plain_release_fn_loop"):
+        return ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop")
+    strategy, batch = method
+    # cuda.core's pending call may run as soon as burst() returns to bytecode, before any drain here:
+    # it times itself, and what it did is added in.
+    _, before_released, before_ns = ext.pending_call_totals()
+    ext.burst(strategy, objects, fate == "die")  # die: the strategy holds the only references
+    released = 0
+    start = time.perf_counter_ns()
+    if strategy == "cuda_reclaim":
+        while released < cfg.drain_n:
+            released += cuda_reclaim.drain(batch)  # the public Python API
+    else:
+        released = ext.drain(strategy)
+    elapsed = time.perf_counter_ns() - start
+    if strategy == "cas_pending_call":
+        _, after_released, after_ns = ext.pending_call_totals()
+        released += after_released - before_released
+        elapsed += after_ns - before_ns
+        ext.free_nodes()
+    assert released == cfg.drain_n, (method, released)
+    return elapsed
 
 
 def bench_drain(cfg):
@@ -224,8 +219,13 @@ def bench_drain(cfg):
     methods += [(s, None) for s in QUEUEING_STRATEGIES if s != "cuda_reclaim"]
     rows = []
     for fate in ("die", "survive"):
-        for method in methods:
-            ns = _time_drain(cfg, fate, method)
+        # Round-robin over the methods, repeated: a burst of load on the machine hits every method alike.
+        samples = {i: [] for i in range(len(methods))}
+        for _ in range(cfg.repeats):
+            for i, method in enumerate(methods):
+                samples[i].append(_time_drain_once(cfg, fate, method))
+        for i, method in enumerate(methods):
+            ns = sorted(samples[i])[len(samples[i]) // 2]  # median
             strategy, batch = (method, None) if isinstance(method, str) else method
             rows.append({
                 "section": "drain",
