@@ -281,11 +281,14 @@ WHY = """\
   the clock used for the per-call stamps (the no-op row shows the floor). The C++ rows show where it
   goes: a cuda-reclaim push is two read-modify-writes on process-wide counters (`push_admissions_`
   seq_cst and `push_completions_` release, which make `close()` race-free and every hand-over
-  countable), a seq_cst fence for the wake-up handshake and a moodycamel enqueue; cuda.core's push is
-  one CAS. With 2–4 producers those shared counter lines move between cores on every push. What would
-  narrow it: sharded admission/completion counters (one cache line per producer slot or per CPU), summed
-  by `close()` and `snapshot()`; the conservation law and the close race stay exact because `close()`
-  still sees every admission before it waits.
+  countable), a seq_cst fence for the wake-up handshake (an `mfence` on x86) and a moodycamel enqueue,
+  which first finds the calling thread's implicit producer by a hash lookup on the thread id; cuda.core's
+  push is one CAS. A `perf` profile of a 10⁶-push burst puts the lookup and the fence at about a fifth
+  of the push each. With 2–4 producers the shared counter lines also move between cores on every push.
+  What would narrow it (each to be measured with this benchmark): sharded admission/completion counters
+  (one cache line per producer slot or per CPU), summed by `close()` and `snapshot()`, which keeps the
+  close race exact; and a per-thread cache of the producer lookup (moodycamel's implicit producers are
+  already per thread; a `thread_local` pointer would skip the hash).
 - **Producer cost, p99 with an idle owner.** When the auto-drain thread keeps up, it empties the queue
   after almost every push, so the next push is an empty→non-empty edge and pays one `write(2)` to the
   eventfd (a few hundred ns). The anchors never signal anyone from the producer (the mutex anchors are

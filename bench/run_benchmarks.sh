@@ -7,6 +7,7 @@
 #   PYTHON_BIN_PATH=/root/.pyenv/versions/3.13.0/bin/python3 bash bench/run_benchmarks.sh
 #   BENCH_CAVEAT="..." bash bench/run_benchmarks.sh      # a line quoted in the report (e.g. the load)
 #   BENCH_OUT=/tmp/x.md bash bench/run_benchmarks.sh     # write elsewhere than docs/benchmarks.md
+#   BENCH_KEEP_JSON=/tmp/bench bash bench/run_benchmarks.sh  # also keep the raw JSON results there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON_BIN_PATH:-python3}"
@@ -29,4 +30,7 @@ mkdir -p "$(dirname "${out}")"
 "${python}" bench/make_report.py --python "${work}/python.json" --cpp "${work}/cpp.json" \
   --out "${out}" --plot "${plot}" --caveat "${BENCH_CAVEAT:-}" \
   --command "PYTHON_BIN_PATH=${python} bash bench/run_benchmarks.sh"
+if [[ -n "${BENCH_KEEP_JSON:-}" ]]; then  # keep the raw results, e.g. to re-render the report
+  mkdir -p "${BENCH_KEEP_JSON}" && cp "${work}/cpp.json" "${work}/python.json" "${BENCH_KEEP_JSON}/"
+fi
 echo "wrote ${out}" >&2
