@@ -1,0 +1,227 @@
+// bench/queue_bench.cc — Google Benchmark of the queue itself, no Python: reclaim::ReclaimQueue against
+// the anchor structures of bench/anchors.h, on fake pointers with a no-op release.
+//
+//   BM_Push/<strategy>/threads:N   producer cost per hand-over, N threads pushing at once (real time per
+//                                  push per thread; items_per_second is the total).
+//   BM_Drain/<strategy>/<batch>    owner cost per released pointer (no-op release), vs a plain loop over
+//                                  an array (the limit); batch = the drain's max_items (0: all at once).
+//   BM_HeapBytes/<strategy>        heap bytes in use per pending pointer after a burst, and after draining
+//                                  (mallinfo2, all arenas; includes malloc's own overhead).
+// Speed is reported, never asserted. bench/run_benchmarks.sh runs this and turns it into docs/benchmarks.md.
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "bench/anchors.h"
+#include "benchmark/benchmark.h"
+#include "cleanup/reclaim_queue.h"
+
+namespace {
+
+using reclaim_bench::CoalescedStack;
+using reclaim_bench::MutexDequePool;
+using reclaim_bench::MutexVectorPool;
+using reclaim_bench::StackNode;
+
+// Sizes of a run; --quick (the smoke test) makes them tiny. Set in main() before any benchmark runs.
+std::int64_t g_pushes_per_thread = 1 << 20;  // ms per thread: long enough for the threads to overlap
+std::size_t g_drain_items = 1 << 20;
+std::int64_t g_heap_items = 1000000;
+constexpr int kMaxThreads = 4;
+
+void* fake_item(std::size_t i) { return reinterpret_cast<void*>((i + 1) * 16); }
+
+// The release action of every strategy: counts, so that the loop cannot be optimised away. Every
+// strategy, and the plain loop, calls it through a function pointer (as bindings/ calls its Py_DECREF
+// action), so that no drain gets an inlined release the others cannot have.
+std::size_t g_released = 0;
+void count_release(void*, void*) { ++g_released; }
+reclaim::ReleaseFn volatile g_release = count_release;
+auto count_release_item = [](void* item) { g_release(item, nullptr); };
+
+// One strategy = what a producer calls per hand-over and what the owner calls to release everything.
+// Each holds its structure for the life of the process (benchmarks reuse it between runs).
+struct ReclaimStrategy {
+  reclaim::ReclaimQueue queue;
+  void push(int, std::size_t i) { queue.push(fake_item(i)); }
+  std::size_t drain(std::size_t max_items) { return queue.drain(g_release, nullptr, max_items); }
+};
+
+struct VectorStrategy {
+  MutexVectorPool pool;
+  void push(int, std::size_t i) { pool.push(fake_item(i)); }
+  std::size_t drain(std::size_t) { return pool.drain(count_release_item); }
+};
+
+struct DequeStrategy {
+  MutexDequePool pool;
+  void push(int, std::size_t i) { pool.push(fake_item(i)); }
+  std::size_t drain(std::size_t) { return pool.drain(count_release_item); }
+};
+
+// Nodes are preallocated per thread (cuda.core allocates one with each registered object), sized for the
+// largest run; a run's nodes are all taken by the owner's drain before the next run reuses them.
+struct StackStrategy {
+  CoalescedStack stack;
+  std::vector<StackNode> nodes = std::vector<StackNode>(
+      std::max<std::size_t>(kMaxThreads * static_cast<std::size_t>(g_pushes_per_thread), g_drain_items));
+  void push(int thread, std::size_t i) {
+    StackNode* node = &nodes[static_cast<std::size_t>(thread) * static_cast<std::size_t>(g_pushes_per_thread) + i];
+    node->item = fake_item(i);
+    (void)stack.push(node);  // a real producer would schedule the owner here when this returns true
+  }
+  std::size_t drain(std::size_t) { return CoalescedStack::release_list(stack.take_all(), count_release_item); }
+};
+
+template <class Strategy>
+Strategy& instance() {
+  static Strategy* const strategy = new Strategy();  // never destroyed: threads of later runs reuse it
+  return *strategy;
+}
+
+// Producer cost: every thread pushes g_pushes_per_thread items; thread 0 drains after the stop barrier.
+template <class Strategy>
+void BM_Push(benchmark::State& state) {
+  Strategy& strategy = instance<Strategy>();
+  const int thread = state.thread_index();
+  std::size_t i = 0;
+  for (auto _ : state) strategy.push(thread, i++);
+  if (thread == 0) {
+    // The loop's end is a barrier for all threads of the run: everything pushed is in the structure now.
+    while (strategy.drain(SIZE_MAX) != 0) {
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// Drain throughput: g_drain_items pushed (not timed), then released in batches of state.range(0) (0: all).
+template <class Strategy>
+void BM_Drain(benchmark::State& state) {
+  Strategy& strategy = instance<Strategy>();
+  const std::size_t batch = state.range(0) == 0 ? SIZE_MAX : static_cast<std::size_t>(state.range(0));
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (std::size_t i = 0; i < g_drain_items; ++i) strategy.push(0, i);
+    state.ResumeTiming();
+    std::size_t released = 0;
+    while (released < g_drain_items) released += strategy.drain(batch);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g_drain_items));
+}
+
+// The physical limit of a drain: the same release action over a plain array.
+void BM_Drain_PlainLoop(benchmark::State& state) {
+  std::vector<void*> items(g_drain_items);
+  for (std::size_t i = 0; i < g_drain_items; ++i) items[i] = fake_item(i);
+  for (auto _ : state) {
+    for (void* item : items) count_release_item(item);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g_drain_items));
+}
+
+std::size_t heap_in_use() {
+  const struct mallinfo2 info = mallinfo2();
+  return info.uordblks + info.hblkhd;  // arenas' allocated chunks + mmapped chunks
+}
+
+// Heap per pending pointer. A fresh structure per iteration (so a queue's fixed reserve counts too); the
+// stack's nodes (one per reference, allocated before the push) count as pending memory. They are one
+// array here, the anchor's best case: allocated one by one, malloc's overhead doubles them to 32 bytes.
+template <class Strategy>
+void BM_HeapBytes(benchmark::State& state) {
+  const std::size_t items = static_cast<std::size_t>(state.range(0));
+  double burst = 0, after = 0;
+  for (auto _ : state) {
+    const std::size_t before = heap_in_use();
+    auto strategy = std::make_unique<Strategy>();
+    std::unique_ptr<StackNode[]> nodes;
+    if constexpr (std::is_same<Strategy, CoalescedStack>::value) nodes.reset(new StackNode[items]);
+    for (std::size_t i = 0; i < items; ++i) {
+      if constexpr (std::is_same<Strategy, CoalescedStack>::value) {
+        nodes[i].item = fake_item(i);
+        strategy->push(&nodes[i]);
+      } else {
+        strategy->push(fake_item(i));
+      }
+    }
+    const std::size_t pending = heap_in_use();
+    if constexpr (std::is_same<Strategy, reclaim::ReclaimQueue>::value) {
+      while (strategy->drain(count_release, nullptr, SIZE_MAX) != 0) {
+      }
+    } else if constexpr (std::is_same<Strategy, CoalescedStack>::value) {
+      CoalescedStack::release_list(strategy->take_all(), count_release_item);
+      nodes.reset();  // drained nodes are freed with their references
+    } else {
+      strategy->drain(count_release_item);
+    }
+    const std::size_t drained = heap_in_use();
+    burst = static_cast<double>(pending - before) / static_cast<double>(items);
+    after = static_cast<double>(drained - before) / static_cast<double>(items);
+  }
+  state.counters["bytes_per_pending"] = burst;
+  state.counters["bytes_per_item_after_drain"] = after;
+}
+
+void register_all() {
+  const std::int64_t drain_iterations = 8;
+  auto push = [](const char* name, auto* function) {
+    benchmark::RegisterBenchmark(name, function)
+        ->Iterations(g_pushes_per_thread)
+        ->Threads(1)
+        ->Threads(2)
+        ->Threads(4)
+        ->UseRealTime();
+  };
+  push("BM_Push/cuda_reclaim", BM_Push<ReclaimStrategy>);
+  push("BM_Push/mutex_vector", BM_Push<VectorStrategy>);
+  push("BM_Push/mutex_deque", BM_Push<DequeStrategy>);
+  push("BM_Push/cas_stack", BM_Push<StackStrategy>);
+
+  benchmark::RegisterBenchmark("BM_Drain/plain_loop/0", BM_Drain_PlainLoop)->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_Drain/cuda_reclaim", BM_Drain<ReclaimStrategy>)
+      ->Arg(64)
+      ->Arg(4096)
+      ->Arg(0)
+      ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_Drain/mutex_vector", BM_Drain<VectorStrategy>)->Arg(0)->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_Drain/mutex_deque", BM_Drain<DequeStrategy>)->Arg(0)->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_Drain/cas_stack", BM_Drain<StackStrategy>)->Arg(0)->Iterations(drain_iterations);
+
+  benchmark::RegisterBenchmark("BM_HeapBytes/cuda_reclaim", BM_HeapBytes<reclaim::ReclaimQueue>)
+      ->Arg(g_heap_items)
+      ->Iterations(1);
+  benchmark::RegisterBenchmark("BM_HeapBytes/mutex_vector", BM_HeapBytes<MutexVectorPool>)->Arg(g_heap_items)->Iterations(1);
+  benchmark::RegisterBenchmark("BM_HeapBytes/mutex_deque", BM_HeapBytes<MutexDequePool>)->Arg(g_heap_items)->Iterations(1);
+  benchmark::RegisterBenchmark("BM_HeapBytes/cas_stack", BM_HeapBytes<CoalescedStack>)->Arg(g_heap_items)->Iterations(1);
+}
+
+}  // namespace
+
+// Google Benchmark's flags, plus --quick: tiny sizes, so that the smoke test runs every row in moments.
+int main(int argc, char** argv) {
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      g_pushes_per_thread = 1 << 12;
+      g_drain_items = 1 << 14;
+      g_heap_items = 10000;
+    } else {
+      args.push_back(argv[i]);
+    }
+  }
+  int count = static_cast<int>(args.size());
+  register_all();
+  benchmark::Initialize(&count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

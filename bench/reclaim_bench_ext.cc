@@ -1,0 +1,482 @@
+// bench/reclaim_bench_ext.cc — bench-only extension `_reclaim_bench`: native producer threads (std::thread,
+// never created by Python, like CUDA's callback thread) that hand references over by one strategy:
+//
+//   noop              nothing (the cost of the timestamps themselves; the reference is released later)
+//   cuda_reclaim      the capsule's host_destructor (the public path CUDA code takes)
+//   mutex_vector      PyO3's reference pool pattern      } bench/anchors.h; drained on request, with the
+//   mutex_deque       jaxlib's PythonRefManager pattern  } GIL, as their libraries do on GIL/API entry
+//   cas_pending_call  cuda.core's design: Py_IsInitialized() gate, CAS push of a preallocated node, and
+//                     one coalesced Py_AddPendingCall per batch; the pending call drains the whole stack
+//   with_gil          PyGILState_Ensure(); Py_DECREF(obj); PyGILState_Release()
+//
+// Producer threads take a steady_clock timestamp around every hand-over and keep it; Python collects the
+// samples after the run. Release latency uses `Probe` objects whose tp_dealloc stamps the time of release.
+// One run at a time; every function here requires the GIL (producer threads run without it).
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "bench/anchors.h"
+#include "cuda_reclaim/cuda_reclaim.h"
+
+namespace {
+
+using reclaim_bench::CoalescedStack;
+using reclaim_bench::StackNode;
+
+enum class Strategy { kNoop, kReclaim, kMutexVector, kMutexDeque, kCasPendingCall, kWithGil };
+
+const struct {
+  const char* name;
+  Strategy strategy;
+} kStrategies[] = {
+    {"noop", Strategy::kNoop},
+    {"cuda_reclaim", Strategy::kReclaim},
+    {"mutex_vector", Strategy::kMutexVector},
+    {"mutex_deque", Strategy::kMutexDeque},
+    {"cas_pending_call", Strategy::kCasPendingCall},
+    {"with_gil", Strategy::kWithGil},
+};
+
+const cuda_reclaim_c_api* g_api = nullptr;
+reclaim_bench::MutexVectorPool g_vector;
+reclaim_bench::MutexDequePool g_deque;
+CoalescedStack g_stack;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void decref_item(void* item) { Py_DECREF(static_cast<PyObject*>(item)); }
+
+// What the pending calls of cas_pending_call did: written and read with the GIL held.
+struct {
+  std::uint64_t calls = 0;
+  std::uint64_t released = 0;
+  std::int64_t ns = 0;
+} g_pending_call_totals;
+
+// The pending call of cas_pending_call: runs on the main thread between bytecodes, with the GIL.
+// It may run before the benchmark asks for a drain, so it times itself.
+int drain_stack_pending_call(void*) {
+  const std::int64_t start = now_ns();
+  const std::size_t released = CoalescedStack::release_list(g_stack.take_all(), decref_item);
+  g_pending_call_totals.ns += now_ns() - start;
+  g_pending_call_totals.released += released;
+  ++g_pending_call_totals.calls;
+  return 0;
+}
+
+// One hand-over from a producer thread (no GIL). `node` is the preallocated node of cas_pending_call.
+void hand_over(Strategy strategy, PyObject* object, StackNode* node) noexcept {
+  switch (strategy) {
+    case Strategy::kNoop:
+      break;  // the run releases the reference itself afterwards
+    case Strategy::kReclaim:
+      g_api->host_destructor(object);
+      break;
+    case Strategy::kMutexVector:
+      g_vector.push(object);
+      break;
+    case Strategy::kMutexDeque:
+      g_deque.push(object);
+      break;
+    case Strategy::kCasPendingCall:
+      if (!Py_IsInitialized()) break;  // cuda.core's gate: leak rather than touch a dead interpreter
+      node->item = object;
+      if (g_stack.push(node) && Py_AddPendingCall(drain_stack_pending_call, nullptr) != 0) {
+        g_stack.unschedule();  // pending-call table full: the next push asks again
+      }
+      break;
+    case Strategy::kWithGil: {
+      PyGILState_STATE state = PyGILState_Ensure();
+      Py_DECREF(object);
+      PyGILState_Release(state);
+      break;
+    }
+  }
+}
+
+// Releases what `strategy` still holds (GIL held). Returns how many.
+std::size_t drain_strategy(Strategy strategy, Py_ssize_t max_items) {
+  switch (strategy) {
+    case Strategy::kReclaim: {
+      const Py_ssize_t released = g_api->drain(max_items);
+      return released < 0 ? 0 : static_cast<std::size_t>(released);
+    }
+    case Strategy::kMutexVector:
+      return g_vector.drain(decref_item);
+    case Strategy::kMutexDeque:
+      return g_deque.drain(decref_item);
+    case Strategy::kCasPendingCall:
+      return CoalescedStack::release_list(g_stack.take_all(), decref_item);
+    case Strategy::kNoop:
+    case Strategy::kWithGil:
+      break;
+  }
+  return 0;
+}
+
+bool parse_strategy(const char* name, Strategy* out) {
+  for (const auto& known : kStrategies) {
+    if (std::strcmp(known.name, name) == 0) {
+      *out = known.strategy;
+      return true;
+    }
+  }
+  PyErr_Format(PyExc_ValueError, "unknown strategy '%s'", name);
+  return false;
+}
+
+// --- Probe: an object whose release is timestamped --------------------------------------------------
+
+struct Probe {
+  PyObject_HEAD
+  std::int64_t generation;  // the run that created it; stale probes stamp nothing
+  Py_ssize_t index;
+};
+
+PyTypeObject* g_probe_type = nullptr;
+std::int64_t g_generation = 0;
+std::vector<std::int64_t> g_release_ns;  // written by tp_dealloc (GIL held), read by Python (GIL held)
+
+void probe_dealloc(PyObject* self) {
+  Probe* probe = reinterpret_cast<Probe*>(self);
+  if (probe->generation == g_generation && probe->index >= 0 &&
+      static_cast<std::size_t>(probe->index) < g_release_ns.size()) {
+    g_release_ns[static_cast<std::size_t>(probe->index)] = now_ns();
+  }
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // heap type: each instance holds a reference to it
+}
+
+PyType_Slot kProbeSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(probe_dealloc)}, {0, nullptr}};
+PyType_Spec kProbeSpec = {"_reclaim_bench.Probe", sizeof(Probe), 0, Py_TPFLAGS_DEFAULT, kProbeSlots};
+
+PyObject* new_probe(Py_ssize_t index) {
+  Probe* probe = PyObject_New(Probe, g_probe_type);
+  if (probe == nullptr) return nullptr;
+  probe->generation = g_generation;
+  probe->index = index;
+  return reinterpret_cast<PyObject*>(probe);
+}
+
+// --- runs ---------------------------------------------------------------------------------------------
+
+struct Run {
+  Strategy strategy = Strategy::kNoop;
+  int threads = 0;
+  std::size_t per_thread = 0;
+  int spacing_us = 0;
+  std::int64_t deadline_ns = 0;
+  std::vector<PyObject*> items;      // one new reference each; thread t owns [t*per_thread, (t+1)*per_thread)
+  std::vector<StackNode> nodes;      // cas_pending_call's preallocated nodes, parallel to items
+  std::vector<std::int64_t> cost_ns;  // per-call duration, parallel to items
+  std::vector<std::int64_t> push_ns;  // time just before each hand-over, parallel to items
+  std::unique_ptr<std::atomic<std::size_t>[]> done;  // hand-overs completed, per thread
+  std::atomic<int> started{0};   // producers at the start line; they go together, so that they contend
+  std::atomic<int> finished{0};
+  std::vector<std::thread> workers;
+};
+
+std::unique_ptr<Run> g_run;
+
+void produce(Run* run, int thread) noexcept {
+  // Thread start-up is staggered by far more than a short run lasts: wait for every producer first.
+  run->started.fetch_add(1, std::memory_order_acq_rel);
+  while (run->started.load(std::memory_order_acquire) < run->threads) std::this_thread::yield();
+  const std::size_t first = static_cast<std::size_t>(thread) * run->per_thread;
+  // Spaced hand-overs follow a fixed schedule (not sleep-after-each), so that a loaded machine's sleep
+  // overshoot does not push the last ones past the window the main thread waits for.
+  const auto begin = std::chrono::steady_clock::now();
+  std::size_t i = 0;
+  for (; i < run->per_thread; ++i) {
+    const std::size_t k = first + i;
+    const std::int64_t start = now_ns();
+    if (start > run->deadline_ns) break;
+    run->push_ns[k] = start;
+    hand_over(run->strategy, run->items[k], &run->nodes[k]);
+    run->cost_ns[k] = now_ns() - start;
+    run->done[thread].store(i + 1, std::memory_order_release);
+    if (run->spacing_us > 0) {
+      std::this_thread::sleep_until(begin + std::chrono::microseconds(run->spacing_us) * static_cast<long>(i + 1));
+    }
+  }
+  run->finished.fetch_add(1, std::memory_order_release);
+}
+
+// start(strategy, threads, per_thread, spacing_us=0, budget_s=10.0, probes=False): creates the objects
+// (Probes stamped on release when probes=True), starts the producer threads and returns at once.
+PyObject* py_start(PyObject*, PyObject* args) {
+  const char* name;
+  int threads, spacing_us = 0, probes = 0;
+  Py_ssize_t per_thread;
+  double budget_s = 10.0;
+  if (!PyArg_ParseTuple(args, "sin|idp", &name, &threads, &per_thread, &spacing_us, &budget_s, &probes)) {
+    return nullptr;
+  }
+  auto run = std::make_unique<Run>();
+  if (!parse_strategy(name, &run->strategy)) return nullptr;
+  if (g_run != nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "a run is in progress: call finish() first");
+    return nullptr;
+  }
+  if (threads < 1 || threads > 64 || per_thread < 1 || spacing_us < 0 || !(budget_s > 0)) {
+    PyErr_SetString(PyExc_ValueError, "need 1 <= threads <= 64, per_thread >= 1, spacing_us >= 0, budget_s > 0");
+    return nullptr;
+  }
+  const std::size_t total = static_cast<std::size_t>(threads) * static_cast<std::size_t>(per_thread);
+  ++g_generation;
+  g_release_ns.assign(probes ? total : 0, 0);
+  run->threads = threads;
+  run->per_thread = static_cast<std::size_t>(per_thread);
+  run->spacing_us = spacing_us;
+  run->items.reserve(total);
+  for (std::size_t k = 0; k < total; ++k) {
+    PyObject* object = new_probe(probes ? static_cast<Py_ssize_t>(k) : -1);
+    if (object == nullptr) {
+      for (PyObject* made : run->items) Py_DECREF(made);
+      return nullptr;
+    }
+    run->items.push_back(object);
+  }
+  run->nodes.resize(total);
+  run->cost_ns.assign(total, 0);
+  run->push_ns.assign(total, 0);
+  run->done.reset(new std::atomic<std::size_t>[threads]);
+  for (int t = 0; t < threads; ++t) run->done[t].store(0);
+  run->deadline_ns = now_ns() + static_cast<std::int64_t>(budget_s * 1e9);
+  for (int t = 0; t < threads; ++t) run->workers.emplace_back(produce, run.get(), t);
+  g_run = std::move(run);
+  Py_RETURN_NONE;
+}
+
+// done() -> bool: every producer thread has finished. Cheap; for busy loops.
+PyObject* py_done(PyObject*, PyObject*) {
+  return PyBool_FromLong(g_run != nullptr && g_run->finished.load(std::memory_order_acquire) == g_run->threads);
+}
+
+// wait(): joins the producers with the GIL released (the main thread is blocked in C meanwhile).
+PyObject* py_wait(PyObject*, PyObject*) {
+  if (g_run == nullptr) Py_RETURN_NONE;
+  Run* run = g_run.get();
+  Py_BEGIN_ALLOW_THREADS
+  for (auto& worker : run->workers) worker.join();
+  Py_END_ALLOW_THREADS
+  run->workers.clear();
+  Py_RETURN_NONE;
+}
+
+PyObject* bytes_of(const std::vector<std::int64_t>& values) {
+  return PyBytes_FromStringAndSize(reinterpret_cast<const char*>(values.data()),
+                                   static_cast<Py_ssize_t>(values.size() * sizeof(std::int64_t)));
+}
+
+// finish() -> (cost_ns, push_ns, release_ns): joins the producers and returns the samples of completed
+// hand-overs as bytes of int64 (array('q')); release_ns is 0 where the object was not released yet.
+// Samples are taken before anything is drained here; then the run's leftovers are released (objects
+// not handed over, and everything the strategy still holds), so that no reference outlives the run.
+PyObject* py_finish(PyObject* self, PyObject*) {
+  if (g_run == nullptr) {
+    PyErr_SetString(PyExc_RuntimeError, "no run in progress");
+    return nullptr;
+  }
+  if (py_wait(self, nullptr) == nullptr) return nullptr;
+  std::unique_ptr<Run> run = std::move(g_run);
+  std::vector<std::int64_t> cost, pushed, released;
+  for (int t = 0; t < run->threads; ++t) {
+    const std::size_t first = static_cast<std::size_t>(t) * run->per_thread;
+    const std::size_t count = run->done[t].load(std::memory_order_acquire);
+    for (std::size_t k = first; k < first + count; ++k) {
+      cost.push_back(run->cost_ns[k]);
+      pushed.push_back(run->push_ns[k]);
+      if (!g_release_ns.empty()) released.push_back(g_release_ns[k]);
+    }
+    // Not handed over (the run's budget ran out), or handed to nobody (noop): ours to release.
+    const std::size_t from = run->strategy == Strategy::kNoop ? first : first + count;
+    for (std::size_t k = from; k < first + run->per_thread; ++k) Py_DECREF(run->items[k]);
+  }
+  PyObject* result = Py_BuildValue("(NNN)", bytes_of(cost), bytes_of(pushed), bytes_of(released));
+  // The pending call may still be scheduled: it will find the stack empty. Nodes die with the run, so
+  // take them off the stack now.
+  drain_strategy(run->strategy, -1);
+  return result;
+}
+
+// drain(strategy, max_items=-1) -> int: releases what the strategy holds, on this thread (GIL held).
+PyObject* py_drain(PyObject*, PyObject* args) {
+  const char* name;
+  Py_ssize_t max_items = -1;
+  Strategy strategy;
+  if (!PyArg_ParseTuple(args, "s|n", &name, &max_items) || !parse_strategy(name, &strategy)) return nullptr;
+  return PyLong_FromSize_t(drain_strategy(strategy, max_items));
+}
+
+// --- bursts (throughput and memory) --------------------------------------------------------------------
+
+std::vector<std::unique_ptr<StackNode[]>> g_burst_nodes;  // cas_pending_call nodes of bursts not yet freed
+
+// burst(strategy, objects, die=False) -> None: one native thread hands over one new reference to each
+// object of the list, GIL released meanwhile; nothing drains during the burst (the main thread is blocked
+// in C). With die=False the thread reads the list's item array in place (nobody mutates the list
+// meanwhile), so that the burst allocates nothing but what the strategy allocates: RSS deltas are the
+// strategy's. With die=True the list is emptied first, so that the strategy holds the only references
+// (before any pending call can run).
+PyObject* py_burst(PyObject*, PyObject* args) {
+  const char* name;
+  PyObject* list;
+  int die = 0;
+  Strategy strategy;
+  if (!PyArg_ParseTuple(args, "sO!|p", &name, &PyList_Type, &list, &die) || !parse_strategy(name, &strategy)) {
+    return nullptr;
+  }
+  if (strategy == Strategy::kNoop || strategy == Strategy::kWithGil) {
+    PyErr_SetString(PyExc_ValueError, "burst() needs a strategy that queues references");
+    return nullptr;
+  }
+  const Py_ssize_t n = PyList_GET_SIZE(list);
+  std::vector<PyObject*> copy;
+  PyObject** items = PySequence_Fast_ITEMS(list);
+  for (Py_ssize_t i = 0; i < n; ++i) Py_INCREF(items[i]);
+  if (die) {
+    copy.assign(items, items + n);
+    items = copy.data();
+    if (PyList_SetSlice(list, 0, n, nullptr) < 0) {
+      for (PyObject* item : copy) Py_DECREF(item);
+      return nullptr;
+    }
+  }
+  // One node per reference, allocated up front as cuda.core does when a reference is registered; part of
+  // the pending memory, freed by free_nodes() after the drain.
+  StackNode* nodes = nullptr;
+  if (strategy == Strategy::kCasPendingCall) {
+    g_burst_nodes.emplace_back(new StackNode[static_cast<std::size_t>(n)]);
+    nodes = g_burst_nodes.back().get();
+  }
+  Py_BEGIN_ALLOW_THREADS
+  std::thread producer([=] {
+    for (Py_ssize_t i = 0; i < n; ++i) hand_over(strategy, items[i], nodes != nullptr ? &nodes[i] : nullptr);
+  });
+  producer.join();
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
+// free_nodes(): frees the burst nodes of cas_pending_call; call only after draining it.
+PyObject* py_free_nodes(PyObject*, PyObject*) {
+  drain_strategy(Strategy::kCasPendingCall, -1);
+  g_burst_nodes.clear();
+  Py_RETURN_NONE;
+}
+
+// The release action bindings/ gives the queue (reclaim_module.cc's release_reference), reproduced for
+// the decomposition row of the drain table: a Py_DECREF called through a function pointer, then a check
+// for an exception left by a finalizer.
+void release_like_bindings(void* item, void*) {
+  Py_DECREF(static_cast<PyObject*>(item));
+  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
+}
+void (*volatile g_release_like_bindings)(void*, void*) = release_like_bindings;
+
+// decref_loop(objects, die, like_bindings=False) -> int: the physical limit of a drain, timed here: one
+// Py_DECREF per item over a plain array (with like_bindings: through bindings' release action instead).
+// Each item gets one new reference first; with die=True the list is emptied before the loop, so each
+// release deallocates. Returns nanoseconds.
+PyObject* py_decref_loop(PyObject*, PyObject* args) {
+  PyObject* list;
+  int die, like_bindings = 0;
+  if (!PyArg_ParseTuple(args, "O!p|p", &PyList_Type, &list, &die, &like_bindings)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(list);
+  std::vector<PyObject*> items(static_cast<std::size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    items[static_cast<std::size_t>(i)] = PyList_GET_ITEM(list, i);
+    Py_INCREF(items[static_cast<std::size_t>(i)]);
+  }
+  if (die && PyList_SetSlice(list, 0, n, nullptr) < 0) {
+    for (PyObject* item : items) Py_DECREF(item);
+    return nullptr;
+  }
+  const std::int64_t start = now_ns();
+  if (like_bindings) {
+    for (PyObject* item : items) g_release_like_bindings(item, nullptr);
+  } else {
+    for (PyObject* item : items) Py_DECREF(item);
+  }
+  return PyLong_FromLongLong(now_ns() - start);
+}
+
+// probes(n) -> list of n Probe objects (not stamped): cheap distinct objects for bursts.
+PyObject* py_probes(PyObject*, PyObject* arg) {
+  const Py_ssize_t n = PyLong_AsSsize_t(arg);
+  if (n == -1 && PyErr_Occurred()) return nullptr;
+  if (n < 0) {
+    PyErr_SetString(PyExc_ValueError, "n must be >= 0");
+    return nullptr;
+  }
+  PyObject* list = PyList_New(n);
+  if (list == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* probe = new_probe(-1);
+    if (probe == nullptr) {
+      Py_DECREF(list);
+      return nullptr;
+    }
+    PyList_SET_ITEM(list, i, probe);
+  }
+  return list;
+}
+
+// pending_call_totals() -> (calls, released, ns): what cas_pending_call's pending calls did so far.
+PyObject* py_pending_call_totals(PyObject*, PyObject*) {
+  return Py_BuildValue("(KKL)", static_cast<unsigned long long>(g_pending_call_totals.calls),
+                       static_cast<unsigned long long>(g_pending_call_totals.released),
+                       static_cast<long long>(g_pending_call_totals.ns));
+}
+
+// noop() -> None: the cheapest C function call, the baseline of an empty drain().
+PyObject* py_noop(PyObject*, PyObject*) { Py_RETURN_NONE; }
+
+PyMethodDef kMethods[] = {
+    {"start", py_start, METH_VARARGS, "start(strategy, threads, per_thread, spacing_us=0, budget_s=10, probes=False)"},
+    {"done", py_done, METH_NOARGS, "done() -> bool"},
+    {"wait", py_wait, METH_NOARGS, "wait(): join the producers, GIL released"},
+    {"finish", py_finish, METH_NOARGS, "finish() -> (cost_ns, push_ns, release_ns) as int64 bytes"},
+    {"drain", py_drain, METH_VARARGS, "drain(strategy, max_items=-1) -> int"},
+    {"burst", py_burst, METH_VARARGS, "burst(strategy, objects, die=False): hand over one reference to each, natively"},
+    {"free_nodes", py_free_nodes, METH_NOARGS, "free_nodes(): free cas_pending_call burst nodes"},
+    {"decref_loop", py_decref_loop, METH_VARARGS, "decref_loop(objects, die, like_bindings=False) -> ns"},
+    {"probes", py_probes, METH_O, "probes(n) -> list of n objects"},
+    {"pending_call_totals", py_pending_call_totals, METH_NOARGS, "pending_call_totals() -> (calls, released, ns)"},
+    {"noop", py_noop, METH_NOARGS, "noop() -> None"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_reclaim_bench", nullptr, -1, kMethods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__reclaim_bench(void) {
+  if (cuda_reclaim_import(&g_api) < 0) return nullptr;
+  g_probe_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kProbeSpec));
+  if (g_probe_type == nullptr) return nullptr;
+  PyObject* module = PyModule_Create(&kModule);
+  if (module == nullptr) return nullptr;
+  Py_INCREF(g_probe_type);
+  if (PyModule_AddObject(module, "Probe", reinterpret_cast<PyObject*>(g_probe_type)) < 0) {
+    Py_DECREF(g_probe_type);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The one command behind docs/benchmarks.md: builds the benchmarks with Bazel (-c opt), runs the C++ and
+# the Python benchmarks for one interpreter, and writes docs/benchmarks.md (+ docs/benchmarks.png when
+# matplotlib is installed: pip install -r bench/requirements.txt). About 2-3 minutes.
+#
+#   bash bench/run_benchmarks.sh                 # default python3
+#   PYTHON_BIN_PATH=/root/.pyenv/versions/3.13.0/bin/python3 bash bench/run_benchmarks.sh
+#   BENCH_CAVEAT="..." bash bench/run_benchmarks.sh      # a line quoted in the report (e.g. the load)
+#   BENCH_OUT=/tmp/x.md bash bench/run_benchmarks.sh     # write elsewhere than docs/benchmarks.md
+#   BENCH_KEEP_JSON=/tmp/bench bash bench/run_benchmarks.sh  # also keep the raw JSON results there
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python="${PYTHON_BIN_PATH:-python3}"
+python="$("${python}" -c 'import sys; print(sys.executable)')"  # the real interpreter, not a shim
+out="${BENCH_OUT:-docs/benchmarks.md}"
+plot="${out%.md}.png"
+work="$(mktemp -d)"
+trap 'rm -rf "${work}"' EXIT
+
+bazel build -c opt --repo_env=PYTHON_BIN_PATH="${python}" //bench:queue_bench //bench:python_bench
+bin="$(bazel info -c opt --repo_env=PYTHON_BIN_PATH="${python}" bazel-bin 2>/dev/null)"
+
+echo "== C++ (Google Benchmark)" >&2
+"${bin}/bench/queue_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+  --benchmark_out="${work}/cpp.json" --benchmark_out_format=json >&2
+echo "== Python (${python})" >&2
+"${bin}/bench/python_bench" "${python}" --json "${work}/python.json"
+
+mkdir -p "$(dirname "${out}")"
+"${python}" bench/make_report.py --python "${work}/python.json" --cpp "${work}/cpp.json" \
+  --out "${out}" --plot "${plot}" --caveat "${BENCH_CAVEAT:-}" \
+  --command "PYTHON_BIN_PATH=${python} bash bench/run_benchmarks.sh"
+if [[ -n "${BENCH_KEEP_JSON:-}" ]]; then  # keep the raw results, e.g. to re-render the report
+  mkdir -p "${BENCH_KEEP_JSON}" && cp "${work}/cpp.json" "${work}/python.json" "${BENCH_KEEP_JSON}/"
+fi
+echo "wrote ${out}" >&2
