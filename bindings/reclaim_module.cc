@@ -9,6 +9,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -120,11 +121,46 @@ bool parse_timeout(PyObject* value, bool none_means_forever, int* timeout_ms) {
   return true;
 }
 
-// Blocks with the GIL released until work is probably pending or the timeout passes.
-bool wait_without_gil(int timeout_ms) {
+// --- the main-thread nudge (CPython 3.13+) -----------------------------------------------------------
+//
+// The drain thread must take the GIL to release anything; from a main thread running bytecode CPython
+// hands it over only after the switch interval (5 ms). On 3.13+ a pending call reaches a busy main thread
+// within microseconds, so the drain thread, when it wakes, also schedules one drain there: whichever
+// thread gets the GIL first releases. Never from the producer path: only the Python-owned drain thread
+// calls this. On 3.10–3.12 a pending call added from another thread does not reliably interrupt a busy
+// main thread, so the nudge would gain nothing there.
+
+// Set (exchange, acq_rel) by the drain thread when it schedules the call; cleared (release) by the call
+// when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
+std::atomic<bool> g_main_thread_drain_scheduled{false};
+
+// Budget of one main-thread drain: bounded so the main thread is interrupted briefly; the drain thread
+// releases the rest.
+constexpr std::size_t kMainThreadDrainBudget = 4096;
+
+int main_thread_drain(void*) {
+  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
+  (void)drain_safely(kMainThreadDrainBudget);
+  return 0;
+}
+
+// Any thread; no GIL needed (Py_AddPendingCall's contract); never blocks.
+void nudge_main_thread() {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (g_main_thread_drain_scheduled.exchange(true, std::memory_order_acq_rel)) return;
+  if (Py_AddPendingCall(main_thread_drain, nullptr) != 0) {
+    g_main_thread_drain_scheduled.store(false, std::memory_order_release);  // queue full: drain thread only
+  }
+#endif
+}
+
+// Blocks with the GIL released until work is probably pending or the timeout passes; with `nudge`, also
+// schedules a main-thread drain when work arrived (see above).
+bool wait_without_gil(int timeout_ms, bool nudge = false) {
   bool ready;
   Py_BEGIN_ALLOW_THREADS
   ready = queue().wait_for_work(timeout_ms);
+  if (ready && nudge) nudge_main_thread();
   Py_END_ALLOW_THREADS
   return ready;
 }
@@ -238,15 +274,23 @@ PyObject* py_stats(PyObject*, PyObject*) {
 PyObject* py_fileno(PyObject*, PyObject*) { return PyLong_FromLong(queue().wakeup_fd()); }
 
 PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs > 1) {
-    PyErr_Format(PyExc_TypeError, "wait() takes at most 1 argument (%zd given)", nargs);
+  if (nargs > 2) {
+    PyErr_Format(PyExc_TypeError, "wait() takes at most 2 arguments (%zd given)", nargs);
     return nullptr;
   }
   int timeout_ms;
-  if (!parse_timeout(nargs == 1 ? args[0] : Py_None, /*none_means_forever=*/true, &timeout_ms)) {
+  if (!parse_timeout(nargs >= 1 ? args[0] : Py_None, /*none_means_forever=*/true, &timeout_ms)) {
     return nullptr;
   }
-  return PyBool_FromLong(wait_without_gil(timeout_ms));
+  int nudge = 0;
+  if (nargs == 2 && (nudge = PyObject_IsTrue(args[1])) < 0) return nullptr;
+  return PyBool_FromLong(wait_without_gil(timeout_ms, nudge != 0));
+}
+
+PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
+  // A main-thread drain scheduled in the parent may not exist in the child's pending-call queue.
+  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
+  Py_RETURN_NONE;
 }
 
 PyObject* py_notify(PyObject*, PyObject*) {
@@ -280,8 +324,11 @@ PyMethodDef kMethods[] = {
     {"fileno", py_fileno, METH_NOARGS,
      "fileno() -> int\n\nThe wake-up eventfd: readable while work is pending. Do not close it."},
     {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_wait)), METH_FASTCALL,
-     "wait(timeout=None) -> bool\n\nBlock with the GIL released until work is probably pending (True)\n"
-     "or timeout seconds pass (False); None waits until notify()."},
+     "wait(timeout=None, nudge_main_thread=False) -> bool\n\nBlock with the GIL released until work is\n"
+     "probably pending (True) or timeout seconds pass (False); None waits until notify(). With\n"
+     "nudge_main_thread (CPython 3.13+; ignored before), work arriving also schedules one bounded\n"
+     "drain on the main thread through Py_AddPendingCall (for the automatic drain thread)."},
+    {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS, "Internal: fork hook."},
     {"notify", py_notify, METH_NOARGS, "notify()\n\nWake every wait(), even with nothing pending."},
     {"report", py_report, METH_NOARGS, "report() -> str\n\nThe exit report's line, now."},
     {nullptr, nullptr, 0, nullptr},

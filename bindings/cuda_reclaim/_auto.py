@@ -72,8 +72,11 @@ def is_thread_running():
 
 
 def _run():
+    # On CPython 3.13+ the wake-up also schedules one bounded drain on the main thread (a pending call),
+    # so a main thread busy in bytecode releases within microseconds instead of after the GIL switch
+    # interval; whichever thread holds the GIL first drains.
     while not _stopping:
-        if _reclaim.wait(None) and not _stopping:
+        if _reclaim.wait(None, True) and not _stopping:
             _reclaim.drain()
 
 
@@ -175,6 +178,7 @@ def after_fork_in_child():
     # counted as abandoned). The drain thread does not exist here; it restarts lazily on the next
     # hand-over.
     global _lock, _thread, _restart_after_fork, _stopping
+    _reclaim._after_fork_in_child()
     _lock = threading.RLock()
     _thread = None
     _stopping = False

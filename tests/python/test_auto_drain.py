@@ -1,6 +1,7 @@
 """The automatic drain: lazy thread start, thread/gc/off modes, stopped before finalization."""
 
 import gc
+import sys
 import threading
 import time
 import weakref
@@ -123,3 +124,33 @@ def test_finalizer_run_by_the_drain_thread_may_switch_the_auto_drain_off():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 13),
+    reason="the main-thread nudge needs CPython 3.13+ (earlier pending calls from another thread do not "
+    "reliably interrupt a busy main thread)",
+)
+def test_busy_main_thread_releases_through_the_nudge_without_waiting_for_the_gil():
+    # The switch interval is set so long that the drain thread cannot take the GIL from the busy main
+    # thread during the test: the release can only come from the pending call, on the main thread.
+    result = run_child(
+        """
+        import sys, threading, time, cuda_reclaim, _native_producers
+        sys.setswitchinterval(1000.0)
+        released_by = []
+        class P:
+            def __del__(self):
+                released_by.append(threading.current_thread().name)
+        cuda_reclaim.defer_release(object())  # starts the drain thread
+        time.sleep(0.2)                       # let it reach its wait
+        _native_producers.hand_over_detached([P()], 1, 1000)
+        deadline = time.monotonic() + 30
+        while not released_by and time.monotonic() < deadline:
+            pass                              # busy in bytecode, never releasing the GIL on purpose
+        sys.setswitchinterval(0.005)
+        print(released_by)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['MainThread']"
