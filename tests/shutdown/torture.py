@@ -247,19 +247,27 @@ def format_table(header, rows, markdown):
                      [fmt.format(*row) for row in rows])
 
 
-def summary(results, *, markdown=False, by_scenario=True):
+def silent_drops(results, strategy):
+    """Mean calls per run that gave up on their object without releasing or counting it (B, C, D skip
+    once Python is finalizing or gone; R counts its late pushes in the exit report instead)."""
+    runs = [r["shared"]["skipped"] for r in results if r["strategy"] == strategy]
+    return f"{sum(runs) / len(runs):.0f}" if runs else "-"
+
+
+def summary(results, *, markdown=False, by_scenario=True, details=True):
     """The strategy x outcome table, then (optionally) what each scenario did to each strategy."""
     by_strategy, by_cell = tally(results)
     strategies = [s for s in STRATEGIES if s in by_strategy]
     outcomes = [o for o in OUTCOMES if o == "clean" or any(by_strategy[s][o] for s in strategies)]
-    header = ["strategy", "runs"] + [OUTCOMES[o] for o in outcomes]
-    rows = [[s, sum(by_strategy[s].values())] + [by_strategy[s][o] for o in outcomes] for s in strategies]
+    header = ["strategy", "runs"] + [OUTCOMES[o] for o in outcomes] + ["silent drops/run"]
+    rows = [[s, sum(by_strategy[s].values())] + [by_strategy[s][o] for o in outcomes] +
+            [silent_drops(results, s)] for s in strategies]
     text = [format_table(header, rows, markdown)]
     if by_scenario:
-        details = collections.defaultdict(collections.Counter)
+        failures = collections.defaultdict(collections.Counter)
         for r in results:
             if r["outcome"] != "clean":
-                details[(r["strategy"], r["scenario"])][r["detail"]] += 1
+                failures[(r["strategy"], r["scenario"])][r["detail"]] += 1
         scenarios = [s for s in SCENARIOS if any((st, s) in by_cell for st in strategies)]
         header = ["scenario"] + [f"{s} clean/runs" for s in strategies]
         rows = []
@@ -270,9 +278,9 @@ def summary(results, *, markdown=False, by_scenario=True):
                 row.append(f"{cell['clean']}/{sum(cell.values())}" if cell else "")
             rows.append(row)
         text += ["", format_table(header, rows, markdown)]
-        if details:
+        if details and failures:
             text += ["", "Not clean, most common details:"]
-            for (s, scenario), counter in sorted(details.items(), key=lambda kv: (kv[0][0],
+            for (s, scenario), counter in sorted(failures.items(), key=lambda kv: (kv[0][0],
                                                  SCENARIOS.index(kv[0][1]))):
                 seen = "; ".join(f"{n}x {d}" for d, n in counter.most_common(3))
                 text.append(f"{'- ' if markdown else '  '}{s} {scenario}: {seen}")
