@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cuda_reclaim/cuda_reclaim.h"
+#include "tests/python/take_references.h"
 
 namespace {
 
@@ -222,23 +223,12 @@ void fire_items(const Work* work) noexcept {
   if (slot != nullptr) slot->finished.store(1, std::memory_order_relaxed);
 }
 
-// Takes a new reference to each item of `sequence` (GIL held) and wraps it as the strategy expects.
+// Takes a new reference to each item of `sequence` (GIL held), wrapped as the strategy expects.
 bool take_references(PyObject* sequence, std::vector<void*>* out) {
-  PyObject* fast = PySequence_Fast(sequence, "expected a sequence of objects");
-  if (fast == nullptr) return false;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  out->reserve(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
-    Py_INCREF(item);
-    if (g_strategy == Strategy::kD) {
-      out->push_back(new DNode{nullptr, item});
-    } else {
-      out->push_back(item);
-    }
-  }
-  Py_DECREF(fast);
-  return true;
+  return reclaim_test::take_references(sequence, out, [](PyObject* item) -> void* {
+    if (g_strategy == Strategy::kD) return new DNode{nullptr, item};
+    return item;
+  });
 }
 
 // --- exit() burst and exit check -------------------------------------------------------------------------
