@@ -151,6 +151,7 @@ def run_one(strategy, scenario, *, python, timeout, env):
         "rc": process.returncode,
         "seconds": round(seconds, 3),
         "shared": shared,
+        "reports": parse_reports(stderr) if strategy == "R" else [],
         "stderr_tail": stderr[-2000:] if outcome != "clean" else "",
     }
 
@@ -254,14 +255,22 @@ def silent_drops(results, strategy):
     return f"{sum(runs) / len(runs):.0f}" if runs else "-"
 
 
+def counted_leaks(results, strategy):
+    """R: mean late hand-overs per run that the exit reports counted as leaked_after_close."""
+    runs = [sum(rep["leaked_after_close"] for rep in r.get("reports", ()))
+            for r in results if r["strategy"] == strategy]
+    return f"{sum(runs) / len(runs):.0f}" if strategy == "R" and runs else "-"
+
+
 def summary(results, *, markdown=False, by_scenario=True, details=True):
     """The strategy x outcome table, then (optionally) what each scenario did to each strategy."""
     by_strategy, by_cell = tally(results)
     strategies = [s for s in STRATEGIES if s in by_strategy]
     outcomes = [o for o in OUTCOMES if o == "clean" or any(by_strategy[s][o] for s in strategies)]
-    header = ["strategy", "runs"] + [OUTCOMES[o] for o in outcomes] + ["silent drops/run"]
+    header = ["strategy", "runs"] + [OUTCOMES[o] for o in outcomes] + ["silent drops/run",
+                                                                             "counted leaks/run"]
     rows = [[s, sum(by_strategy[s].values())] + [by_strategy[s][o] for o in outcomes] +
-            [silent_drops(results, s)] for s in strategies]
+            [silent_drops(results, s), counted_leaks(results, s)] for s in strategies]
     text = [format_table(header, rows, markdown)]
     if by_scenario:
         failures = collections.defaultdict(collections.Counter)

@@ -244,9 +244,9 @@ void fire_burst(const std::vector<void*>* items, std::size_t first, std::size_t 
   }
 }
 
-// How long the exit check waits for a thread that is inside a call to come back. Generous: the host
-// may be loaded; a strategy that returns at all returns in microseconds.
-constexpr auto kExitGrace = std::chrono::milliseconds(1000);
+// How long the exit check waits for a thread that is inside a call to come back. Generous: CI hosts are
+// loaded (2 cores, many processes); a strategy that returns at all returns in microseconds.
+constexpr auto kExitGrace = std::chrono::milliseconds(2000);
 
 // A C atexit handler: runs in exit(), after Py_Finalize returned (Py_RunMain finalizes before main()
 // returns) and before the loader's fini pass, which writes cuda-reclaim's exit report.
