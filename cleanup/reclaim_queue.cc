@@ -42,6 +42,9 @@ using PointerQueue = moodycamel::ConcurrentQueue<void*, QueueTraits>;
 // Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
 constexpr std::size_t kDrainBatch = 128;
 
+// Re-reads snapshot() allows itself while pushes are in flight.
+constexpr int kSnapshotAttempts = 64;
+
 [[noreturn]] void die(const char* what) noexcept {
   std::fprintf(stderr, "cuda-reclaim: fatal: %s (errno %d)\n", what, errno);
   std::abort();
@@ -89,7 +92,7 @@ PushStatus ReclaimQueue::push(void* item) noexcept {
   const std::uint64_t admission = push_admissions_.fetch_add(1, std::memory_order_seq_cst);
   PushStatus status;
   if ((admission & kClosedBit) != 0) {
-    leaked_after_close_.fetch_add(1, std::memory_order_relaxed);
+    // Counted by the admission itself: see leaked_in().
     status = PushStatus::kLeakedAfterClose;
   } else if (storage_->queue.enqueue(item)) {
     status = PushStatus::kQueued;
@@ -179,12 +182,31 @@ std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t ma
 }
 
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
-  const std::uint64_t admitted =
-      push_admissions_.fetch_or(kClosedBit, std::memory_order_seq_cst) & ~kClosedBit;
+  // Sets the closed bit and publishes the admission count at that moment in one step (admitted_at_close_
+  // is stored before the CAS that releases it), so whoever sees the bit can derive the leaks from it.
+  std::uint64_t current = push_admissions_.load(std::memory_order_relaxed);
+  while ((current & kClosedBit) == 0) {
+    admitted_at_close_.store(current, std::memory_order_relaxed);
+    if (push_admissions_.compare_exchange_weak(current, current | kClosedBit, std::memory_order_seq_cst,
+                                               std::memory_order_relaxed)) {
+      break;
+    }
+  }
+  const std::uint64_t admitted = current & ~kClosedBit;
   // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
   // thread was preempted mid-push.
   while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
   return release != nullptr ? release_all(release, context, SIZE_MAX) : 0;
+}
+
+std::uint64_t ReclaimQueue::leaked_in(std::uint64_t admissions) const noexcept {
+  std::uint64_t leaked = leaked_before_reopen_.load(std::memory_order_relaxed);
+  if ((admissions & kClosedBit) != 0) {
+    // Every admission after the close is a leak. The caller's load that saw the closed bit synchronizes
+    // with the close's CAS, so admitted_at_close_ is the value stored before it.
+    leaked += (admissions & ~kClosedBit) - admitted_at_close_.load(std::memory_order_relaxed);
+  }
+  return leaked;
 }
 
 bool ReclaimQueue::maybe_pending() const noexcept { return signaled_.load(std::memory_order_acquire); }
@@ -203,14 +225,28 @@ bool ReclaimQueue::wait_for_work(int timeout_ms) noexcept {
 }
 
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
+  // Leaks after close are derived from the same admissions load as `enqueued` (leaked_in), so a closed
+  // queue conserves exactly in every snapshot, however many late pushes are arriving: the exit report
+  // is taken while CUDA's thread may still be pushing. On an open queue a push is counted at admission
+  // and lands in the queue a moment later: re-read until no push was in flight across the reads.
+  // Bounded, so it never blocks: under a push storm the last attempt stands.
   CounterSnapshot counters;
-  const std::uint64_t admitted = push_admissions_.load(std::memory_order_acquire) & ~kClosedBit;
-  counters.rejected = rejected_.load(std::memory_order_relaxed);
-  counters.enqueued = admitted - counters.rejected;
-  counters.released = released_.load(std::memory_order_relaxed);
-  counters.pending = storage_->queue.size_approx();
-  counters.leaked_after_close = leaked_after_close_.load(std::memory_order_relaxed);
-  counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
+  for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
+    const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
+    const std::uint64_t admitted = admissions & ~kClosedBit;
+    // Acquire: the bucket updates of every completed push are visible to the reads below.
+    const std::uint64_t completed = push_completions_.load(std::memory_order_acquire);
+    counters.rejected = rejected_.load(std::memory_order_relaxed);
+    counters.enqueued = admitted - counters.rejected;
+    counters.released = released_.load(std::memory_order_relaxed);
+    counters.pending = storage_->queue.size_approx();
+    counters.leaked_after_close = leaked_in(admissions);
+    counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
+    // Orders the reads above before the re-check: a push admitted after it is in none of them.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const std::uint64_t admitted_after = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
+    if (completed == admitted && admitted_after == admitted) break;
+  }
   counters.drain_calls = drain_calls_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);
   counters.wakeups = wakeups_.load(std::memory_order_relaxed);
@@ -222,11 +258,13 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   // anywhere inside the old storage, so it is left as it is (never freed, never read), and everything
   // accepted and not yet released or leaked becomes abandoned: derived from the counters rather than the
   // old queue, so a push cut off between admission and enqueue is accounted for too.
-  const std::uint64_t admitted = push_admissions_.load(std::memory_order_relaxed) & ~kClosedBit;
+  const std::uint64_t admissions = push_admissions_.load(std::memory_order_relaxed);
+  const std::uint64_t admitted = admissions & ~kClosedBit;
   const std::uint64_t accepted = admitted - rejected_.load(std::memory_order_relaxed);
-  const std::uint64_t gone = released_.load(std::memory_order_relaxed) +
-                             leaked_after_close_.load(std::memory_order_relaxed);
+  const std::uint64_t leaked = leaked_in(admissions);
+  const std::uint64_t gone = released_.load(std::memory_order_relaxed) + leaked;
   abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
+  leaked_before_reopen_.store(leaked, std::memory_order_relaxed);  // reopening ends the derivation
   push_admissions_.store(admitted, std::memory_order_relaxed);  // open again
   push_completions_.store(admitted, std::memory_order_relaxed);  // cut-off pushes count as done
   storage_ = make_storage(reserved_capacity_);

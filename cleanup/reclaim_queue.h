@@ -63,8 +63,9 @@ struct CounterSnapshot {
   std::uint64_t max_pending = 0;  // highest pending seen by a drain or close (high-water mark).
   std::uint64_t wakeups = 0;      // eventfd writes: one per empty→non-empty edge, plus notify() calls.
 
-  // True when the conservation law holds for this snapshot. Meaningful at quiescence only: a snapshot
-  // taken while pushes or drains are in flight may be off by the number in flight.
+  // True when the conservation law holds for this snapshot. Exact for a closed queue, even while late
+  // pushes keep arriving (snapshot() re-reads around pushes in flight); on an open queue a drain in
+  // flight may still put a few items in no bucket for the length of its dequeue.
   bool conserved() const noexcept {
     return enqueued == released + pending + leaked_after_close + abandoned_after_fork;
   }
@@ -158,6 +159,8 @@ class ReclaimQueue {
   void signal_edge() noexcept;
   void clear_signal_if_empty() noexcept;
   void note_pending(std::uint64_t seen) noexcept;
+  // leaked_after_close for the value `admissions` of push_admissions_ (see admitted_at_close_).
+  std::uint64_t leaked_in(std::uint64_t admissions) const noexcept;
   std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
@@ -179,8 +182,13 @@ class ReclaimQueue {
   // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. seq_cst fences on
   // both sides make "producer sees false" or "drain sees the item" hold (Dekker pattern).
   alignas(64) std::atomic<bool> signaled_{false};
+  // admitted_at_close_: the admission count when close() set the closed bit; stored (relaxed) by
+  // close() just before the CAS that sets the bit, read by whoever has seen the bit. Pushes admitted
+  // after it are the leaks after close (leaked_in()), with no counter of their own to race with.
+  alignas(64) std::atomic<std::uint64_t> admitted_at_close_{0};
+  // leaked_before_reopen_: leaks after earlier closes; written only by the fork reset (single-threaded).
+  std::atomic<std::uint64_t> leaked_before_reopen_{0};
   // Rare-path counters: written with relaxed fetch_add by whoever hits the path.
-  alignas(64) std::atomic<std::uint64_t> leaked_after_close_{0};
   std::atomic<std::uint64_t> rejected_{0};
   std::atomic<std::uint64_t> wakeups_{0};
   // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.

@@ -116,4 +116,35 @@ TEST(ReclaimQueueConcurrency, ManyShortLivedProducerThreadsConserve) {
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
+// At process exit CUDA's thread may still be pushing into the closed queue while the exit report is
+// taken: every snapshot of a closed queue must conserve, not only one taken at quiescence.
+TEST(ReclaimQueueConcurrency, SnapshotOfClosedQueueConservesWhileLatePushesArrive) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(1000);
+  for (std::size_t id = 0; id < 1000; ++id) queue.push(item_for(id));
+  queue.close(ReleaseRecorder::release, &recorder);
+  std::atomic<bool> stop{false};
+  std::atomic<int> pushing{0};
+  std::vector<std::thread> producers;
+  for (int p = 0; p < 4; ++p) {
+    producers.emplace_back([&] {
+      queue.push(item_for(0));
+      pushing.fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed)) queue.push(item_for(0));
+    });
+  }
+  while (pushing.load() < 4) std::this_thread::yield();  // snapshots race with every producer
+  std::size_t broken = 0;
+  for (int i = 0; i < 20000; ++i) {
+    if (!queue.snapshot().conserved()) ++broken;
+  }
+  stop.store(true);
+  for (auto& producer : producers) producer.join();
+  EXPECT_EQ(broken, 0u);
+  const auto counters = queue.snapshot();
+  EXPECT_TRUE(counters.conserved());
+  EXPECT_EQ(counters.released, 1000u);
+  EXPECT_GT(counters.leaked_after_close, 0u);
+}
+
 }  // namespace

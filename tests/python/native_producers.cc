@@ -10,25 +10,13 @@
 #include <vector>
 
 #include "cuda_reclaim/cuda_reclaim.h"
+#include "tests/python/take_references.h"
 
 namespace {
 
-const cuda_reclaim_c_api* g_api = nullptr;
+using reclaim_test::take_references;
 
-// Takes a new reference to each item of `sequence` (GIL held); the native side steals them.
-bool take_references(PyObject* sequence, std::vector<void*>* out) {
-  PyObject* fast = PySequence_Fast(sequence, "expected a sequence of objects");
-  if (fast == nullptr) return false;
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-  out->reserve(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* item = PySequence_Fast_GET_ITEM(fast, i);
-    Py_INCREF(item);
-    out->push_back(item);
-  }
-  Py_DECREF(fast);
-  return true;
-}
+const cuda_reclaim_c_api* g_api = nullptr;
 
 // The body of a producer thread: like a CUDA callback thread, it must never unwind into the caller.
 void fire(const std::vector<void*>* items, std::size_t first, std::size_t step, int delay_us) noexcept {
