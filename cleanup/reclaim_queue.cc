@@ -184,6 +184,9 @@ std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t ma
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
   // Sets the closed bit and publishes the admission count at that moment in one step (admitted_at_close_
   // is stored before the CAS that releases it), so whoever sees the bit can derive the leaks from it.
+  // Closers take turns: otherwise a racing closer that lost the CAS could store its stale count into
+  // admitted_at_close_ after the winner's CAS. Owner side only; pushes never wait on this flag.
+  while (closing_.test_and_set(std::memory_order_acquire)) sched_yield();
   std::uint64_t current = push_admissions_.load(std::memory_order_relaxed);
   while ((current & kClosedBit) == 0) {
     admitted_at_close_.store(current, std::memory_order_relaxed);
@@ -192,6 +195,7 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
       break;
     }
   }
+  closing_.clear(std::memory_order_release);
   const std::uint64_t admitted = current & ~kClosedBit;
   // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
   // thread was preempted mid-push.

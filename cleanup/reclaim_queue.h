@@ -186,6 +186,9 @@ class ReclaimQueue {
   // close() just before the CAS that sets the bit, read by whoever has seen the bit. Pushes admitted
   // after it are the leaks after close (leaked_in()), with no counter of their own to race with.
   alignas(64) std::atomic<std::uint64_t> admitted_at_close_{0};
+  // closing_: held (test_and_set acquire / clear release) by close() while it sets the closed bit, so
+  // concurrent closers cannot interleave their admitted_at_close_ stores. Never touched by push().
+  std::atomic_flag closing_ = ATOMIC_FLAG_INIT;
   // leaked_before_reopen_: leaks after earlier closes; written only by the fork reset (single-threaded).
   std::atomic<std::uint64_t> leaked_before_reopen_{0};
   // Rare-path counters: written with relaxed fetch_add by whoever hits the path.

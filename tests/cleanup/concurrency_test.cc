@@ -148,3 +148,36 @@ TEST(ReclaimQueueConcurrency, SnapshotOfClosedQueueConservesWhileLatePushesArriv
 }
 
 }  // namespace
+
+namespace {
+
+TEST(ReclaimQueueConcurrency, ConcurrentClosersDuringPushesKeepEverySnapshotConserved) {
+  for (int round = 0; round < 50; ++round) {
+    reclaim::ReclaimQueue queue;
+    ReleaseRecorder recorder(2 * 2000);
+    std::atomic<bool> go{false};
+    std::vector<std::thread> threads;
+    for (std::size_t p = 0; p < 2; ++p) {
+      threads.emplace_back([&, p] {
+        while (!go.load()) std::this_thread::yield();
+        for (std::size_t i = 0; i < 2000; ++i) queue.push(item_for(p * 2000 + i));
+      });
+    }
+    for (int c = 0; c < 2; ++c) {
+      threads.emplace_back([&] {
+        while (!go.load()) std::this_thread::yield();
+        queue.close(ReleaseRecorder::release, &recorder);
+      });
+    }
+    go = true;
+    for (auto& t : threads) t.join();
+    const auto counters = queue.snapshot();
+    ASSERT_TRUE(counters.conserved()) << "round " << round << ": enqueued=" << counters.enqueued
+                                      << " released=" << counters.released
+                                      << " leaked=" << counters.leaked_after_close;
+    ASSERT_EQ(counters.released, recorder.total());
+    ASSERT_EQ(counters.enqueued, 4000u);
+  }
+}
+
+}  // namespace
