@@ -44,12 +44,13 @@ void release_reference(void* item, void*) {
 // Drains up to max_items in a known-safe context. Requires the GIL. The interpreter check keeps
 // invariant 4 even for a drain() called from a __del__ during finalization: nothing is released then,
 // and what is queued stays pending (the exit report says so).
-Py_ssize_t drain_safely(std::size_t max_items) {
+Py_ssize_t drain_safely(std::size_t max_items, bool linger = false) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   // A finalizer may run with an exception already set by the caller's context; keep it aside.
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
-  const std::size_t released = queue().drain(release_reference, nullptr, max_items);
+  const std::size_t released = linger ? queue().drain_and_linger(release_reference, nullptr, max_items)
+                                      : queue().drain(release_reference, nullptr, max_items);
   PyErr_Restore(type, value, traceback);
   return static_cast<Py_ssize_t>(released);
 }
@@ -287,6 +288,10 @@ PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return PyBool_FromLong(wait_without_gil(timeout_ms, nudge != 0));
 }
 
+PyObject* py_drain_and_linger(PyObject*, PyObject*) {
+  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/true));
+}
+
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
   // A main-thread drain scheduled in the parent may not exist in the child's pending-call queue.
   g_main_thread_drain_scheduled.store(false, std::memory_order_release);
@@ -329,6 +334,9 @@ PyMethodDef kMethods[] = {
      "nudge_main_thread (CPython 3.13+; ignored before), work arriving also schedules one bounded\n"
      "drain on the main thread through Py_AddPendingCall (for the automatic drain thread)."},
     {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS, "Internal: fork hook."},
+    {"_drain_and_linger", py_drain_and_linger, METH_NOARGS,
+     "Internal (the drain thread): drain(); if it released something, keep the wake-up signal set so\n"
+     "pushes skip the eventfd write until the next drain, which the caller must make soon."},
     {"notify", py_notify, METH_NOARGS, "notify()\n\nWake every wait(), even with nothing pending."},
     {"report", py_report, METH_NOARGS, "report() -> str\n\nThe exit report's line, now."},
     {nullptr, nullptr, 0, nullptr},

@@ -145,7 +145,16 @@ void ReclaimQueue::note_pending(std::uint64_t seen) noexcept {
   }
 }
 
-std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::size_t max_items) {
+void ReclaimQueue::linger_if_empty() noexcept {
+  if (storage_->queue.size_approx() != 0) return;  // still pending: stay readable.
+  // The fd stops being readable (an event loop watching it goes quiet), but signaled_ stays true, so
+  // pushes skip the write until the lingering caller's next drain clears it as usual.
+  std::uint64_t count;
+  (void)::read(wakeup_fd_, &count, sizeof count);
+}
+
+std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::size_t max_items,
+                                      bool linger) {
   note_pending(storage_->queue.size_approx());
   void* batch[kDrainBatch];
   std::size_t total = 0;
@@ -170,7 +179,11 @@ std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::siz
       throw;
     }
   }
-  clear_signal_if_empty();
+  if (linger && total != 0) {
+    linger_if_empty();
+  } else {
+    clear_signal_if_empty();
+  }
   return total;
 }
 
@@ -178,7 +191,13 @@ std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t ma
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   drain_calls_.fetch_add(1, std::memory_order_relaxed);
-  return release_all(release, context, max_items);
+  return release_all(release, context, max_items, /*linger=*/false);
+}
+
+std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std::size_t max_items) {
+  if (!signaled_.load(std::memory_order_acquire)) return 0;
+  drain_calls_.fetch_add(1, std::memory_order_relaxed);
+  return release_all(release, context, max_items, /*linger=*/true);
 }
 
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
@@ -200,7 +219,7 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
   // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
   // thread was preempted mid-push.
   while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
-  return release != nullptr ? release_all(release, context, SIZE_MAX) : 0;
+  return release != nullptr ? release_all(release, context, SIZE_MAX, /*linger=*/false) : 0;
 }
 
 std::uint64_t ReclaimQueue::leaked_in(std::uint64_t admissions) const noexcept {

@@ -108,6 +108,15 @@ class ReclaimQueue {
   // `release` (for Python objects: a thread holding the GIL).
   std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
 
+  // Like drain(), but when it released something and left the queue empty, it keeps the wake-up signal
+  // set while making the fd unreadable: pushes that arrive meanwhile skip the eventfd write. The caller
+  // promises to drain again soon (a drain thread after a short sleep); that drain clears the signal as
+  // usual when it finds nothing. Under steady traffic an owner that keeps up would otherwise empty the
+  // queue after each push, making every push an empty→non-empty edge that pays one write(2) on the
+  // producer's (CUDA's) thread; lingering turns that into at most one write per linger period.
+  // Any thread (several may drain at once); never blocks.
+  std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
+
   // Closes the queue: later pushes only count as leaked_after_close. Waits for pushes admitted before
   // the close to finish (they never block, so this is short), then releases everything still queued with
   // `release` (if `release` is null, those pointers stay pending and are reported as such).
@@ -158,10 +167,11 @@ class ReclaimQueue {
 
   void signal_edge() noexcept;
   void clear_signal_if_empty() noexcept;
+  void linger_if_empty() noexcept;
   void note_pending(std::uint64_t seen) noexcept;
   // leaked_after_close for the value `admissions` of push_admissions_ (see admitted_at_close_).
   std::uint64_t leaked_in(std::uint64_t admissions) const noexcept;
-  std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items);
+  std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items, bool linger);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
   // Written only by construction and by reset_after_fork_in_child (single-threaded); read by all.

@@ -16,6 +16,10 @@ from . import _reclaim
 
 _MODES = ("thread", "gc", "off")
 
+# How long the drain thread lingers after a drain that found work (see _run): bounds the extra release
+# latency for references that arrive meanwhile, and the producer's eventfd writes to one per period.
+_LINGER_SECONDS = 0.001
+
 _lock = threading.RLock()
 _mode = "thread"
 _used = False  # a reference was handed over through a Python-side API in this process
@@ -75,9 +79,15 @@ def _run():
     # On CPython 3.13+ the wake-up also schedules one bounded drain on the main thread (a pending call),
     # so a main thread busy in bytecode releases within microseconds instead of after the GIL switch
     # interval; whichever thread holds the GIL first drains.
+    #
+    # While references keep arriving, the thread lingers: its drain keeps the wake-up signal set, so
+    # producers (CUDA's thread) skip the eventfd write, and it looks again after _LINGER_SECONDS. The
+    # first drain that finds nothing clears the signal, and the thread goes back to blocking on the fd:
+    # an idle process has an idle thread.
     while not _stopping:
         if _reclaim.wait(None, True) and not _stopping:
-            _reclaim.drain()
+            while _reclaim._drain_and_linger() and not _stopping:
+                _reclaim.wait(_LINGER_SECONDS)
 
 
 def _start_thread():

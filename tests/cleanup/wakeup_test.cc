@@ -90,6 +90,38 @@ TEST(WakeupFd, NotifyWakesAWaiterAndTheNextDrainClearsIt) {
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 
+TEST(WakeupFd, LingeringDrainLetsLaterPushesSkipTheWriteUntilTheNextDrain) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(300);
+  queue.push(item_for(0));
+  EXPECT_EQ(queue.snapshot().wakeups, 1u);
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_FALSE(readable(queue.wakeup_fd())) << "an event loop watching the fd goes quiet";
+  EXPECT_TRUE(queue.maybe_pending()) << "the signal stays set while lingering";
+  for (std::size_t i = 1; i < 200; ++i) queue.push(item_for(i));
+  EXPECT_EQ(queue.snapshot().wakeups, 1u) << "pushes while lingering make no eventfd write";
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 199u);
+  // Nothing arrived since: this drain releases nothing and clears the signal for real.
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_FALSE(queue.maybe_pending());
+  queue.push(item_for(200));
+  EXPECT_EQ(queue.snapshot().wakeups, 2u) << "after the clear, the next edge writes again";
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+  for (std::size_t i = 0; i <= 200; ++i) EXPECT_EQ(recorder.count(i), 1);
+  EXPECT_TRUE(queue.snapshot().conserved());
+}
+
+TEST(WakeupFd, LingeringDrainThatLeavesWorkKeepsTheFdReadable) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(10);
+  for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder, 4), 4u);
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 6u);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
 TEST(WakeupFd, ClosingDrainClearsTheFd) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(3);
