@@ -257,8 +257,8 @@ def silent_drops(results, strategy):
 
 def counted_leaks(results, strategy):
     """R: mean late hand-overs per run that the exit reports counted as leaked_after_close."""
-    runs = [sum(rep["leaked_after_close"] for rep in r.get("reports", ()))
-            for r in results if r["strategy"] == strategy]
+    runs = [sum(rep["leaked_after_close"] for rep in r["reports"])
+            for r in results if r["strategy"] == strategy and "reports" in r]
     return f"{sum(runs) / len(runs):.0f}" if strategy == "R" and runs else "-"
 
 
