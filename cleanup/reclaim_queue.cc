@@ -90,11 +90,13 @@ PushStatus ReclaimQueue::push(void* item) noexcept {
   if (item == nullptr) return PushStatus::kInvalidArgument;
 
   const std::uint64_t admission = push_admissions_.fetch_add(1, std::memory_order_seq_cst);
-  PushStatus status;
   if ((admission & kClosedBit) != 0) {
-    // Counted by the admission itself: see leaked_in().
-    status = PushStatus::kLeakedAfterClose;
-  } else if (storage_->queue.enqueue(item)) {
+    // Counted by the admission itself (see leaked_in()), and not as a completion: close() waits for the
+    // pushes admitted before it, and a late push finishing first must not stand in for one of them.
+    return PushStatus::kLeakedAfterClose;
+  }
+  PushStatus status;
+  if (storage_->queue.enqueue(item)) {
     status = PushStatus::kQueued;
   } else {
     rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -204,18 +206,20 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
   // Sets the closed bit and publishes the admission count at that moment in one step (admitted_at_close_
   // is stored before the CAS that releases it), so whoever sees the bit can derive the leaks from it.
   // Closers take turns: otherwise a racing closer that lost the CAS could store its stale count into
-  // admitted_at_close_ after the winner's CAS. Owner side only; pushes never wait on this flag.
+  // admitted_at_close_ after the winner's CAS. Owner side only; pushes never wait on this flag. A later
+  // closer that finds the bit set reads the first closer's count (published by the flag's release).
   while (closing_.test_and_set(std::memory_order_acquire)) sched_yield();
-  std::uint64_t current = push_admissions_.load(std::memory_order_relaxed);
+  std::uint64_t current = push_admissions_.load(std::memory_order_acquire);
   while ((current & kClosedBit) == 0) {
     admitted_at_close_.store(current, std::memory_order_relaxed);
     if (push_admissions_.compare_exchange_weak(current, current | kClosedBit, std::memory_order_seq_cst,
-                                               std::memory_order_relaxed)) {
+                                               std::memory_order_acquire)) {
       break;
     }
   }
+  // Only pushes admitted while open complete (late ones are leaks), so wait for exactly those.
+  const std::uint64_t admitted = admitted_at_close_.load(std::memory_order_relaxed);
   closing_.clear(std::memory_order_release);
-  const std::uint64_t admitted = current & ~kClosedBit;
   // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
   // thread was preempted mid-push.
   while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
@@ -268,7 +272,10 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     // Orders the reads above before the re-check: a push admitted after it is in none of them.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     const std::uint64_t admitted_after = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
-    if (completed == admitted && admitted_after == admitted) break;
+    // Closed: every push admitted before the close has completed once close() returned, and later ones
+    // are counted by the admission word alone, so this read is exact as it is.
+    const bool settled = (admissions & kClosedBit) != 0 || completed == admitted;
+    if (settled && admitted_after == admitted) break;
   }
   counters.drain_calls = drain_calls_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);

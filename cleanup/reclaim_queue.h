@@ -185,8 +185,9 @@ class ReclaimQueue {
   // push_admissions_: bit 63 = closed (set by close() with fetch_or, seq_cst); low bits count pushes
   // admitted (fetch_add by push(), seq_cst, so each push is ordered before or after the close).
   alignas(64) std::atomic<std::uint64_t> push_admissions_{0};
-  // push_completions_: fetch_add(release) by push() when its admitted push is done (stored, leaked or
-  // rejected); close() loads it with acquire to wait for admitted pushes, then sees their items.
+  // push_completions_: fetch_add(release) by push() when a push admitted while open is done (stored or
+  // rejected; a leak after close is not counted); close() loads it with acquire to wait for exactly the
+  // pushes admitted before it, then sees their items.
   alignas(64) std::atomic<std::uint64_t> push_completions_{0};
   // signaled_: true while the eventfd has been written and not yet cleared. Set by exchange on the
   // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. seq_cst fences on

@@ -1,9 +1,12 @@
 // Many producer threads, concurrent drains and a close in the middle: every pointer is released at most
 // once, exactly the queued ones are released, and the conservation law holds exactly at the end.
 #include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
+#include "cleanup/queue_allocation.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
 #include "tests/cleanup/release_recorder.h"
@@ -145,6 +148,50 @@ TEST(ReclaimQueueConcurrency, SnapshotOfClosedQueueConservesWhileLatePushesArriv
   EXPECT_TRUE(counters.conserved());
   EXPECT_EQ(counters.released, 1000u);
   EXPECT_GT(counters.leaked_after_close, 0u);
+}
+
+// Blocks the allocation of the one thread that sets g_block_this_thread until g_unblock is set: a push
+// held between its admission and its enqueue, as when CUDA's thread is preempted mid-push.
+thread_local bool g_block_this_thread = false;
+std::atomic<bool> g_blocked{false};
+std::atomic<bool> g_unblock{false};
+
+void* blocking_allocate(std::size_t size) noexcept {
+  if (g_block_this_thread) {
+    g_blocked.store(true);
+    while (!g_unblock.load()) std::this_thread::yield();
+  }
+  return std::malloc(size);
+}
+
+// close() must wait for the pushes admitted before it; a late push (leaked) that completes meanwhile
+// must not let close() return early, leaving the slow push's item pending forever after the final drain.
+TEST(ReclaimQueueConcurrency, CloseWaitsForEarlierPushEvenWhenLatePushesCompleteFirst) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(2);
+  reclaim::set_queue_allocator_for_testing(blocking_allocate);
+  std::thread slow([&] {
+    g_block_this_thread = true;  // a new thread's first push allocates its producer record
+    EXPECT_EQ(queue.push(item_for(0)), PushStatus::kQueued);
+  });
+  while (!g_blocked.load()) std::this_thread::yield();
+  std::atomic<std::size_t> closed_released{SIZE_MAX};
+  std::thread closer([&] { closed_released = queue.close(ReleaseRecorder::release, &recorder); });
+  while (!queue.is_closed()) std::this_thread::yield();
+  EXPECT_EQ(queue.push(item_for(1)), PushStatus::kLeakedAfterClose);
+  // Gives a wrongly early close() time to return before the slow push goes on (not asserted on).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  g_unblock.store(true);
+  slow.join();
+  closer.join();
+  reclaim::set_queue_allocator_for_testing(nullptr);
+  EXPECT_EQ(closed_released.load(), 1u);
+  EXPECT_EQ(recorder.count(0), 1);
+  EXPECT_EQ(recorder.count(1), 0);
+  const auto counters = queue.snapshot();
+  EXPECT_EQ(counters.pending, 0u);
+  EXPECT_EQ(counters.leaked_after_close, 1u);
+  EXPECT_TRUE(counters.conserved());
 }
 
 }  // namespace

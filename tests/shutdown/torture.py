@@ -39,6 +39,7 @@ OUTCOMES = collections.OrderedDict(
     [
         ("clean", "clean"),
         ("crash", "crash (signal)"),
+        ("crash_idle", "crash, no release call in flight"),
         ("hang", "hang (timeout)"),
         ("fatal", "Fatal Python error"),
         ("exit_code", "wrong exit code"),
@@ -48,6 +49,13 @@ OUTCOMES = collections.OrderedDict(
     ]
 )
 LAW = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+
+# Interpreter crashes that are CPython's own, where the gate of --require-clean tolerates a
+# "crash, no release call in flight" (still counted and printed). CPython 3.10: a daemon Python thread
+# that wins the GIL after Py_Finalize has freed the interpreter state segfaults in take_gil()
+# (RESET_GIL_DROP_REQUEST on the freed interpreter); the longer exit() takes after Py_Finalize (C atexit
+# handlers, library destructors — CUDA's context teardown in real programs), the likelier it is.
+KNOWN_INTERPRETER_CRASHES = {("3.10", "daemon_threads")}
 
 
 def signal_name(number):
@@ -86,11 +94,15 @@ def classify(strategy, scenario, rc, stderr, shared, timed_out):
         return "hang", "timeout"
     if rc < 0 and rc != expected:
         detail = signal_name(-rc)
+        # The shared record is as of the moment of death: when every native call had returned, the crash
+        # was not in a release path (e.g. a daemon Python thread touching a freed interpreter).
+        idle = (shared["entered"] == shared["returned"] and
+                shared["burst_entered"] == shared["burst_returned"])
         if terminate:
             detail += ", terminate called"
         if fatal:
             detail += ", Fatal Python error"
-        return "crash", detail
+        return ("crash_idle" if idle else "crash"), detail
     if fatal:
         return "fatal", f"rc={rc}"
     if rc != expected:
@@ -257,8 +269,8 @@ def silent_drops(results, strategy):
 
 def counted_leaks(results, strategy):
     """R: mean late hand-overs per run that the exit reports counted as leaked_after_close."""
-    runs = [sum(rep["leaked_after_close"] for rep in r.get("reports", ()))
-            for r in results if r["strategy"] == strategy]
+    runs = [sum(rep["leaked_after_close"] for rep in r["reports"])
+            for r in results if r["strategy"] == strategy and "reports" in r]
     return f"{sum(runs) / len(runs):.0f}" if strategy == "R" and runs else "-"
 
 
@@ -294,6 +306,22 @@ def summary(results, *, markdown=False, by_scenario=True, details=True):
                 seen = "; ".join(f"{n}x {d}" for d, n in counter.most_common(3))
                 text.append(f"{'- ' if markdown else '  '}{s} {scenario}: {seen}")
     return "\n".join(text)
+
+
+def gate(results, strategies, version):
+    """The runs of `strategies` that are not clean, less known CPython crashes outside any release call
+    (KNOWN_INTERPRETER_CRASHES), which are reported on stdout."""
+    minor = ".".join(version.split(".")[:2])
+
+    def known(r):
+        return r["outcome"] == "crash_idle" and (minor, r["scenario"]) in KNOWN_INTERPRETER_CRASHES
+
+    chosen = [r for r in results if r["strategy"] in strategies and r["outcome"] != "clean"]
+    tolerated = sum(1 for r in chosen if known(r))
+    if tolerated:
+        print(f"\n{tolerated} run(s) of {', '.join(strategies)} hit a known CPython {minor} crash outside "
+              "any release call (see KNOWN_INTERPRETER_CRASHES); not counted against them")
+    return [r for r in chosen if not known(r)]
 
 
 def parse_args(argv):
@@ -346,7 +374,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"python": version, "seconds": elapsed, "results": results}, out)
-    failures = [r for r in results if r["strategy"] in args.require_clean and r["outcome"] != "clean"]
+    failures = gate(results, args.require_clean, version)
     for r in failures[:5]:
         print(f"\nFAILED {r['strategy']}/{r['scenario']}: {r['outcome']} ({r['detail']}), rc={r['rc']}\n"
               f"shared: {r['shared']}\nstderr tail:\n{r['stderr_tail']}", file=sys.stderr)
