@@ -11,6 +11,7 @@ assertion: no timing is ever asserted).
 import argparse
 import json
 import math
+import os
 import re
 import sys
 
@@ -293,18 +294,23 @@ WHY = """\
   after almost every push, so the next push is an empty→non-empty edge and pays one `write(2)` to the
   eventfd (a few hundred ns). The anchors never signal anyone from the producer (the mutex anchors are
   drained on their library's next entry; cuda.core's pending call stays scheduled while the main thread
-  is blocked). What would win it: *lazy re-arm* — after a drain that empties the queue the drain thread
-  keeps the signal set and polls once more with a short timeout (say 1 ms) before clearing it; pushes in
-  that time skip the write, so a steady stream costs at most one write per timeout, for at most that much
-  added latency on a push that arrives in it.
+  is blocked). Done since the first run of this report: the drain thread *lingers* — a drain that found
+  work keeps the signal set (the fd itself goes quiet) and the thread looks again after 1 ms, so pushes
+  in that time skip the write; the first drain that finds nothing clears the signal and the thread blocks
+  again. A steady stream costs at most one write per millisecond, for at most 1 ms added latency on a
+  push that arrives meanwhile (pinned by
+  `test_drain_thread_lingers_under_steady_traffic_so_producers_skip_most_eventfd_writes`: 4000 pushes
+  50 µs apart made 3972 writes before, far fewer than 1000 now; on the H200, section 6, 1 write for
+  40100 hand-overs instead of 20485).
 - **Release latency, busy main thread.** The auto-drain thread must take the GIL from a thread that runs
   bytecode; CPython hands it over after the switch interval (5 ms), so p50 is a few ms (gc mode does
   better on allocation-heavy code: it drains at every collection). cuda.core's pending call never ran in
-  the window on CPython 3.10–3.12 (see the note) but runs within about 10 µs on 3.13. What would win the
-  row on 3.13+: when the drain thread wakes, it also calls `Py_AddPendingCall(drain)` (it is a
-  Python-owned thread, so the producer path still never touches Python), then waits for the GIL as now;
-  whichever runs first drains. On 3.10–3.12 that gains nothing for the same reason cuda.core's call does
-  not run.
+  the window on CPython 3.10–3.12 (see the note) but runs within about 10 µs on 3.13. Done on 3.13+:
+  when the drain thread wakes, it also schedules one bounded drain with `Py_AddPendingCall` (it is a
+  Python-owned thread, so the producer path still never touches Python), then waits for the GIL as
+  before; whichever runs first drains (pinned by
+  `test_busy_main_thread_releases_through_the_nudge_without_waiting_for_the_gil`). On 3.10–3.12 that
+  gains nothing, for the same reason cuda.core's call does not run, so it is not done there.
 - **Drain throughput.** Two costs, both visible in the tables: bindings' release action (a call through a
   function pointer per reference plus a `PyErr_Occurred()` call, so that a finalizer's exception goes to
   `sys.unraisablehook` and never stops the drain; the "plain loop calling bindings' release action" row),
@@ -436,14 +442,46 @@ def document(r, args, plot_name):
     ]
     parts += ["Listed mechanically from this run's p50s and throughputs:", ""]
     parts += [f"- {note}" for note in slower] or ["- nowhere"]
-    parts += ["", WHY, "",
-              "## 6. GPU: graph create/retain/destroy",
-              "",
-              "`bench/gpu_graph_bench.py` measures the cost a cuda-reclaim user object adds to a CUDA graph's "
-              "create / retain / destroy cycle, against a raw user object with an empty destructor; it needs "
-              "a GPU, `cuda-bindings` 13 and the installed wheel, and skips with a message elsewhere. Not run "
-              "here (no GPU on this machine).", ""]
+    parts += ["", WHY, ""] + gpu_section(args.gpu)
     return "\n".join(parts)
+
+
+def gpu_section(path):
+    """Section 6 from bench/gpu_graph_bench.py's --json output (run on a GPU machine), if there is one."""
+    parts = [
+        "## 6. GPU: graph create/retain/destroy",
+        "",
+        "`bench/gpu_graph_bench.py` measures the cost a cuda-reclaim user object adds to a CUDA graph's "
+        "create / retain / destroy cycle (cuGraphCreate, attach one user object, cuGraphDestroy), against a "
+        "raw user object with an empty C destructor, all variants interleaved in one run. It needs a GPU, "
+        "`cuda-bindings` 13 and the installed wheel, and skips with a message elsewhere.",
+        "",
+    ]
+    if not path or not os.path.exists(path):
+        return parts + ["No GPU results given to this report (`--gpu`).", ""]
+    with open(path) as f:
+        gpu = json.load(f)
+    parts += [
+        f"Run on {gpu['device']}, Python {gpu['python']} (results: `{path}`; command: "
+        "`python bench/gpu_graph_bench.py --cycles 20000 --json OUT` with the wheel installed, e.g. "
+        "through `tests/gpu/make_bundle.sh`).",
+        "",
+        "| variant | cycles | p50 | p99 | p50 / raw | p99 / raw |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in gpu["rows"]:
+        parts.append(
+            f"| {row['variant']} | {row['cycles']} | {row['p50_ns'] / 1000:.2f} µs | {row['p99_ns'] / 1000:.2f} µs "
+            f"| {row['p50_vs_raw']:.2f}× | {row['p99_vs_raw']:.2f}× |"
+        )
+    stats = gpu.get("stats", {})
+    parts += [
+        "",
+        f"References handed to cuda-reclaim: {gpu['handed_over']}, released: {gpu['released']}; "
+        f"eventfd writes (`wakeups`): {stats.get('wakeups', '?')}, drains: {stats.get('drain_calls', '?')}.",
+        "",
+    ]
+    return parts
 
 
 def plot(r, path):
@@ -510,6 +548,8 @@ def main(argv=None):
     parser.add_argument("--command", default="bash bench/run_benchmarks.sh", help="the command to cite")
     parser.add_argument("--caveat", default="", help="a line quoted under the run's facts")
     parser.add_argument("--check", action="store_true", help="only check that every row is present")
+    parser.add_argument("--gpu", default="docs/benchmarks-gpu.json",
+                        help="gpu_graph_bench.py's JSON from a GPU machine (section 6), if present")
     args = parser.parse_args(argv)
     with open(args.python) as f:
         py = json.load(f)
