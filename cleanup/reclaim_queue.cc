@@ -28,6 +28,7 @@ struct QueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
   // Larger blocks than the default (32): fewer block hand-offs per pointer, and with the larger initial
   // index a producer thread can hold 256 * 256 pointers before its block index must grow (allocate).
   static const std::size_t BLOCK_SIZE = 256;
+  static const std::size_t EXPLICIT_INITIAL_INDEX_SIZE = 256;
   static const std::size_t IMPLICIT_INITIAL_INDEX_SIZE = 256;
 
   static void* malloc(std::size_t size) {
@@ -56,34 +57,117 @@ int make_eventfd() noexcept {
   return fd;
 }
 
+// Puts a fresh eventfd behind the descriptor number `fd` (fork child: the inherited object is shared with
+// the parent and must not wake either side for the other; an event loop may have registered the number).
+void replace_eventfd(int fd) noexcept {
+  const int fresh = make_eventfd();
+  if (::dup3(fresh, fd, O_CLOEXEC) < 0) die("dup3() of an eventfd failed after fork");
+  ::close(fresh);
+}
+
+// Where a thread starts looking for a free producer slot: a hash of its pthread handle, so that a thread
+// keeps finding the same slot (its producer stays warm) and concurrent threads spread out. No
+// thread-local storage: a thread's first TLS access in a dlopen'ed library may allocate.
+std::size_t preferred_slot(std::size_t slot_count) noexcept {
+  std::uint64_t h = static_cast<std::uint64_t>(::pthread_self());
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  return static_cast<std::size_t>(h % slot_count);
+}
+
 }  // namespace
 
 void set_queue_allocator_for_testing(AllocateFn allocate) noexcept {
   g_allocate.store(allocate, std::memory_order_relaxed);
 }
 
-struct ReclaimQueue::Storage {
-  explicit Storage(std::size_t reserved_capacity) : queue(reserved_capacity) {}
-  PointerQueue queue;
+// One producer slot: a moodycamel explicit producer that at most one thread uses at a time.
+struct alignas(64) ProducerSlot {
+  // Taken with exchange(acquire) by a pushing thread, given back with store(release) after its enqueue:
+  // the next holder sees the producer exactly as the last one left it (explicit producers are
+  // single-threaded).
+  std::atomic<bool> held{false};
+  // Written only by the thread holding `held`: the token is created on the slot's first use.
+  bool has_token = false;
+  // Set (relaxed) once the slot's producer exists; read by producer_use() for diagnostics.
+  std::atomic<bool> used{false};
+  alignas(moodycamel::ProducerToken) unsigned char token_bytes[sizeof(moodycamel::ProducerToken)];
+
+  moodycamel::ProducerToken& token() noexcept {
+    return *std::launder(reinterpret_cast<moodycamel::ProducerToken*>(token_bytes));
+  }
 };
 
-ReclaimQueue::Storage* ReclaimQueue::make_storage(std::size_t reserved_capacity) noexcept {
+struct ReclaimQueue::Storage {
+  Storage(std::size_t reserved_capacity, ProducerSlot* slot_array, std::size_t count)
+      : queue(reserved_capacity), slots(slot_array), slot_count(count) {}
+  // Tokens go before the queue that owns their producers (tests destroy queues; production never does).
+  ~Storage() {
+    for (std::size_t i = 0; i < slot_count; ++i) {
+      if (slots[i].has_token) slots[i].token().~ProducerToken();
+      slots[i].~ProducerSlot();
+    }
+    std::free(slots);
+  }
+
+  // Stores `item` through a free producer slot; false when storage could not grow (allocation failure).
+  bool enqueue(void* item) noexcept {
+    const std::size_t start = preferred_slot(slot_count);
+    for (std::size_t probe = 0; probe < slot_count; ++probe) {
+      ProducerSlot& slot = slots[(start + probe) % slot_count];
+      if (slot.held.load(std::memory_order_relaxed) || slot.held.exchange(true, std::memory_order_acquire)) {
+        continue;
+      }
+      bool stored = false;
+      if (!slot.has_token) {
+        auto* token = new (slot.token_bytes) moodycamel::ProducerToken(queue);
+        if (token->valid()) {
+          slot.has_token = true;
+          slot.used.store(true, std::memory_order_relaxed);
+        } else {
+          token->~ProducerToken();  // out of memory: this push is rejected; a later one tries again
+        }
+      }
+      if (slot.has_token) stored = queue.enqueue(slot.token(), item);
+      slot.held.store(false, std::memory_order_release);
+      return stored;
+    }
+    // Every slot is held at this instant: this thread's own implicit producer (created once per such
+    // thread). Never waits for a slot: a holder may be preempted, and push() must not block.
+    overflow_pushes.fetch_add(1, std::memory_order_relaxed);
+    return queue.enqueue(item);
+  }
+
+  PointerQueue queue;
+  ProducerSlot* const slots;
+  const std::size_t slot_count;
+  std::atomic<std::uint64_t> overflow_pushes{0};  // relaxed; pushes that found every slot held
+};
+
+ReclaimQueue::Storage* ReclaimQueue::make_storage(const QueueOptions& options) noexcept {
   // Construction allocates the block pool through QueueTraits::malloc (std::malloc in production); a
   // queue that cannot reserve at start-up is not worth running with.
+  const std::size_t slot_count = options.producer_slots == 0 ? 1 : options.producer_slots;
+  void* slot_memory = std::malloc(sizeof(ProducerSlot) * slot_count);
   void* memory = std::malloc(sizeof(Storage));
-  if (memory == nullptr) die("cannot allocate the reclaim queue");
-  return new (memory) Storage(reserved_capacity);
+  if (memory == nullptr || slot_memory == nullptr) die("cannot allocate the reclaim queue");
+  auto* slots = static_cast<ProducerSlot*>(slot_memory);
+  for (std::size_t i = 0; i < slot_count; ++i) new (&slots[i]) ProducerSlot();
+  return new (memory) Storage(options.reserved_capacity, slots, slot_count);
 }
 
 ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
-    : storage_(make_storage(options.reserved_capacity)),
-      reserved_capacity_(options.reserved_capacity),
-      wakeup_fd_(make_eventfd()) {}
+    : storage_(make_storage(options)),
+      options_(options),
+      wakeup_fd_(make_eventfd()),
+      closed_fd_(make_eventfd()) {}
 
 ReclaimQueue::~ReclaimQueue() {
   storage_->~Storage();
   std::free(storage_);
   ::close(wakeup_fd_);
+  ::close(closed_fd_);
 }
 
 PushStatus ReclaimQueue::push(void* item) noexcept {
@@ -96,7 +180,7 @@ PushStatus ReclaimQueue::push(void* item) noexcept {
     return PushStatus::kLeakedAfterClose;
   }
   PushStatus status;
-  if (storage_->queue.enqueue(item)) {
+  if (storage_->enqueue(item)) {
     status = PushStatus::kQueued;
   } else {
     rejected_.fetch_add(1, std::memory_order_relaxed);
@@ -132,6 +216,10 @@ void ReclaimQueue::notify() noexcept {
 
 void ReclaimQueue::clear_signal_if_empty() noexcept {
   if (storage_->queue.size_approx() != 0) return;  // still pending: stay readable.
+  clear_signal();
+}
+
+void ReclaimQueue::clear_signal() noexcept {
   std::uint64_t count;
   (void)::read(wakeup_fd_, &count, sizeof count);  // EAGAIN when already clear: fine.
   signaled_.store(false, std::memory_order_relaxed);
@@ -140,7 +228,9 @@ void ReclaimQueue::clear_signal_if_empty() noexcept {
   if (storage_->queue.size_approx() != 0) signal_edge();
 }
 
-void ReclaimQueue::note_pending(std::uint64_t seen) noexcept {
+void ReclaimQueue::end_linger() noexcept { clear_signal(); }
+
+void ReclaimQueue::note_pending(std::uint64_t seen) const noexcept {
   std::uint64_t highest = max_pending_.load(std::memory_order_relaxed);
   while (seen > highest &&
          !max_pending_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
@@ -220,6 +310,9 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
   // Only pushes admitted while open complete (late ones are leaks), so wait for exactly those.
   const std::uint64_t admitted = admitted_at_close_.load(std::memory_order_relaxed);
   closing_.clear(std::memory_order_release);
+  // Wakes every waiter, now and later (never read): a drain(timeout) blocked on an open queue returns.
+  const std::uint64_t one = 1;
+  (void)!::write(closed_fd_, &one, sizeof one);
   // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
   // thread was preempted mid-push.
   while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
@@ -246,9 +339,28 @@ std::size_t ReclaimQueue::pending() const noexcept { return storage_->queue.size
 
 int ReclaimQueue::wakeup_fd() const noexcept { return wakeup_fd_; }
 
-bool ReclaimQueue::wait_for_work(int timeout_ms) noexcept {
-  struct pollfd waiter = {wakeup_fd_, POLLIN, 0};
-  return ::poll(&waiter, 1, timeout_ms) > 0 && (waiter.revents & POLLIN) != 0;
+bool ReclaimQueue::wait_for_work(int timeout_ms) noexcept { return wait_for_work_or(-1, timeout_ms); }
+
+bool ReclaimQueue::wait_for_work_or(int extra_fd, int timeout_ms) noexcept {
+  // poll(2) ignores entries with a negative fd.
+  struct pollfd waiters[3] = {{wakeup_fd_, POLLIN, 0}, {closed_fd_, POLLIN, 0}, {extra_fd, POLLIN, 0}};
+  if (::poll(waiters, 3, timeout_ms) <= 0) return false;
+  for (const pollfd& waiter : waiters) {
+    if ((waiter.revents & POLLIN) != 0) return true;
+  }
+  return false;
+}
+
+ProducerUse ReclaimQueue::producer_use() const noexcept {
+  ProducerUse use;
+  use.slot_count = storage_->slot_count;
+  for (std::size_t i = 0; i < storage_->slot_count; ++i) {
+    // has_token is written by slot holders; read here for diagnostics only, through the slot's flag.
+    ProducerSlot& slot = storage_->slots[i];
+    if (slot.used.load(std::memory_order_relaxed)) ++use.slots_used;
+  }
+  use.overflow_pushes = storage_->overflow_pushes.load(std::memory_order_relaxed);
+  return use;
 }
 
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
@@ -267,6 +379,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     counters.enqueued = admitted - counters.rejected;
     counters.released = released_.load(std::memory_order_relaxed);
     counters.pending = storage_->queue.size_approx();
+    note_pending(counters.pending);
     counters.leaked_after_close = leaked_in(admissions);
     counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
     // Orders the reads above before the re-check: a push admitted after it is in none of them.
@@ -297,13 +410,13 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   leaked_before_reopen_.store(leaked, std::memory_order_relaxed);  // reopening ends the derivation
   push_admissions_.store(admitted, std::memory_order_relaxed);  // open again
   push_completions_.store(admitted, std::memory_order_relaxed);  // cut-off pushes count as done
-  storage_ = make_storage(reserved_capacity_);
+  closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
+  storage_ = make_storage(options_);
 
-  // Same descriptor number (an event loop in the child may have registered it), new eventfd behind it:
-  // the inherited one is shared with the parent and must not wake either side for the other.
-  const int fresh = make_eventfd();
-  if (::dup3(fresh, wakeup_fd_, O_CLOEXEC) < 0) die("dup3() of the wake-up eventfd failed after fork");
-  ::close(fresh);
+  // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds
+  // behind them: the child's queue is open and empty whatever the parent's state.
+  replace_eventfd(wakeup_fd_);
+  replace_eventfd(closed_fd_);
   signaled_.store(false, std::memory_order_relaxed);
 }
 
@@ -312,10 +425,14 @@ namespace {
 ReclaimQueue* create_global_queue() noexcept {
   QueueOptions options;
   if (const char* text = std::getenv("CUDA_RECLAIM_RESERVED_CAPACITY")) {
-    char* end = nullptr;
-    unsigned long long value = std::strtoull(text, &end, 10);
-    if (end != text && *end == '\0' && value > 0) options.reserved_capacity = value;
-    else std::fprintf(stderr, "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=%s\n", text);
+    // The Python module refuses a bad value with an ImportError before it gets here; a C++ program that
+    // links cleanup/ alone gets this note and the default.
+    if (!parse_reserved_capacity(text, &options.reserved_capacity)) {
+      std::fprintf(stderr,
+                   "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=%s (expected an integer from 1 "
+                   "to %zu); using %zu\n",
+                   text, kMaxReservedCapacity, options.reserved_capacity);
+    }
   }
   // Never deleted: pushes from CUDA's thread during exit() must find it alive.
   auto* queue = new (std::nothrow) ReclaimQueue(options);
@@ -325,6 +442,19 @@ ReclaimQueue* create_global_queue() noexcept {
 }
 
 }  // namespace
+
+bool parse_reserved_capacity(const char* text, std::size_t* capacity) noexcept {
+  if (text == nullptr || capacity == nullptr || *text == '\0') return false;
+  std::size_t value = 0;
+  for (const char* digit = text; *digit != '\0'; ++digit) {
+    if (*digit < '0' || *digit > '9') return false;
+    value = value * 10 + static_cast<std::size_t>(*digit - '0');
+    if (value > kMaxReservedCapacity) return false;  // checked per digit: no overflow on long inputs
+  }
+  if (value == 0) return false;
+  *capacity = value;
+  return true;
+}
 
 ReclaimQueue& global_queue() noexcept {
   static ReclaimQueue* const queue = create_global_queue();

@@ -26,8 +26,20 @@
 // say where every pointer went.
 //
 // Wake-up: an eventfd becomes readable on the empty→non-empty edge (one write per edge, coalesced), stays
-// readable while work is pending, and is cleared by the drain that empties the queue. The descriptor
-// number never changes for the life of the process (fork replaces the object behind it, not the number).
+// readable while work is pending, and is cleared by the drain that empties the queue. The one exception
+// is a lingering drain (drain_and_linger): it promises to drain again soon, so until end_linger() or its
+// next drain, new work does not make the fd readable. The descriptor number never changes for the life of
+// the process (fork replaces the object behind it, not the number).
+//
+// Producers: pushes go through a fixed set of producer slots (QueueOptions::producer_slots), each a
+// moodycamel explicit producer that one pushing thread holds for the length of one push. Memory and the
+// cost of a drain are therefore bounded by the slot count, not by how many distinct threads ever pushed:
+// programs that push from thousands of short-lived threads do not grow the queue. Only when every slot is
+// held at once (more threads inside push() at the same instant than there are slots) does a push fall
+// back to moodycamel's per-thread implicit producer.
+//
+// Memory ordering promised to users: everything a thread wrote before push(p) is visible to the thread
+// that runs release(p) (the queue's enqueue/dequeue pair synchronizes).
 
 #pragma once
 
@@ -60,7 +72,7 @@ struct CounterSnapshot {
   std::uint64_t abandoned_after_fork = 0;
   std::uint64_t drain_calls = 0;  // drains that found the wake-up signal set; an empty drain returns
                                   // after one load, before counting.
-  std::uint64_t max_pending = 0;  // highest pending seen by a drain or close (high-water mark).
+  std::uint64_t max_pending = 0;  // highest pending seen by a drain, close or snapshot (high-water mark).
   std::uint64_t wakeups = 0;      // eventfd writes: one per empty→non-empty edge, plus notify() calls.
 
   // True when the conservation law holds for this snapshot. Exact for a closed queue, even while late
@@ -71,10 +83,30 @@ struct CounterSnapshot {
   }
 };
 
+// Largest reserved capacity accepted (pointers): 2^24, 128 MiB of slots. Larger requests are refused
+// (parse_reserved_capacity) rather than letting the block arithmetic overflow.
+constexpr std::size_t kMaxReservedCapacity = std::size_t{1} << 24;
+
 struct QueueOptions {
-  // Pointer slots reserved up front, so that pushes from already-known producer threads do not allocate
-  // until this many are pending. Rounded up to whole blocks of the underlying queue.
+  // Pointer slots reserved up front, so that pushes do not allocate until this many are pending.
+  // Rounded up to whole blocks of the underlying queue. 1 to kMaxReservedCapacity.
   std::size_t reserved_capacity = 64 * 1024;
+  // Producer slots (see the header comment): how many threads can be inside push() at once before a push
+  // falls back to a per-thread producer. Each slot used costs one producer record (about 2 KiB) plus the
+  // blocks it holds. At least 1.
+  std::size_t producer_slots = 64;
+};
+
+// Parses a reserved capacity from text (CUDA_RECLAIM_RESERVED_CAPACITY): a decimal integer from 1 to
+// kMaxReservedCapacity, nothing else. Returns true and sets *capacity, or returns false and leaves it.
+// Any thread; never touches Python; never blocks.
+bool parse_reserved_capacity(const char* text, std::size_t* capacity) noexcept;
+
+// How a queue's producer slots are used (ReclaimQueue::producer_use()).
+struct ProducerUse {
+  std::size_t slot_count = 0;          // QueueOptions::producer_slots
+  std::size_t slots_used = 0;          // slots whose producer exists (each holds its blocks for reuse)
+  std::uint64_t overflow_pushes = 0;   // pushes that found every slot held and used a per-thread producer
 };
 
 class ReclaimQueue {
@@ -92,9 +124,9 @@ class ReclaimQueue {
 
   // Hands `item` over; the queue now owns it until a drain releases it (or it is counted as leaked or
   // rejected). Steals the pointer: the caller must not use it afterwards, whatever the status.
-  // Cost: a few relaxed atomic RMWs, one queue enqueue (no allocation while reserved capacity lasts on a
-  // thread that has pushed before; see docs in README on a thread's first push), one eventfd write on
-  // the empty→non-empty edge.
+  // Cost: two atomic RMWs on shared counters and one on a producer slot, one queue enqueue (no allocation
+  // while reserved capacity lasts, except the first use of a producer slot), one eventfd write on the
+  // empty→non-empty edge.
   // Any thread; never touches Python; never blocks.
   PushStatus push(void* item) noexcept;
 
@@ -117,6 +149,12 @@ class ReclaimQueue {
   // Any thread (several may drain at once); never blocks.
   std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
 
+  // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
+  // the signal otherwise. A lingering caller that will not drain again (a drain thread that is stopping)
+  // must call it, or pushes would keep skipping the eventfd write with nobody left to drain.
+  // Any thread; never touches Python; never blocks.
+  void end_linger() noexcept;
+
   // Closes the queue: later pushes only count as leaked_after_close. Waits for pushes admitted before
   // the close to finish (they never block, so this is short), then releases everything still queued with
   // `release` (if `release` is null, those pointers stay pending and are reported as such).
@@ -137,19 +175,31 @@ class ReclaimQueue {
   // Any thread; never touches Python; never blocks.
   std::size_t pending() const noexcept;
 
-  // A consistent-at-quiescence copy of every counter; see CounterSnapshot.
+  // A consistent-at-quiescence copy of every counter; see CounterSnapshot. The pending count it reads also
+  // raises max_pending, so max_pending >= pending in every snapshot.
   // Any thread; never touches Python; never blocks.
   CounterSnapshot snapshot() const noexcept;
+
+  // Producer slots in use and overflow pushes (see the header comment); for tests and diagnostics.
+  // Any thread; never touches Python; never blocks.
+  ProducerUse producer_use() const noexcept;
 
   // The eventfd: readable while work is pending. Owned by the queue; never close it. The number is stable
   // for the life of the queue, across fork.
   // Any thread; never touches Python; never blocks.
   int wakeup_fd() const noexcept;
 
-  // Waits until the wake-up fd is readable or `timeout_ms` passes (negative: no limit). Returns true if
-  // work is (probably) pending. An interrupted wait (EINTR) returns false, so a caller can check signals.
+  // Waits until the wake-up fd is readable, the queue is closed, or `timeout_ms` passes (negative: no
+  // limit). Returns true if work is (probably) pending or the queue is closed: close() wakes every waiter,
+  // present and future (it makes a second, internal eventfd readable for good). An interrupted wait
+  // (EINTR) returns false, so a caller can check signals.
   // Any thread; blocks up to `timeout_ms`; never touches Python (release the GIL before calling).
   bool wait_for_work(int timeout_ms) noexcept;
+
+  // Like wait_for_work(), but also returns (true) when `extra_fd` becomes readable: lets a drain thread
+  // wait for work and for its own stop signal in one poll(2).
+  // Any thread; blocks up to `timeout_ms`; never touches Python.
+  bool wait_for_work_or(int extra_fd, int timeout_ms) noexcept;
 
   // Makes the wake-up fd readable even when nothing is pending, so that a waiter returns (used to stop a
   // drain thread). The next drain finds nothing and clears it. Counted in `wakeups`.
@@ -157,8 +207,9 @@ class ReclaimQueue {
   void notify() noexcept;
 
   // Call in the child right after fork(), while it is single-threaded: the child gets a fresh, open,
-  // empty queue (same fd number, new eventfd behind it); whatever the parent had queued or was pushing
-  // is counted as abandoned_after_fork and never touched. Counters keep their history. Allocates.
+  // empty queue (same fd number, new eventfd behind it), whether or not the parent had closed its own;
+  // whatever the parent had queued or was pushing is counted as abandoned_after_fork and never touched.
+  // Counters keep their history. Allocates.
   // Not thread-safe (fork child only).
   void reset_after_fork_in_child() noexcept;
 
@@ -167,17 +218,19 @@ class ReclaimQueue {
 
   void signal_edge() noexcept;
   void clear_signal_if_empty() noexcept;
+  void clear_signal() noexcept;
   void linger_if_empty() noexcept;
-  void note_pending(std::uint64_t seen) noexcept;
+  void note_pending(std::uint64_t seen) const noexcept;
   // leaked_after_close for the value `admissions` of push_admissions_ (see admitted_at_close_).
   std::uint64_t leaked_in(std::uint64_t admissions) const noexcept;
   std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items, bool linger);
-  static Storage* make_storage(std::size_t reserved_capacity) noexcept;
+  static Storage* make_storage(const QueueOptions& options) noexcept;
 
   // Written only by construction and by reset_after_fork_in_child (single-threaded); read by all.
   Storage* storage_;
-  std::size_t reserved_capacity_;
+  QueueOptions options_;
   int wakeup_fd_;
+  int closed_fd_;  // readable for good once close() has set the closed bit; wakes every waiter.
 
   static constexpr std::uint64_t kClosedBit = std::uint64_t{1} << 63;
 
@@ -199,6 +252,7 @@ class ReclaimQueue {
   alignas(64) std::atomic<std::uint64_t> admitted_at_close_{0};
   // closing_: held (test_and_set acquire / clear release) by close() while it sets the closed bit, so
   // concurrent closers cannot interleave their admitted_at_close_ stores. Never touched by push().
+  // Cleared by the fork reset: a closer of the parent may have held it at the moment of fork.
   std::atomic_flag closing_ = ATOMIC_FLAG_INIT;
   // leaked_before_reopen_: leaks after earlier closes; written only by the fork reset (single-threaded).
   std::atomic<std::uint64_t> leaked_before_reopen_{0};
@@ -208,7 +262,7 @@ class ReclaimQueue {
   // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.
   alignas(64) std::atomic<std::uint64_t> released_{0};
   std::atomic<std::uint64_t> drain_calls_{0};
-  std::atomic<std::uint64_t> max_pending_{0};
+  mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
 };
 

@@ -242,4 +242,41 @@ TEST(ReclaimQueue, ReportTruncatesToTheBuffer) {
   EXPECT_EQ(reclaim::format_report(reclaim::CounterSnapshot(), nullptr, 0), 0u);
 }
 
+TEST(ReclaimQueue, MaxPendingIsAtLeastPendingInEverySnapshot) {
+  ReclaimQueue queue;
+  for (std::size_t i = 0; i < 10; ++i) {
+    queue.push(item_for(i));
+    const auto counters = queue.snapshot();
+    EXPECT_EQ(counters.pending, i + 1);
+    EXPECT_GE(counters.max_pending, counters.pending);
+  }
+  ReleaseRecorder recorder(10);
+  queue.drain(ReleaseRecorder::release, &recorder);
+  EXPECT_EQ(queue.snapshot().max_pending, 10u) << "a high-water mark never goes down";
+}
+
+TEST(ReclaimQueue, ParseReservedCapacityAcceptsOnlyDecimalsInRange) {
+  std::size_t capacity = 7;
+  EXPECT_TRUE(reclaim::parse_reserved_capacity("1", &capacity));
+  EXPECT_EQ(capacity, 1u);
+  EXPECT_TRUE(reclaim::parse_reserved_capacity("16777216", &capacity));
+  EXPECT_EQ(capacity, reclaim::kMaxReservedCapacity);
+  capacity = 7;
+  for (const char* bad : {"", "0", "-1", "12k", " 5", "16777217", "2261669771489293824",
+                          "99999999999999999999999999999"}) {
+    EXPECT_FALSE(reclaim::parse_reserved_capacity(bad, &capacity)) << bad;
+    EXPECT_EQ(capacity, 7u) << "left unchanged on " << bad;
+  }
+  EXPECT_FALSE(reclaim::parse_reserved_capacity(nullptr, &capacity));
+}
+
+TEST(ReclaimQueue, LargestReservedCapacityConstructsAndWorks) {
+  reclaim::QueueOptions options;
+  options.reserved_capacity = reclaim::kMaxReservedCapacity;
+  ReclaimQueue queue(options);
+  ReleaseRecorder recorder(1);
+  EXPECT_EQ(queue.push(item_for(0)), PushStatus::kQueued);
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+}
+
 }  // namespace

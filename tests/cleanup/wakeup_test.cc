@@ -2,6 +2,7 @@
 // drain that empties the queue, and a blocking wait with a timeout.
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <thread>
@@ -129,6 +130,59 @@ TEST(WakeupFd, ClosingDrainClearsTheFd) {
   queue.close(ReleaseRecorder::release, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   queue.push(item_for(0));  // leaked after close: no work, so no wake-up.
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, EndLingerWithWorkPendingMakesTheFdReadable) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(3);
+  queue.push(item_for(0));
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  queue.push(item_for(1));  // skips the write: the signal is still set
+  queue.push(item_for(2));
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+  queue.end_linger();  // a stopping drain thread will not drain again
+  EXPECT_TRUE(readable(queue.wakeup_fd())) << "pending work must stay visible to other drainers";
+  EXPECT_TRUE(queue.maybe_pending());
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 2u);
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, EndLingerWithNothingPendingClearsTheSignalSoTheNextPushWrites) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(2);
+  queue.push(item_for(0));
+  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_TRUE(queue.maybe_pending());
+  queue.end_linger();
+  EXPECT_FALSE(queue.maybe_pending());
+  EXPECT_FALSE(readable(queue.wakeup_fd()));
+  const auto before = queue.snapshot().wakeups;
+  queue.push(item_for(1));
+  EXPECT_EQ(queue.snapshot().wakeups, before + 1) << "no lost wake-up after a linger ends";
+  EXPECT_TRUE(readable(queue.wakeup_fd()));
+}
+
+TEST(WakeupFd, CloseWakesABlockedWaiterAndEveryLaterWait) {
+  ReclaimQueue queue;
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    EXPECT_TRUE(queue.wait_for_work(-1));  // no limit: only close() can end it
+    returned = true;
+  });
+  queue.close(nullptr, nullptr);
+  waiter.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_TRUE(queue.wait_for_work(-1)) << "a wait after close returns at once";
+  EXPECT_FALSE(readable(queue.wakeup_fd())) << "the public fd still means work, not closed";
+}
+
+TEST(WakeupFd, WaitAlsoReturnsForTheExtraFd) {
+  ReclaimQueue queue;
+  ReclaimQueue other;  // its wake-up fd stands in for a drain thread's stop signal
+  EXPECT_FALSE(queue.wait_for_work_or(other.wakeup_fd(), 0));
+  other.notify();
+  EXPECT_TRUE(queue.wait_for_work_or(other.wakeup_fd(), -1));
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 

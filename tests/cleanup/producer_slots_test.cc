@@ -1,0 +1,86 @@
+// Producer slots: memory and drain cost stay bounded however many distinct threads ever pushed, every
+// item is released exactly once when more threads push at once than there are slots (overflow path), and
+// a thread keeps reusing its slot.
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "cleanup/reclaim_queue.h"
+#include "gtest/gtest.h"
+#include "tests/cleanup/release_recorder.h"
+
+namespace {
+
+using reclaim::QueueOptions;
+using reclaim::ReclaimQueue;
+using reclaim_test::item_for;
+using reclaim_test::ReleaseRecorder;
+
+TEST(ProducerSlots, HundredThousandShortLivedThreadsUseNoMoreThanTheSlots) {
+  constexpr std::size_t kThreads = 100000;
+  constexpr std::size_t kAlive = 64;  // threads alive at a time, as a thread pool per batch would have
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(kThreads);
+  std::size_t next = 0;
+  while (next < kThreads) {
+    std::vector<std::thread> wave;
+    for (std::size_t i = 0; i < kAlive && next < kThreads; ++i, ++next) {
+      wave.emplace_back([&queue, id = next] { queue.push(item_for(id)); });
+    }
+    for (std::thread& thread : wave) thread.join();
+    queue.drain(ReleaseRecorder::release, &recorder);
+  }
+  const reclaim::ProducerUse use = queue.producer_use();
+  EXPECT_LE(use.slots_used, use.slot_count);
+  EXPECT_EQ(use.slot_count, QueueOptions().producer_slots);
+  // Each overflow push may add one per-thread producer; there can be no more of them than pushes.
+  EXPECT_LE(use.overflow_pushes, kThreads);
+  EXPECT_EQ(recorder.total(), kThreads);
+  for (std::size_t id = 0; id < kThreads; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
+  EXPECT_TRUE(queue.snapshot().conserved());
+  std::printf("[ measured ] %zu threads: %zu of %zu producer slots used, %llu overflow pushes\n", kThreads,
+              use.slots_used, use.slot_count, static_cast<unsigned long long>(use.overflow_pushes));
+}
+
+TEST(ProducerSlots, OneThreadKeepsOneSlot) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(1000);
+  for (std::size_t i = 0; i < 1000; ++i) queue.push(item_for(i));
+  EXPECT_EQ(queue.producer_use().slots_used, 1u);
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1000u);
+}
+
+TEST(ProducerSlots, MoreConcurrentPushersThanSlotsLoseNothing) {
+  QueueOptions options;
+  options.producer_slots = 1;  // every concurrent push beyond one takes the overflow path
+  ReclaimQueue queue(options);
+  constexpr std::size_t kThreads = 8, kEach = 20000;
+  ReleaseRecorder recorder(kThreads * kEach);
+  std::atomic<bool> go{false};
+  std::vector<std::thread> threads;
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      for (std::size_t i = 0; i < kEach; ++i) queue.push(item_for(t * kEach + i));
+    });
+  }
+  go = true;
+  std::size_t released = 0;
+  while (released < kThreads * kEach) released += queue.drain(ReleaseRecorder::release, &recorder);
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(queue.producer_use().slots_used, 1u);
+  for (std::size_t id = 0; id < kThreads * kEach; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
+  EXPECT_TRUE(queue.snapshot().conserved());
+}
+
+TEST(ProducerSlots, ZeroSlotsMeansOne) {
+  QueueOptions options;
+  options.producer_slots = 0;
+  ReclaimQueue queue(options);
+  ReleaseRecorder recorder(1);
+  EXPECT_EQ(queue.push(item_for(0)), reclaim::PushStatus::kQueued);
+  EXPECT_EQ(queue.producer_use().slot_count, 1u);
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+}
+
+}  // namespace
