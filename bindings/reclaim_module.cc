@@ -14,6 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <strings.h>
+
+#include "bindings/drain.h"
 #include "bindings/graph_functions.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 #include "cleanup/reclaim.h"
@@ -21,39 +24,10 @@
 
 namespace {
 
+using reclaim_bindings::drain_safely;
+using reclaim_bindings::queue;
+
 static_assert(sizeof(cuda_reclaim_stats) == sizeof(reclaim_stats), "capsule stats mirror cleanup's");
-
-reclaim::ReclaimQueue& queue() { return reclaim::global_queue(); }
-
-bool interpreter_finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
-
-// The release action. Requires the GIL. A finalizer's exception goes to sys.unraisablehook (CPython does
-// that itself for __del__; this catches what a C-level dealloc leaves set) and never stops the drain.
-void release_reference(void* item, void*) {
-  PyObject* object = static_cast<PyObject*>(item);
-  Py_DECREF(object);
-  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
-}
-
-// Drains up to max_items in a known-safe context. Requires the GIL. The interpreter check keeps
-// invariant 4 even for a drain() called from a __del__ during finalization: nothing is released then,
-// and what is queued stays pending (the exit report says so).
-Py_ssize_t drain_safely(std::size_t max_items, bool linger = false) {
-  if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
-  // A finalizer may run with an exception already set by the caller's context; keep it aside.
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  const std::size_t released = linger ? queue().drain_and_linger(release_reference, nullptr, max_items)
-                                      : queue().drain(release_reference, nullptr, max_items);
-  PyErr_Restore(type, value, traceback);
-  return static_cast<Py_ssize_t>(released);
-}
 
 // --- capsule entry points ---------------------------------------------------------------------------
 
@@ -122,46 +96,11 @@ bool parse_timeout(PyObject* value, bool none_means_forever, int* timeout_ms) {
   return true;
 }
 
-// --- the main-thread nudge (CPython 3.13+) -----------------------------------------------------------
-//
-// The drain thread must take the GIL to release anything; from a main thread running bytecode CPython
-// hands it over only after the switch interval (5 ms). On 3.13+ a pending call reaches a busy main thread
-// within microseconds, so the drain thread, when it wakes, also schedules one drain there: whichever
-// thread gets the GIL first releases. Never from the producer path: only the Python-owned drain thread
-// calls this. On 3.10–3.12 a pending call added from another thread does not reliably interrupt a busy
-// main thread, so the nudge would gain nothing there.
-
-// Set (exchange, acq_rel) by the drain thread when it schedules the call; cleared (release) by the call
-// when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
-std::atomic<bool> g_main_thread_drain_scheduled{false};
-
-// Budget of one main-thread drain: bounded so the main thread is interrupted briefly; the drain thread
-// releases the rest.
-constexpr std::size_t kMainThreadDrainBudget = 4096;
-
-int main_thread_drain(void*) {
-  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
-  (void)drain_safely(kMainThreadDrainBudget);
-  return 0;
-}
-
-// Any thread; no GIL needed (Py_AddPendingCall's contract); never blocks.
-void nudge_main_thread() {
-#if PY_VERSION_HEX >= 0x030D0000
-  if (g_main_thread_drain_scheduled.exchange(true, std::memory_order_acq_rel)) return;
-  if (Py_AddPendingCall(main_thread_drain, nullptr) != 0) {
-    g_main_thread_drain_scheduled.store(false, std::memory_order_release);  // queue full: drain thread only
-  }
-#endif
-}
-
-// Blocks with the GIL released until work is probably pending or the timeout passes; with `nudge`, also
-// schedules a main-thread drain when work arrived (see above).
-bool wait_without_gil(int timeout_ms, bool nudge = false) {
+// Blocks with the GIL released until work is probably pending, the queue is closed, or the timeout passes.
+bool wait_without_gil(int timeout_ms) {
   bool ready;
   Py_BEGIN_ALLOW_THREADS
   ready = queue().wait_for_work(timeout_ms);
-  if (ready && nudge) nudge_main_thread();
   Py_END_ALLOW_THREADS
   return ready;
 }
@@ -200,6 +139,8 @@ PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
   int timeout_ms;
   if (!parse_budget(values[0], &budget)) return nullptr;
   if (!parse_timeout(values[1], /*none_means_forever=*/false, &timeout_ms)) return nullptr;
+  // A closed queue gets no new work: waiting for it would only end at the timeout (close() also wakes
+  // every drain already waiting).
   if (timeout_ms != 0 && !queue().maybe_pending() && !queue().is_closed()) wait_without_gil(timeout_ms);
   return PyLong_FromSsize_t(drain_safely(budget));
 }
@@ -208,19 +149,7 @@ PyObject* py_pending(PyObject*, PyObject*) { return PyLong_FromSize_t(queue().pe
 
 PyObject* py_is_closed(PyObject*, PyObject*) { return PyBool_FromLong(queue().is_closed()); }
 
-PyObject* py_close(PyObject*, PyObject*) {
-  if (interpreter_finalizing()) {
-    // Too late to release anything safely: close so later pushes count as leaked; queued ones stay
-    // pending and are reported.
-    queue().close(nullptr, nullptr);
-    return PyLong_FromLong(0);
-  }
-  PyObject *type, *value, *traceback;
-  PyErr_Fetch(&type, &value, &traceback);
-  const std::size_t released = queue().close(release_reference, nullptr);
-  PyErr_Restore(type, value, traceback);
-  return PyLong_FromSize_t(released);
-}
+PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim_bindings::close_safely()); }
 
 PyObject* py_defer_release(PyObject*, PyObject* object) {
   Py_INCREF(object);
@@ -275,26 +204,19 @@ PyObject* py_stats(PyObject*, PyObject*) {
 PyObject* py_fileno(PyObject*, PyObject*) { return PyLong_FromLong(queue().wakeup_fd()); }
 
 PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  if (nargs > 2) {
-    PyErr_Format(PyExc_TypeError, "wait() takes at most 2 arguments (%zd given)", nargs);
+  if (nargs > 1) {
+    PyErr_Format(PyExc_TypeError, "wait() takes at most 1 argument (%zd given)", nargs);
     return nullptr;
   }
   int timeout_ms;
   if (!parse_timeout(nargs >= 1 ? args[0] : Py_None, /*none_means_forever=*/true, &timeout_ms)) {
     return nullptr;
   }
-  int nudge = 0;
-  if (nargs == 2 && (nudge = PyObject_IsTrue(args[1])) < 0) return nullptr;
-  return PyBool_FromLong(wait_without_gil(timeout_ms, nudge != 0));
-}
-
-PyObject* py_drain_and_linger(PyObject*, PyObject*) {
-  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/true));
+  return PyBool_FromLong(wait_without_gil(timeout_ms));
 }
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
-  // A main-thread drain scheduled in the parent may not exist in the child's pending-call queue.
-  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
+  reclaim_bindings::forget_main_thread_drain_after_fork();
   Py_RETURN_NONE;
 }
 
@@ -309,6 +231,48 @@ PyObject* py_report(PyObject*, PyObject*) {
   return PyUnicode_FromStringAndSize(line, static_cast<Py_ssize_t>(length));
 }
 
+// --- exit report --------------------------------------------------------------------------------------
+
+// Set at import from CUDA_RECLAIM_REPORT; read once at process exit.
+bool g_exit_report_requested = false;
+// Exchanged by whichever exit path writes the report first: one report per process.
+std::atomic<bool> g_exit_report_written{false};
+// Set by _report_at_finalize(): this exit ends by SIGINT after Py_Finalize, so no C exit handler runs.
+std::atomic<bool> g_report_at_finalize{false};
+
+void write_exit_report_once() {
+  if (g_exit_report_requested && !g_exit_report_written.exchange(true)) reclaim_write_report(2);
+}
+
+// Normally the report is written from the loader's fini pass (after atexit handlers and after
+// Py_Finalize; libcuda is loaded after this module, so after CUDA's own teardown has fired its
+// destructors): so the line includes leaks after finalization. Only the C side is touched here.
+__attribute__((destructor)) void write_exit_report() { write_exit_report_once(); }
+
+// The last step of Py_Finalize (Py_AtExit). Writes the report only on exits that skip the fini pass.
+void write_exit_report_at_finalize() {
+  if (g_report_at_finalize.load()) write_exit_report_once();
+}
+
+PyObject* py_report_at_finalize(PyObject*, PyObject*) {
+  g_report_at_finalize.store(true);
+  Py_RETURN_NONE;
+}
+
+// CUDA_RECLAIM_REPORT: "1", "true", "yes", "on" (any case) ask for the report; "", "0", "false", "no",
+// "off" do not. Anything else is refused at import, so a typo never silently disables it.
+int parse_report_setting(const char* text, bool* requested) {
+  static const char* const kOn[] = {"1", "true", "yes", "on"};
+  static const char* const kOff[] = {"", "0", "false", "no", "off"};
+  for (const char* word : kOn) {
+    if (strcasecmp(text, word) == 0) return *requested = true, 0;
+  }
+  for (const char* word : kOff) {
+    if (strcasecmp(text, word) == 0) return *requested = false, 0;
+  }
+  return -1;
+}
+
 PyMethodDef kMethods[] = {
     {"drain", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_drain)),
      METH_FASTCALL | METH_KEYWORDS,
@@ -320,39 +284,27 @@ PyMethodDef kMethods[] = {
     {"pending", py_pending, METH_NOARGS, "pending() -> int\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed() -> bool"},
     {"close", py_close, METH_NOARGS,
-     "close() -> int\n\nFinal drain, then close: later hand-overs are counted as leaked_after_close.\n"
-     "Idempotent. Returns the number released by this call."},
+     "close() -> int\n\nClose, then release everything queued before the close: later hand-overs are\n"
+     "counted as leaked_after_close. Idempotent. Returns the number released by this call."},
     {"defer_release", py_defer_release, METH_O,
      "defer_release(obj) -> bool\n\nHand one reference to obj over to the queue (any thread). Returns\n"
      "True if queued, False if the queue is closed (counted as leaked)."},
     {"stats", py_stats, METH_NOARGS, "stats() -> dict of counters (plain ints)."},
     {"fileno", py_fileno, METH_NOARGS,
-     "fileno() -> int\n\nThe wake-up eventfd: readable while work is pending. Do not close it."},
+     "fileno() -> int\n\nThe wake-up eventfd: readable while work is pending (except while the automatic\n"
+     "drain thread lingers: it then takes new work itself within a millisecond). Do not close it."},
     {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_wait)), METH_FASTCALL,
-     "wait(timeout=None, nudge_main_thread=False) -> bool\n\nBlock with the GIL released until work is\n"
-     "probably pending (True) or timeout seconds pass (False); None waits until notify(). With\n"
-     "nudge_main_thread (CPython 3.13+; ignored before), work arriving also schedules one bounded\n"
-     "drain on the main thread through Py_AddPendingCall (for the automatic drain thread)."},
+     "wait(timeout=None) -> bool\n\nBlock with the GIL released until work is probably pending or the\n"
+     "queue is closed (True), or timeout seconds pass (False); None waits without limit (notify() and\n"
+     "close() end it)."},
     {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS, "Internal: fork hook."},
-    {"_drain_and_linger", py_drain_and_linger, METH_NOARGS,
-     "Internal (the drain thread): drain(); if it released something, keep the wake-up signal set so\n"
-     "pushes skip the eventfd write until the next drain, which the caller must make soon."},
+    {"_report_at_finalize", py_report_at_finalize, METH_NOARGS,
+     "Internal (the atexit hook): this exit skips the C exit handlers (an unhandled KeyboardInterrupt\n"
+     "makes CPython end by SIGINT after finalizing), so write the exit report when finalization ends."},
     {"notify", py_notify, METH_NOARGS, "notify()\n\nWake every wait(), even with nothing pending."},
     {"report", py_report, METH_NOARGS, "report() -> str\n\nThe exit report's line, now."},
     {nullptr, nullptr, 0, nullptr},
 };
-
-// --- exit report --------------------------------------------------------------------------------------
-
-// Set at import from CUDA_RECLAIM_REPORT; read once at process exit.
-bool g_exit_report_requested = false;
-
-// Runs from the loader's fini pass (after atexit handlers and after Py_Finalize), and since libcuda is
-// loaded after this module, after CUDA's own teardown has fired its destructors: so the line includes
-// leaks after finalization. Only the C side is touched here.
-__attribute__((destructor)) void write_exit_report() {
-  if (g_exit_report_requested) reclaim_write_report(2);
-}
 
 // --- module init ------------------------------------------------------------------------------------
 
@@ -363,9 +315,30 @@ int module_exec(PyObject* module) {
                     "process-wide and a reference must be released by the interpreter that owns it");
     return -1;
   }
+  if (const char* capacity = std::getenv("CUDA_RECLAIM_RESERVED_CAPACITY")) {
+    std::size_t parsed;
+    if (!reclaim::parse_reserved_capacity(capacity, &parsed)) {
+      PyErr_Format(PyExc_ImportError,
+                   "cuda_reclaim: CUDA_RECLAIM_RESERVED_CAPACITY=%.40s is not a valid capacity: expected "
+                   "an integer from 1 to %zu (pointers reserved up front)",
+                   capacity, reclaim::kMaxReservedCapacity);
+      return -1;
+    }
+  }
+  if (const char* report = std::getenv("CUDA_RECLAIM_REPORT")) {
+    if (parse_report_setting(report, &g_exit_report_requested) < 0) {
+      PyErr_Format(PyExc_ImportError,
+                   "cuda_reclaim: CUDA_RECLAIM_REPORT=%.40s is not understood: use 1/true/yes/on to ask for "
+                   "the exit report, or 0/false/no/off",
+                   report);
+      return -1;
+    }
+  }
   (void)queue();  // create the process-wide queue now, never on a producer thread
-  const char* report = std::getenv("CUDA_RECLAIM_REPORT");
-  g_exit_report_requested = report != nullptr && std::strcmp(report, "1") == 0;
+  static bool at_exit_registered = false;
+  if (!at_exit_registered) {
+    at_exit_registered = Py_AtExit(write_exit_report_at_finalize) == 0;
+  }
 
   PyObject* capsule = PyCapsule_New(const_cast<cuda_reclaim_c_api*>(&kCApi), CUDA_RECLAIM_CAPSULE_NAME,
                                     nullptr);
@@ -374,6 +347,7 @@ int module_exec(PyObject* module) {
     return -1;
   }
   if (PyModule_AddIntConstant(module, "ABI_VERSION", CUDA_RECLAIM_ABI_VERSION) < 0) return -1;
+  if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
   return add_graph_functions(module);
 }
 

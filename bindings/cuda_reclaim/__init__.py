@@ -15,7 +15,6 @@ abandoned_after_fork``; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them w
 process exit, after Python is gone.
 """
 
-import atexit as _atexit
 import os as _os
 
 from . import _auto
@@ -80,11 +79,16 @@ def defer_release(obj):
 
 
 def close():
-    """Final drain, then close the queue; later hand-overs are counted as leaked. Idempotent.
+    """Close the queue and release everything queued before the close; later hand-overs are counted as
+    ``leaked_after_close`` and never touched. Idempotent.
 
+    Stops the automatic drain for good first (waiting for the drain thread's release in progress, unless
+    called on that thread). The close comes before the final drain so that a reference handed over while
+    it runs ends in exactly one place: queued before the close (released here) or after (counted).
     Returns the number of references released by this call. The atexit hook calls it for you.
+    Safe from a finalizer, on any thread.
     """
-    _auto.shutdown()
+    _auto.stop_for_good()
     return _reclaim.close()
 
 
@@ -119,12 +123,3 @@ def _c_api_imported():
     _auto.note_handover()
 
 
-# Registered at import, so hooks registered later (which may destroy CUDA graphs and hand references
-# over) run before this one: it drains everything they left, then closes.
-_atexit.register(close)
-
-_os.register_at_fork(
-    before=_auto.before_fork,
-    after_in_parent=_auto.after_fork_in_parent,
-    after_in_child=_auto.after_fork_in_child,
-)

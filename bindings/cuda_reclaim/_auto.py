@@ -1,14 +1,27 @@
 """The automatic drain: a Python-owned thread (default), a gc callback, or nothing.
 
-The thread waits on the wake-up fd with the GIL released and drains when work arrives. It starts
-lazily, the first time a reference is handed over through a Python-side API, so a process that never
-uses the queue has no extra thread. It is stopped and joined before interpreter finalization (through
-``threading._register_atexit``, which runs before non-daemon threads are joined) so it never runs
-while the interpreter finalizes, and around ``fork()`` so that the child starts single-threaded.
+This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
+when it stops for good); the drain protocol itself (wait on the wake-up fd, drain, linger while work keeps
+arriving, settle the signal on every way out) is one C++ loop, ``_reclaim.DrainWorker.run``. The states,
+transitions and who may call what are written down in docs/design.md ("The automatic drain").
+
+Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
+
+- ``_lock`` is held only for short state changes. Nothing that can wait for a finalizer (joining a
+  thread, draining, closing) ever runs while it is held, so a finalizer that calls back into
+  cuda_reclaim (hand over, toggle, close, fork) can always take it.
+- A drain thread is told to stop through its own worker (an atomic flag and its own eventfd), never by
+  anything another reader of the queue's fd could consume.
+- Stopped threads are joined outside the lock, and never by a drain thread: two drain threads could
+  otherwise wait for each other. A drain thread that stops itself just returns when its release does.
+- The thread is a daemon that keeps draining through interpreter shutdown until the atexit hook
+  (``cuda_reclaim.close``), so releases keep happening while non-daemon threads are joined (a worker
+  bounded by finalizer-released slots can finish); the hook stops and joins it, then closes the queue.
 """
 
 import gc
 import os
+import sys
 import threading
 import time
 
@@ -16,19 +29,28 @@ from . import _reclaim
 
 _MODES = ("thread", "gc", "off")
 
-# How long the drain thread lingers after a drain that found work (see _run): bounds the extra release
-# latency for references that arrive meanwhile, and the producer's eventfd writes to one per period.
-_LINGER_SECONDS = 0.001
-
-_lock = threading.RLock()
+_lock = threading.RLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
 _used = False  # a reference was handed over through a Python-side API in this process
-_thread = None  # the running drain thread, or None
-_stopping = False  # tells the drain thread to leave its loop
-_shutting_down = False  # interpreter shutdown (or close()) began: never start again
-_atexit_registered = False
-_restart_after_fork = False
+_closed = False  # close() began (explicitly or at exit): no drain thread starts again in this process
+_fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thread starts meanwhile
+_starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
+_worker = None  # the DrainWorker that should be running, or None
+_thread = None  # its thread
+_retired = []  # drain threads told to stop and not yet joined
 _gc_installed = False
+
+
+class _DrainThread(threading.Thread):
+    """A thread running one DrainWorker; the class marks drain threads (they never join each other)."""
+
+    def __init__(self, worker):
+        super().__init__(target=worker.run, name="cuda-reclaim-drain", daemon=True)
+        self.worker = worker
+
+
+def _on_drain_thread():
+    return isinstance(threading.current_thread(), _DrainThread)
 
 
 def get_auto_drain():
@@ -42,7 +64,9 @@ def set_auto_drain(mode):
     ``"thread"`` (default): a Python thread wakes on the fd and drains; started lazily.
     ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
-    Returns the previous mode.
+    Returns the previous mode. Switching away from ``"thread"`` stops the drain thread and, unless called
+    on that thread (from a finalizer it runs), waits for it to finish the release in progress.
+    Safe from a finalizer, on any thread.
     """
     global _mode
     if mode not in _MODES:
@@ -51,85 +75,89 @@ def set_auto_drain(mode):
         previous = _mode
         _mode = mode
         if mode != "thread":
-            _stop_thread()
-        _set_gc_callback(mode == "gc" and not _shutting_down)
-        if mode == "thread" and _used:
-            _start_thread()
+            _retire_locked()
+        _set_gc_callback(mode == "gc" and not _closed)
+        _start_locked()
+    _join_retired()
     return previous
 
 
 def note_handover():
     """A reference is being handed over through a Python-side API: make sure someone will drain."""
     global _used
-    if _thread is not None or _mode != "thread":
-        _used = True
+    _used = True
+    if _worker is not None or _mode != "thread" or _closed:
         return
     with _lock:
-        _used = True
-        _start_thread()
+        _start_locked()
 
 
 def is_thread_running():
-    """True while the drain thread is alive (for tests and diagnostics)."""
-    thread = _thread
-    return thread is not None and thread.is_alive()
+    """True while a drain thread is alive (for tests and diagnostics), stopping ones included."""
+    with _lock:
+        threads = [_thread, *_retired]
+    return any(thread is not None and thread.is_alive() for thread in threads)
 
 
-def _run():
-    # On CPython 3.13+ the wake-up also schedules one bounded drain on the main thread (a pending call),
-    # so a main thread busy in bytecode releases within microseconds instead of after the GIL switch
-    # interval; whichever thread holds the GIL first drains.
-    #
-    # While references keep arriving, the thread lingers: its drain keeps the wake-up signal set, so
-    # producers (CUDA's thread) skip the eventfd write, and it looks again after _LINGER_SECONDS. The
-    # first drain that finds nothing clears the signal, and the thread goes back to blocking on the fd:
-    # an idle process has an idle thread.
-    while not _stopping:
-        if _reclaim.wait(None, True) and not _stopping:
-            while _reclaim._drain_and_linger() and not _stopping:
-                _reclaim.wait(_LINGER_SECONDS)
-
-
-def _start_thread():
-    global _thread, _stopping, _atexit_registered
-    if _mode != "thread" or _shutting_down or _thread is not None or _reclaim.is_closed():
+def _start_locked():
+    """Start the drain thread if the state calls for one. Caller holds _lock."""
+    global _worker, _thread, _starting
+    if (
+        _mode != "thread"
+        or not _used
+        or _closed
+        or _fork_depth
+        or _starting
+        or _worker is not None
+        or _reclaim.is_closed()
+    ):
         return
-    if not _atexit_registered:
+    _starting = True
+    try:
+        worker = _reclaim.DrainWorker()
+        thread = _DrainThread(worker)
         try:
-            threading._register_atexit(shutdown)
-        except RuntimeError:  # "can't register atexit after shutdown": too late for a thread
+            thread.start()
+        except RuntimeError:  # the interpreter no longer starts threads: drains at exit will do
             return
-        _atexit_registered = True
-    _stopping = False
-    thread = threading.Thread(target=_run, name="cuda-reclaim-drain", daemon=True)
-    thread.start()
-    _thread = thread
+        _worker, _thread = worker, thread
+    finally:
+        _starting = False
+    if _mode != "thread" or _closed or _fork_depth:  # changed by a finalizer while the thread started
+        _retire_locked()
 
 
-def _stop_thread():
-    """Stop and join the drain thread; True if one was running."""
-    global _thread, _stopping
-    thread = _thread
-    if thread is None:
-        return False
-    _stopping = True
-    _reclaim.notify()
-    _thread = None
-    if thread is threading.current_thread():
-        # Called from a finalizer that the drain thread itself is running (close(), set_auto_drain()
-        # or fork inside __del__): it leaves its loop when that drain returns; it cannot join itself.
-        return True
-    thread.join()
-    # notify() left the fd readable; this drain clears it (and releases anything that arrived).
-    _reclaim.drain()
-    _wait_for_os_thread_exit(thread)
-    return True
+def _retire_locked():
+    """Tell the running drain thread to stop; it is joined later, outside the lock. Caller holds _lock."""
+    global _worker, _thread
+    if _worker is None:
+        return
+    _worker.stop()
+    _retired[:] = [thread for thread in _retired if thread.is_alive()]
+    _retired.append(_thread)
+    _worker = _thread = None
+
+
+def _join_retired():
+    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them)."""
+    if _on_drain_thread():
+        return
+    while True:
+        with _lock:
+            waiting = list(_retired)
+        if not waiting:
+            return
+        for thread in waiting:
+            thread.join()
+            _wait_for_os_thread_exit(thread)
+        with _lock:
+            _retired[:] = [thread for thread in _retired if thread not in waiting]
 
 
 def _wait_for_os_thread_exit(thread, limit=1.0):
     # join() returns once the thread's Python state is gone; the OS thread ends a moment later. fork()
     # in CPython 3.12+ counts OS threads (/proc/self/stat) to decide on its DeprecationWarning, so wait
-    # until the kernel no longer lists ours (bounded: never hang a fork over it).
+    # until the kernel no longer lists ours (bounded: never hang over it).
     native_id = getattr(thread, "native_id", None)
     if native_id is None:
         return
@@ -157,39 +185,79 @@ def _set_gc_callback(installed):
         _gc_installed = False
 
 
-def shutdown():
-    """Stop every automatic drain for good (interpreter shutdown, or close())."""
-    global _shutting_down
+def stop_for_good():
+    """Stop every automatic drain for this process (close(), or the atexit hook); wait for the thread."""
+    global _closed
     with _lock:
-        _shutting_down = True
-        _stop_thread()
+        _closed = True
+        _retire_locked()
         _set_gc_callback(False)
+    _join_retired()
 
 
-def before_fork():
-    global _restart_after_fork
-    _lock.acquire()  # held across fork so the child never inherits it mid-change
-    _reclaim.drain()
-    _restart_after_fork = _stop_thread()
+def close_at_exit():
+    """The atexit hook: stop the automatic drain, release everything queued, close the queue."""
+    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+        # CPython ends this exit by re-raising SIGINT after finalization: no C exit handler will run.
+        _reclaim._report_at_finalize()
+    stop_for_good()
+    _reclaim.close()
 
 
-def after_fork_in_parent():
-    global _restart_after_fork
-    try:
-        if _restart_after_fork:
-            _start_thread()
-        _restart_after_fork = False
-    finally:
-        _lock.release()
+def _before_fork():
+    # The child must start single-threaded (CPython 3.12+ warns about forking a multi-threaded process)
+    # and must not inherit a drain thread in the middle of a release; so stop and join ours. With an
+    # automatic drain on, release what is queued now, here in the parent: references still queued at the
+    # fork are counted as abandoned in the child (its copies of them stay alive there). With "off" the
+    # queue is left as the user left it.
+    global _fork_depth
+    with _lock:
+        _fork_depth += 1
+        _retire_locked()
+        drain_now = _mode != "off" and not _closed
+    _join_retired()
+    if drain_now:
+        _reclaim.drain()
 
 
-def after_fork_in_child():
-    # The queue itself was reset by cleanup/'s pthread_atfork handler (what the parent had queued is
-    # counted as abandoned). The drain thread does not exist here; it restarts lazily on the next
-    # hand-over.
-    global _lock, _thread, _restart_after_fork, _stopping
-    _reclaim._after_fork_in_child()
+def _after_fork_in_parent():
+    global _fork_depth
+    with _lock:
+        _fork_depth = max(0, _fork_depth - 1)
+        _start_locked()
+
+
+def _after_fork_in_child():
+    # cleanup/'s pthread_atfork handler already gave the child a fresh, open queue (what the parent had
+    # queued is counted as abandoned). Only the forking thread exists here: if it is a drain thread (a
+    # finalizer it ran called fork()), its loop leaves when that release returns. The drain thread
+    # restarts lazily on the next hand-over, as in a new process.
+    global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting
+    current = threading.current_thread()
+    if isinstance(current, _DrainThread):
+        current.worker.stop()
     _lock = threading.RLock()
-    _thread = None
-    _stopping = False
-    _restart_after_fork = False
+    _worker = _thread = None
+    _retired = []
+    _closed = False
+    _fork_depth = 0
+    _starting = False
+    _reclaim._after_fork_in_child()
+    _set_gc_callback(_mode == "gc")
+
+
+def _install_process_hooks():
+    # Once per process, however often the package is imported or reloaded: the hooks are this module's
+    # functions and the flag lives on the extension module, which is never re-initialised.
+    if getattr(_reclaim, "_process_hooks_installed", False):
+        return
+    import atexit
+
+    # Registered at import, so atexit hooks registered later (which may destroy CUDA graphs and hand
+    # references over) run before this one.
+    atexit.register(close_at_exit)
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+    _reclaim._process_hooks_installed = True
+
+
+_install_process_hooks()

@@ -130,11 +130,11 @@ def keep_alive(graph, *objs):
     """
     payload = _payload("keep_alive", objs)
     kind, handle = graph_target(graph)
-    _auto.note_handover()
     if kind == "capture":
         _reclaim._keep_alive_capture(handle, payload)
     else:
         _reclaim._keep_alive_graph(handle, payload)
+    _auto.note_handover()  # only once something was attached: a failed call starts nothing
 
 
 def keep_alive_until(stream, *objs):
@@ -148,8 +148,8 @@ def keep_alive_until(stream, *objs):
     """
     payload = _payload("keep_alive_until", objs)
     handle = stream_handle(stream)
-    _auto.note_handover()
     _reclaim._keep_alive_stream(handle, payload)
+    _auto.note_handover()  # only once something was attached: a failed call starts nothing
 
 
 def source_stats():

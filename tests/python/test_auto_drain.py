@@ -82,23 +82,24 @@ def test_set_auto_drain_rejects_unknown_modes_and_returns_the_previous_one(drain
     assert cuda_reclaim.set_auto_drain("off") == "gc"
 
 
-def test_drain_thread_is_stopped_before_finalization():
-    # If the thread still ran during finalization it would be killed or hang; instead threading's
-    # shutdown stops it, then the atexit hook drains and closes.
+def test_drain_thread_runs_through_later_atexit_hooks_and_is_stopped_by_the_final_close():
+    # atexit hooks run last-registered first. One registered after the import runs before cuda_reclaim's
+    # hook: the drain thread still releases then. One registered before the import runs after it: the
+    # thread has been stopped and joined, and the queue is closed, before finalization.
     result = run_child(
         """
+        import atexit
+        atexit.register(lambda: print("after close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
         import threading, cuda_reclaim
         from cuda_reclaim import _auto
         cuda_reclaim.defer_release(object())
         assert _auto.is_thread_running()
-        import atexit
-        atexit.register(lambda: print("thread running at atexit:", _auto.is_thread_running(), flush=True))
-        cuda_reclaim.set_auto_drain("thread")
+        atexit.register(lambda: print("before close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
         """,
         env={"CUDA_RECLAIM_REPORT": "1"},
     )
     assert result.returncode == 0, result.stderr
-    assert "thread running at atexit: False" in result.stdout
+    assert result.stdout.splitlines() == ["before close: True False", "after close: False True"]
     assert "conserved=yes" in result.stderr
 
 

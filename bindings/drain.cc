@@ -1,0 +1,91 @@
+// bindings/drain.cc — see drain.h.
+
+#include "bindings/drain.h"
+
+#include <atomic>
+
+namespace reclaim_bindings {
+namespace {
+
+// The release action. Requires the GIL. A finalizer's exception goes to sys.unraisablehook (CPython does
+// that itself for __del__; this catches what a C-level dealloc leaves set) and never stops the drain.
+void release_reference(void* item, void*) {
+  PyObject* object = static_cast<PyObject*>(item);
+  Py_DECREF(object);
+  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
+}
+
+// Keeps the caller's exception aside while finalizers run (a drain may be called from a finalizer that
+// runs with an exception set), and puts it back afterwards.
+class SavedException {
+ public:
+  SavedException() { PyErr_Fetch(&type_, &value_, &traceback_); }
+  ~SavedException() { PyErr_Restore(type_, value_, traceback_); }
+  SavedException(const SavedException&) = delete;
+  SavedException& operator=(const SavedException&) = delete;
+
+ private:
+  PyObject* type_;
+  PyObject* value_;
+  PyObject* traceback_;
+};
+
+// Set (exchange, acq_rel) by the drain loop when it schedules the main-thread drain; cleared (release) by
+// that drain when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
+std::atomic<bool> g_main_thread_drain_scheduled{false};
+
+// Budget of one main-thread drain: bounded so the main thread is interrupted briefly; the drain thread
+// releases the rest.
+constexpr std::size_t kMainThreadDrainBudget = 4096;
+
+[[maybe_unused]] int main_thread_drain(void*) {
+  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
+  (void)drain_safely(kMainThreadDrainBudget);
+  return 0;
+}
+
+}  // namespace
+
+reclaim::ReclaimQueue& queue() noexcept { return reclaim::global_queue(); }
+
+bool interpreter_finalizing() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
+  if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
+  SavedException saved;
+  const std::size_t released = linger ? queue().drain_and_linger(release_reference, nullptr, max_items)
+                                      : queue().drain(release_reference, nullptr, max_items);
+  return static_cast<Py_ssize_t>(released);
+}
+
+Py_ssize_t close_safely() {
+  if (interpreter_finalizing()) {
+    // Too late to release anything safely: close so later pushes count as leaked; queued ones stay
+    // pending and are reported.
+    queue().close(nullptr, nullptr);
+    return 0;
+  }
+  SavedException saved;
+  return static_cast<Py_ssize_t>(queue().close(release_reference, nullptr));
+}
+
+void nudge_main_thread() noexcept {
+#if PY_VERSION_HEX >= 0x030D0000
+  if (g_main_thread_drain_scheduled.exchange(true, std::memory_order_acq_rel)) return;
+  if (Py_AddPendingCall(main_thread_drain, nullptr) != 0) {
+    g_main_thread_drain_scheduled.store(false, std::memory_order_release);  // queue full: drain thread only
+  }
+#endif
+}
+
+void forget_main_thread_drain_after_fork() noexcept {
+  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
+}
+
+}  // namespace reclaim_bindings

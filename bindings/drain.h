@@ -1,0 +1,53 @@
+// bindings/drain.h — releasing queued references in a known-safe context, shared by the module functions
+// (drain(), close()) and the automatic drain loop (drain_worker.cc).
+//
+// Every release runs Py_DECREF on a thread with an attached thread state (the GIL) in a live interpreter
+// that is not finalizing: these functions check the last condition themselves and release nothing once
+// the interpreter is finalizing (what is queued stays pending, and the exit report says so).
+
+#pragma once
+
+#include <Python.h>
+
+#include <cstddef>
+
+#include "cleanup/reclaim_queue.h"
+
+namespace reclaim_bindings {
+
+// The process-wide queue this module owns (cleanup/'s global_queue()).
+// Any thread; never touches Python; never blocks after the first call (module init makes it).
+reclaim::ReclaimQueue& queue() noexcept;
+
+// True once the interpreter has begun finalizing: nothing may be released any more.
+// Requires an attached thread state (GIL).
+bool interpreter_finalizing() noexcept;
+
+// Releases up to `max_items` queued references on this thread; returns how many. With `linger`, a drain
+// that released something keeps the wake-up signal set (ReclaimQueue::drain_and_linger): only the
+// automatic drain loop asks for that, and it ends the linger itself. A finalizer's exception goes to
+// sys.unraisablehook and never stops the drain; an exception already set by the caller is kept aside and
+// restored. When nothing is pending it costs one atomic load.
+// Requires an attached thread state (GIL); re-entrant (a finalizer may drain again).
+Py_ssize_t drain_safely(std::size_t max_items, bool linger = false);
+
+// Final drain, then close (or, once finalizing, close without releasing). Returns the number released.
+// Requires an attached thread state (GIL); re-entrant.
+Py_ssize_t close_safely();
+
+// CPython 3.13+: schedules one bounded drain on the main thread (Py_AddPendingCall), coalesced so that at
+// most one is queued; earlier versions: nothing (a pending call added from another thread does not
+// reliably interrupt a busy main thread there). Called by the drain loop when work arrives, so a main
+// thread busy in bytecode releases within microseconds instead of after the GIL switch interval.
+// Any thread; needs no thread state; never blocks. Never called from the producer path.
+void nudge_main_thread() noexcept;
+
+// Forgets a main-thread drain scheduled in the parent (the child's pending-call queue does not have it).
+// Fork child only; not thread-safe.
+void forget_main_thread_drain_after_fork() noexcept;
+
+// Adds the DrainWorker type (the automatic drain loop) to the module. Returns 0, or -1 with an exception.
+// Requires an attached thread state (GIL).
+int add_drain_worker_type(PyObject* module);
+
+}  // namespace reclaim_bindings

@@ -1,0 +1,177 @@
+// bindings/drain_worker.cc — cuda_reclaim._reclaim.DrainWorker: the automatic drain loop, in one place.
+//
+// A worker is one run of the loop on one Python thread (cuda_reclaim._auto starts and stops workers; it
+// owns the lifecycle, this file owns the protocol):
+//
+//   wait   — GIL released, poll(2) on the queue's wake-up fd, the queue's closed fd and this worker's own
+//            stop fd; on CPython 3.13+ a wake-up for work also schedules one main-thread drain;
+//   drain  — release everything queued, keeping the wake-up signal set (linger) when it found work, so
+//            producers on CUDA's thread skip the eventfd write while traffic continues;
+//   linger — sleep kLingerMilliseconds on the stop fd (GIL released), then drain again; the first drain
+//            that finds nothing ends the linger and the thread goes back to waiting;
+//   exit   — when stopped, when the queue is closed, or once the interpreter finalizes; on every way out
+//            the signal is settled (end_linger): the fd is readable exactly when work is pending, so no
+//            later push can lose its wake-up.
+//
+// Each worker has its own stop eventfd, so stopping one never depends on who else reads the queue's fd
+// (an asyncio reader or a drain(timeout) may empty it first) and never wakes another worker.
+
+#include <Python.h>
+#include <sys/eventfd.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+#include <new>
+
+#include "bindings/drain.h"
+
+namespace reclaim_bindings {
+namespace {
+
+// How long the loop lingers after a drain that found work: bounds the extra release latency for
+// references that arrive meanwhile, and the producers' eventfd writes to about one per period.
+constexpr int kLingerMilliseconds = 1;
+
+struct DrainWorker {
+  PyObject_HEAD
+  int stop_fd;            // eventfd, readable once stop() was called (in the process that made it)
+  pid_t owner_pid;        // the process that made stop_fd; a fork child never writes to it (shared)
+  std::atomic<bool> stop_requested;  // set (seq_cst) by stop() before the write; read by the loop
+  std::atomic<bool> started;         // exchange by run(): a worker runs once
+};
+
+bool stopping(const DrainWorker* self) { return self->stop_requested.load(std::memory_order_seq_cst); }
+
+// Ends a linger on every way out of the loop, including an unwind: never touches Python.
+struct SettleSignalOnExit {
+  ~SettleSignalOnExit() { queue().end_linger(); }
+};
+
+PyObject* worker_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  if ((args != nullptr && PyTuple_GET_SIZE(args) != 0) || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0)) {
+    PyErr_SetString(PyExc_TypeError, "DrainWorker() takes no arguments");
+    return nullptr;
+  }
+  const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (fd < 0) return PyErr_SetFromErrno(PyExc_OSError);
+  auto* self = reinterpret_cast<DrainWorker*>(type->tp_alloc(type, 0));
+  if (self == nullptr) {
+    ::close(fd);
+    return nullptr;
+  }
+  self->stop_fd = fd;
+  self->owner_pid = ::getpid();
+  new (&self->stop_requested) std::atomic<bool>(false);
+  new (&self->started) std::atomic<bool>(false);
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void worker_dealloc(PyObject* object) {
+  auto* self = reinterpret_cast<DrainWorker*>(object);
+  PyTypeObject* type = Py_TYPE(object);
+  if (self->stop_fd >= 0) ::close(self->stop_fd);
+  type->tp_free(object);
+  Py_DECREF(type);
+}
+
+// Sleeps up to `milliseconds` on the stop fd. GIL released by the caller.
+void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
+  struct pollfd waiter = {self->stop_fd, POLLIN, 0};
+  (void)::poll(&waiter, 1, milliseconds);
+}
+
+PyObject* worker_run(PyObject* object, PyObject*) {
+  auto* self = reinterpret_cast<DrainWorker*>(object);
+  if (self->started.exchange(true, std::memory_order_acq_rel)) {
+    PyErr_SetString(PyExc_RuntimeError, "a DrainWorker runs once; make a new one");
+    return nullptr;
+  }
+  SettleSignalOnExit settle;
+  while (!stopping(self) && !queue().is_closed() && !interpreter_finalizing()) {
+    bool woke;
+    Py_BEGIN_ALLOW_THREADS
+    woke = queue().wait_for_work_or(self->stop_fd, -1);
+    if (woke && !stopping(self) && queue().maybe_pending()) nudge_main_thread();
+    Py_END_ALLOW_THREADS
+    if (!woke || stopping(self)) continue;  // EINTR, or stopped: the loop condition decides
+    // Drain while work keeps arriving; the first drain that finds nothing settles the signal (also a
+    // wake-up fd left readable by notify() with nothing pending), and the loop waits again.
+    while (!stopping(self)) {
+      if (drain_safely(SIZE_MAX, /*linger=*/true) == 0) {
+        queue().end_linger();
+        break;
+      }
+      Py_BEGIN_ALLOW_THREADS
+      sleep_unless_stopped(self, kLingerMilliseconds);
+      Py_END_ALLOW_THREADS
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* worker_stop(PyObject* object, PyObject*) {
+  auto* self = reinterpret_cast<DrainWorker*>(object);
+  self->stop_requested.store(true, std::memory_order_seq_cst);
+  // In a fork child the eventfd is the parent's too: only the flag, which the child's copy of the loop
+  // (the forking thread, if it was this worker's) reads before it waits again.
+  if (self->owner_pid == ::getpid()) {
+    const std::uint64_t one = 1;
+    (void)!::write(self->stop_fd, &one, sizeof one);
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* worker_stopped(PyObject* object, void*) {
+  return PyBool_FromLong(stopping(reinterpret_cast<DrainWorker*>(object)));
+}
+
+PyMethodDef kWorkerMethods[] = {
+    {"run", worker_run, METH_NOARGS,
+     "run($self, /)\n--\n\n"
+     "Run the automatic drain loop on this thread until stop(), close() or finalization. Releases the\n"
+     "GIL while it waits. Runs once per worker."},
+    {"stop", worker_stop, METH_NOARGS,
+     "stop($self, /)\n--\n\n"
+     "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
+     "blocks; safe from a finalizer that the loop itself is running."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef kWorkerGetSet[] = {
+    {"stopped", worker_stopped, nullptr, "True once stop() was called.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+PyType_Slot kWorkerSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(worker_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(worker_dealloc)},
+    {Py_tp_methods, kWorkerMethods},
+    {Py_tp_getset, kWorkerGetSet},
+    {Py_tp_doc, const_cast<char*>("DrainWorker()\n--\n\n"
+                                  "One run of the automatic drain loop (see cuda_reclaim._auto).")},
+    {0, nullptr},
+};
+
+PyType_Spec kWorkerSpec = {
+    "cuda_reclaim._reclaim.DrainWorker",
+    sizeof(DrainWorker),
+    0,
+    Py_TPFLAGS_DEFAULT,
+    kWorkerSlots,
+};
+
+}  // namespace
+
+int add_drain_worker_type(PyObject* module) {
+  PyObject* type = PyType_FromSpec(&kWorkerSpec);
+  if (type == nullptr) return -1;
+  if (PyModule_AddObject(module, "DrainWorker", type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace reclaim_bindings

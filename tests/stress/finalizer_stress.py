@@ -1,0 +1,84 @@
+"""Finalizer stress test: many runs of stress_child.py, each under a timeout, checked one by one.
+
+A run passes when the process ends within the limit, with the exit status its ending gives (0, 1 for an
+exception, SIGINT for a KeyboardInterrupt), with exactly one exit report that says conserved=yes, and
+without a STRESS-FAILURE line (a fork child that found the law broken). Prints one line per failure and a
+closing "N passed, N failed" line; exits 1 if any run failed.
+
+    python finalizer_stress.py --runs 300 --jobs 2 [--first-seed 0] [--timeout 60]
+"""
+
+import argparse
+import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, "stress_child.py")
+REPORT = re.compile(r"^cuda-reclaim: enqueued=.* conserved=(\w+)$", re.MULTILINE)
+EXPECTED_STATUS = {
+    "return": {0},
+    "sys_exit": {0},
+    "close_then_return": {0},
+    "exception": {1},
+    "keyboard_interrupt": {-signal.SIGINT, 128 + signal.SIGINT},
+}
+
+
+def run_one(seed, timeout):
+    env = dict(os.environ, CUDA_RECLAIM_REPORT="1", PYTHONWARNINGS="ignore::DeprecationWarning")
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            [sys.executable, CHILD, str(seed)], env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return seed, f"hang: no exit within {timeout} s", time.monotonic() - started
+    ending = re.search(r"ending=(\w+)", result.stdout)
+    reports = REPORT.findall(result.stderr)
+    problem = None
+    if ending is None:
+        problem = f"did not reach its ending (status {result.returncode})"
+    elif result.returncode not in EXPECTED_STATUS[ending.group(1)]:
+        problem = f"status {result.returncode} for ending {ending.group(1)}"
+    elif len(reports) != 1:
+        problem = f"{len(reports)} exit reports"
+    elif reports[0] != "yes":
+        problem = "exit report says conserved=no"
+    elif "STRESS-FAILURE" in result.stderr:
+        problem = "a check inside the run failed"
+    if problem is not None:
+        tail = "\n".join(result.stderr.strip().splitlines()[-8:])
+        problem = f"{problem}\n    stderr tail:\n    " + tail.replace("\n", "\n    ")
+    return seed, problem, time.monotonic() - started
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=60.0)
+    args = parser.parse_args()
+    passed = failed = 0
+    slowest = 0.0
+    seeds = range(args.first_seed, args.first_seed + args.runs)
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        for seed, problem, seconds in pool.map(lambda s: run_one(s, args.timeout), seeds):
+            slowest = max(slowest, seconds)
+            if problem is None:
+                passed += 1
+            else:
+                failed += 1
+                print(f"seed {seed}: {problem}", flush=True)
+    print(f"finalizer stress: seeds {args.first_seed}..{args.first_seed + args.runs - 1}, slowest run {slowest:.1f} s")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
