@@ -4,7 +4,8 @@
 set -euo pipefail
 python="$1"
 shift
-cd "${TEST_SRCDIR}/${TEST_WORKSPACE}"
+# Under `bazel test` TEST_SRCDIR is set; under `bazel run` (the long pass) RUNFILES_DIR is.
+cd "${TEST_SRCDIR:-${RUNFILES_DIR:-$0.runfiles}}/${TEST_WORKSPACE:-cuda_reclaim}"
 export PYTHONPATH="${PWD}/bindings:${PWD}/tests/python"
 export PYTHONDONTWRITEBYTECODE=1
 exec "${python}" tests/stress/finalizer_stress.py "$@"
