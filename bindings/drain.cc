@@ -15,20 +15,23 @@ void release_reference(void* item, void*) {
   if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
 }
 
-// Keeps the caller's exception aside while finalizers run (a drain may be called from a finalizer that
-// runs with an exception set), and puts it back afterwards.
-class SavedException {
- public:
-  SavedException() { PyErr_Fetch(&type_, &value_, &traceback_); }
-  ~SavedException() { PyErr_Restore(type_, value_, traceback_); }
-  SavedException(const SavedException&) = delete;
-  SavedException& operator=(const SavedException&) = delete;
-
- private:
-  PyObject* type_;
-  PyObject* value_;
-  PyObject* traceback_;
+// The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
+// runs with an exception set) and put back afterwards. Deliberately not RAII: CPython ends a daemon
+// thread that takes the GIL during finalization with a forced unwind (pthread_exit), which must not run
+// Python code (PyErr_Restore) on its way out, without the GIL.
+struct SavedException {
+  PyObject* type;
+  PyObject* value;
+  PyObject* traceback;
 };
+
+SavedException save_exception() {
+  SavedException saved;
+  PyErr_Fetch(&saved.type, &saved.value, &saved.traceback);
+  return saved;
+}
+
+void restore_exception(const SavedException& saved) { PyErr_Restore(saved.type, saved.value, saved.traceback); }
 
 // Set (exchange, acq_rel) by the drain loop when it schedules the main-thread drain; cleared (release) by
 // that drain when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
@@ -58,9 +61,10 @@ bool interpreter_finalizing() noexcept {
 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
-  SavedException saved;
+  const SavedException saved = save_exception();
   const std::size_t released = linger ? queue().drain_and_linger(release_reference, nullptr, max_items)
                                       : queue().drain(release_reference, nullptr, max_items);
+  restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
 
@@ -71,8 +75,10 @@ Py_ssize_t close_safely() {
     queue().close(nullptr, nullptr);
     return 0;
   }
-  SavedException saved;
-  return static_cast<Py_ssize_t>(queue().close(release_reference, nullptr));
+  const SavedException saved = save_exception();
+  const std::size_t released = queue().close(release_reference, nullptr);
+  restore_exception(saved);
+  return static_cast<Py_ssize_t>(released);
 }
 
 void nudge_main_thread() noexcept {
