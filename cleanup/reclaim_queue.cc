@@ -149,7 +149,11 @@ ReclaimQueue::Storage* ReclaimQueue::make_storage(const QueueOptions& options) n
   // Construction allocates the block pool through QueueTraits::malloc (std::malloc in production); a
   // queue that cannot reserve at start-up is not worth running with.
   const std::size_t slot_count = options.producer_slots == 0 ? 1 : options.producer_slots;
-  void* slot_memory = std::malloc(sizeof(ProducerSlot) * slot_count);
+  // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
+  void* slot_memory = nullptr;
+  if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * slot_count) != 0) {
+    slot_memory = nullptr;
+  }
   void* memory = std::malloc(sizeof(Storage));
   if (memory == nullptr || slot_memory == nullptr) die("cannot allocate the reclaim queue");
   auto* slots = static_cast<ProducerSlot*>(slot_memory);
