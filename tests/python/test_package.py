@@ -35,17 +35,13 @@ def test_version_is_the_installed_distribution_version():
         distribution = importlib.metadata.distribution("cuda-reclaim")
     except importlib.metadata.PackageNotFoundError:
         distribution = None
-    installed = distribution is not None and os.path.samefile(
-        distribution.locate_file("cuda_reclaim/__init__.py"), cuda_reclaim.__file__
+    installed_init = distribution and str(distribution.locate_file("cuda_reclaim/__init__.py"))
+    installed = bool(installed_init) and os.path.isfile(installed_init) and os.path.samefile(
+        installed_init, cuda_reclaim.__file__
     )
     if not installed:
         pytest.skip("cuda_reclaim runs from the source tree here: no installed metadata to compare with")
     assert cuda_reclaim.__version__ == distribution.version
-
-
-def test_version_is_a_release_number():
-    parts = cuda_reclaim.__version__.split(".")
-    assert len(parts) == 3 and all(part.isdigit() for part in parts), cuda_reclaim.__version__
 
 
 def test_typing_markers_ship_with_the_package():
