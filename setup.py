@@ -59,7 +59,7 @@ VERSION_SCRIPT = "bindings/exports.lds"
 LINK_FLAGS = ["-pthread", "-ldl", "-Wl,--version-script=" + VERSION_SCRIPT]
 # Only here: libstdc++ linked into the module, so that a wheel runs on any distribution whose glibc is
 # new enough, whatever libstdc++ it has (the version script keeps its symbols local to the module); and no
-# debug sections (Python's own flags compile with -g): a wheel of 0.2 MB instead of 0.5 MB.
+# debug sections (Python's own flags compile with -g): a module of 160 KB instead of 540 KB.
 PIP_ONLY_LINK_FLAGS = ["-static-libstdc++", "-Wl,--strip-debug"]
 
 # --- moodycamel's concurrentqueue.h ------------------------------------------------------------------
