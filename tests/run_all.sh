@@ -57,6 +57,22 @@ for config in tsan asan ubsan; do
     //tests/cleanup/... //tests/graph/...
 done
 
+# Packaging: the sdist and a manylinux wheel built as a user builds them (pip and PyPI's setuptools, no
+# Bazel), checked by auditwheel and installed into a fresh venv; one interpreter (3.12 where found) keeps
+# it to about a minute. Counted as one test below. (The sdist's pytest run is in //tests/packaging.)
+if ((${#pythons[@]})); then
+  packaging_python="$(find_python 12)"
+  packaging_python="${packaging_python:-${pythons[0]}}"
+  echo
+  echo "=== sdist and manylinux wheel without Bazel: tests/packaging/manylinux_wheel_test.sh ($packaging_python)"
+  if bash tests/packaging/manylinux_wheel_test.sh "$packaging_python"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
+
 echo
 echo "Pythons: ${pythons[*]}"
 echo "Tests: $passed passed, $failed failed"

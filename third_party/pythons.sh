@@ -26,7 +26,8 @@ find_python() {
   return 0
 }
 
-# ensure_requirements PYTHON → pip-installs tests/requirements.txt into PYTHON if anything is missing.
+# ensure_requirements PYTHON → pip-installs tests/requirements.txt into PYTHON if anything is missing or
+# outside the versions it asks for.
 ensure_requirements() {
   local python="$1" requirements
   requirements="$(dirname "${BASH_SOURCE[0]}")/../tests/requirements.txt"
@@ -49,9 +50,12 @@ for line in open(sys.argv[1]):
     if not marker_ok:
         continue
     try:
-        metadata.version(name)
+        installed = metadata.version(name)
     except metadata.PackageNotFoundError:
         missing.append(name)
+        continue
+    if Requirement and not Requirement(line).specifier.contains(installed, prereleases=True):
+        missing.append(f"{name} (have {installed})")
 sys.exit(1 if missing else 0)
 PY
     echo "pythons.sh: installing tests/requirements.txt into $python"

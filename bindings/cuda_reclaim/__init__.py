@@ -22,6 +22,7 @@ from . import _graph
 from . import _reclaim
 from ._graph import DriverError, keep_alive, keep_alive_until
 from ._reclaim import ABI_VERSION, fileno, is_closed, pending
+from ._version import __version__
 
 __all__ = [
     "ABI_VERSION",
@@ -41,8 +42,6 @@ __all__ = [
     "set_auto_drain",
     "stats",
 ]
-
-__version__ = "0.1.0"
 
 #: Keys of :func:`stats`, all plain ints. Every counter only grows, except ``pending``.
 STATS_KEYS = (
@@ -123,3 +122,12 @@ def _c_api_imported():
     _auto.note_handover()
 
 
+def __getattr__(name):
+    # `cuda_reclaim.asyncio` works after a plain `import cuda_reclaim`, without importing asyncio (a
+    # heavy import) into programs that never use it. Once imported, the submodule is an attribute of
+    # this package and this hook is not consulted again.
+    if name == "asyncio":
+        import importlib
+
+        return importlib.import_module(".asyncio", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

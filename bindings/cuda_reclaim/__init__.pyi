@@ -1,0 +1,54 @@
+# Type stubs for the cuda_reclaim package's public names (documented in __init__.py and the README).
+# //tests/packaging:typing_test checks them with mypy.stubtest against the package and with mypy --strict
+# against a script that calls every public function.
+
+from typing import Final, Literal, TypeAlias
+
+from . import asyncio as asyncio
+from ._reclaim import (
+    ABI_VERSION as ABI_VERSION,
+    DriverError as DriverError,
+    drain as drain,
+    fileno as fileno,
+    is_closed as is_closed,
+    pending as pending,
+)
+
+__all__ = [
+    "ABI_VERSION",
+    "DriverError",
+    "SOURCE_KEYS",
+    "STATS_KEYS",
+    "close",
+    "defer_release",
+    "drain",
+    "fileno",
+    "get_auto_drain",
+    "get_include",
+    "is_closed",
+    "keep_alive",
+    "keep_alive_until",
+    "pending",
+    "set_auto_drain",
+    "stats",
+]
+
+__version__: Final[str]
+
+_AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
+
+STATS_KEYS: Final[tuple[str, ...]]
+SOURCE_KEYS: Final[tuple[str, ...]]
+
+def defer_release(obj: object) -> bool: ...
+def close() -> int: ...
+def stats() -> dict[str, int]: ...
+def get_include() -> str: ...
+def set_auto_drain(mode: _AutoDrainMode) -> _AutoDrainMode: ...
+def get_auto_drain() -> _AutoDrainMode: ...
+
+# `graph`: a cuda.core GraphDefinition or GraphBuilder, a cuda.bindings CUgraph, or an int handle;
+# `stream`: a cuda.core Stream, a cuda.bindings CUstream, an object with __cuda_stream__, or an int.
+# Typed as object: neither cuda.core nor cuda.bindings is a dependency of this package.
+def keep_alive(graph: object, *objs: object) -> None: ...
+def keep_alive_until(stream: object, *objs: object) -> None: ...

@@ -1,0 +1,141 @@
+"""The extension cuda_reclaim._reclaim for setuptools (metadata and packages: pyproject.toml).
+
+It is the module Bazel builds as //bindings:cuda_reclaim/_reclaim.so, from the same sources, headers,
+defines and flags, listed below; //tests/packaging:build_drift_test compares these lists with what Bazel
+compiles, so a source added to a BUILD file and not here (or the other way round) fails the tests.
+
+Two headers come from outside the repository, and neither is copied into it (docs/packaging.md):
+
+- moodycamel's concurrentqueue.h (not on PyPI). The sdist carries it, with its license, under
+  third_party/concurrentqueue/; building from a git checkout takes it from the system's
+  libconcurrentqueue-dev (Debian, Ubuntu) and stages it there first (a path .gitignore keeps out of git),
+  which is also how `python -m build --sdist` bundles it.
+- NVIDIA's cuda.h and cudaTypedefs.h, for driver types and entry-point typedefs only: the extension loads
+  the driver at run time and links no CUDA library. They come from the nvidia-cuda-runtime wheel, a build
+  requirement in pyproject.toml, so no CUDA toolkit is needed; an offline build (--no-build-isolation)
+  without that wheel may point CUDA_PATH (or CUDA_HOME) at a toolkit instead.
+"""
+
+import glob
+import importlib.util
+import os
+import shutil
+import sys
+
+from setuptools import Extension, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+# --- The extension, as Bazel builds it ---------------------------------------------------------------
+# Paths are relative to this directory. Sources and headers: the srcs and hdrs of
+# //bindings:cuda_reclaim/_reclaim.so and of the libraries it links, //graph and //cleanup.
+EXTENSION_SOURCES = [
+    "bindings/graph_functions.cc",
+    "bindings/reclaim_module.cc",
+    "cleanup/reclaim_c_api.cc",
+    "cleanup/reclaim_queue.cc",
+    "graph/driver.cc",
+    "graph/keep_alive.cc",
+]
+EXTENSION_HEADERS = [
+    "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
+    "bindings/graph_functions.h",
+    "cleanup/queue_allocation.h",
+    "cleanup/reclaim.h",
+    "cleanup/reclaim_queue.h",
+    "graph/driver.h",
+    "graph/keep_alive.h",
+]
+# Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //bindings:c_api_headers'
+# `includes` ("cuda_reclaim/cuda_reclaim.h").
+INCLUDE_DIRS = [".", "bindings/cuda_reclaim/include"]
+# The `defines` and `local_defines` of those targets: none.
+DEFINE_MACROS = []
+# The C++ flags .bazelrc gives every compile (build --cxxopt=...).
+CXX_FLAGS = ["-std=c++17"]
+# The targets' `linkopts`: //cleanup's -pthread, //graph's -ldl, the extension's version script (it
+# exports PyInit__reclaim alone).
+VERSION_SCRIPT = "bindings/exports.lds"
+LINK_FLAGS = ["-pthread", "-ldl", "-Wl,--version-script=" + VERSION_SCRIPT]
+# Only here: libstdc++ linked into the module, so that a wheel runs on any distribution whose glibc is
+# new enough, whatever libstdc++ it has (the version script keeps its symbols local to the module); and no
+# debug sections (Python's own flags compile with -g): a module of 160 KB instead of 540 KB.
+PIP_ONLY_LINK_FLAGS = ["-static-libstdc++", "-Wl,--strip-debug"]
+
+# --- moodycamel's concurrentqueue.h ------------------------------------------------------------------
+BUNDLED_CONCURRENTQUEUE = "third_party/concurrentqueue"  # in the sdist; staged here in a checkout
+BUNDLED_CONCURRENTQUEUE_HEADER = BUNDLED_CONCURRENTQUEUE + "/include/concurrentqueue/concurrentqueue.h"
+BUNDLED_CONCURRENTQUEUE_LICENSE = BUNDLED_CONCURRENTQUEUE + "/LICENSE"  # pyproject.toml: license-files
+# Debian's and Ubuntu's libconcurrentqueue-dev (what Bazel's @concurrentqueue uses too).
+SYSTEM_CONCURRENTQUEUE_HEADER = "/usr/include/concurrentqueue/concurrentqueue.h"
+SYSTEM_CONCURRENTQUEUE_LICENSE = "/usr/share/doc/libconcurrentqueue-dev/copyright"
+
+
+def fail(message):
+    sys.exit(f"cuda-reclaim setup.py: error: {message}")
+
+
+def note(message):
+    print(f"cuda-reclaim setup.py: {message}", file=sys.stderr)
+
+
+def stage_concurrentqueue():
+    """Make BUNDLED_CONCURRENTQUEUE hold the header and its license; return its include directory."""
+    header = os.path.join(ROOT, BUNDLED_CONCURRENTQUEUE_HEADER)
+    license_file = os.path.join(ROOT, BUNDLED_CONCURRENTQUEUE_LICENSE)
+    if os.path.exists(os.path.join(ROOT, "PKG-INFO")):  # an unpacked sdist: build what it carries
+        if not (os.path.isfile(header) and os.path.isfile(license_file)):
+            fail(f"this sdist lacks {BUNDLED_CONCURRENTQUEUE_HEADER} or its license; it was not made by setup.py")
+        note(f"moodycamel's concurrentqueue.h: bundled in the sdist ({BUNDLED_CONCURRENTQUEUE_HEADER})")
+    else:  # a git checkout: the system's copy, staged where the sdist will carry it
+        if not (os.path.isfile(SYSTEM_CONCURRENTQUEUE_HEADER) and os.path.isfile(SYSTEM_CONCURRENTQUEUE_LICENSE)):
+            fail(
+                f"moodycamel's concurrentqueue.h was not found ({SYSTEM_CONCURRENTQUEUE_HEADER} and its "
+                f"license {SYSTEM_CONCURRENTQUEUE_LICENSE}). Building from a git checkout needs it from the "
+                "system: `apt-get install libconcurrentqueue-dev` (Debian, Ubuntu). Or install from an sdist "
+                "(cuda_reclaim-X.tar.gz), which bundles it."
+            )
+        os.makedirs(os.path.dirname(header), exist_ok=True)
+        shutil.copyfile(SYSTEM_CONCURRENTQUEUE_HEADER, header)
+        shutil.copyfile(SYSTEM_CONCURRENTQUEUE_LICENSE, license_file)
+        note(f"moodycamel's concurrentqueue.h: {SYSTEM_CONCURRENTQUEUE_HEADER} (staged in {BUNDLED_CONCURRENTQUEUE})")
+    return BUNDLED_CONCURRENTQUEUE + "/include"
+
+
+def cuda_include_dir():
+    """The directory holding cuda.h and cudaTypedefs.h: the nvidia-cuda-runtime wheel's, or $CUDA_PATH's."""
+    candidates = []
+    spec = importlib.util.find_spec("nvidia")
+    for base in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidates += sorted(glob.glob(os.path.join(base, "cu[0-9]*", "include")), reverse=True)
+        candidates.append(os.path.join(base, "cuda_runtime", "include"))  # the CUDA 12 wheel's layout
+    for variable in ("CUDA_PATH", "CUDA_HOME"):
+        if os.environ.get(variable):
+            candidates.append(os.path.join(os.environ[variable], "include"))
+    for include in candidates:
+        if all(os.path.isfile(os.path.join(include, name)) for name in ("cuda.h", "cudaTypedefs.h")):
+            note(f"cuda.h: {include}")
+            return include
+    fail(
+        "cuda.h and cudaTypedefs.h were not found. They come from the nvidia-cuda-runtime wheel, which pip "
+        "installs for the build unless --no-build-isolation is given; then install it first "
+        "(`pip install 'nvidia-cuda-runtime>=13,<14'`), or set CUDA_PATH to a CUDA toolkit."
+    )
+
+
+def extension():
+    return Extension(
+        "cuda_reclaim._reclaim",
+        sources=EXTENSION_SOURCES,
+        depends=EXTENSION_HEADERS + [VERSION_SCRIPT, BUNDLED_CONCURRENTQUEUE_HEADER],
+        include_dirs=INCLUDE_DIRS + [stage_concurrentqueue(), cuda_include_dir()],
+        define_macros=DEFINE_MACROS,
+        extra_compile_args=CXX_FLAGS,
+        extra_link_args=LINK_FLAGS + PIP_ONLY_LINK_FLAGS,
+        language="c++",  # link with the C++ driver: -static-libstdc++ needs it
+    )
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)  # the paths above are relative to this directory
+    setup(ext_modules=[extension()])
