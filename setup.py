@@ -30,6 +30,8 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # Paths are relative to this directory. Sources and headers: the srcs and hdrs of
 # //bindings:cuda_reclaim/_reclaim.so and of the libraries it links, //graph and //cleanup.
 EXTENSION_SOURCES = [
+    "bindings/drain.cc",
+    "bindings/drain_worker.cc",
     "bindings/graph_functions.cc",
     "bindings/reclaim_module.cc",
     "cleanup/reclaim_c_api.cc",
@@ -39,6 +41,7 @@ EXTENSION_SOURCES = [
 ]
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
+    "bindings/drain.h",
     "bindings/graph_functions.h",
     "cleanup/queue_allocation.h",
     "cleanup/reclaim.h",

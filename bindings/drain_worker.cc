@@ -1,4 +1,4 @@
-// bindings/drain_worker.cc — cuda_reclaim._reclaim.DrainWorker: the automatic drain loop, in one place.
+// bindings/drain_worker.cc — cuda_reclaim._reclaim._DrainWorker: the automatic drain loop, in one place.
 //
 // A worker is one run of the loop on one Python thread (cuda_reclaim._auto starts and stops workers; it
 // owns the lifecycle, this file owns the protocol):
@@ -51,7 +51,7 @@ struct SettleSignalOnExit {
 
 PyObject* worker_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   if ((args != nullptr && PyTuple_GET_SIZE(args) != 0) || (kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0)) {
-    PyErr_SetString(PyExc_TypeError, "DrainWorker() takes no arguments");
+    PyErr_SetString(PyExc_TypeError, "_DrainWorker() takes no arguments");
     return nullptr;
   }
   const int fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -85,7 +85,7 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
 PyObject* worker_run(PyObject* object, PyObject*) {
   auto* self = reinterpret_cast<DrainWorker*>(object);
   if (self->started.exchange(true, std::memory_order_acq_rel)) {
-    PyErr_SetString(PyExc_RuntimeError, "a DrainWorker runs once; make a new one");
+    PyErr_SetString(PyExc_RuntimeError, "a _DrainWorker runs once; make a new one");
     return nullptr;
   }
   SettleSignalOnExit settle;
@@ -144,18 +144,19 @@ PyGetSetDef kWorkerGetSet[] = {
     {nullptr, nullptr, nullptr, nullptr, nullptr},
 };
 
+// Private (_DrainWorker): only cuda_reclaim._auto makes workers.
 PyType_Slot kWorkerSlots[] = {
     {Py_tp_new, reinterpret_cast<void*>(worker_new)},
     {Py_tp_dealloc, reinterpret_cast<void*>(worker_dealloc)},
     {Py_tp_methods, kWorkerMethods},
     {Py_tp_getset, kWorkerGetSet},
-    {Py_tp_doc, const_cast<char*>("DrainWorker()\n--\n\n"
+    {Py_tp_doc, const_cast<char*>("_DrainWorker()\n--\n\n"
                                   "One run of the automatic drain loop (see cuda_reclaim._auto).")},
     {0, nullptr},
 };
 
 PyType_Spec kWorkerSpec = {
-    "cuda_reclaim._reclaim.DrainWorker",
+    "cuda_reclaim._reclaim._DrainWorker",
     sizeof(DrainWorker),
     0,
     Py_TPFLAGS_DEFAULT,
@@ -167,7 +168,7 @@ PyType_Spec kWorkerSpec = {
 int add_drain_worker_type(PyObject* module) {
   PyObject* type = PyType_FromSpec(&kWorkerSpec);
   if (type == nullptr) return -1;
-  if (PyModule_AddObject(module, "DrainWorker", type) < 0) {
+  if (PyModule_AddObject(module, "_DrainWorker", type) < 0) {
     Py_DECREF(type);
     return -1;
   }

@@ -2,7 +2,7 @@
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
 when it stops for good); the drain protocol itself (wait on the wake-up fd, drain, linger while work keeps
-arriving, settle the signal on every way out) is one C++ loop, ``_reclaim.DrainWorker.run``. The states,
+arriving, settle the signal on every way out) is one C++ loop, ``_reclaim._DrainWorker.run``. The states,
 transitions and who may call what are written down in docs/design.md ("The automatic drain").
 
 Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
@@ -37,7 +37,7 @@ _fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thr
 _starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
 _worker = None  # the DrainWorker that should be running, or None
 _thread = None  # its thread
-_retired = []  # drain threads told to stop and not yet joined
+_retired: "list[threading.Thread]" = []  # drain threads told to stop and not yet joined
 _gc_installed = False
 
 
@@ -114,7 +114,7 @@ def _start_locked():
         return
     _starting = True
     try:
-        worker = _reclaim.DrainWorker()
+        worker = _reclaim._DrainWorker()
         thread = _DrainThread(worker)
         try:
             thread.start()
