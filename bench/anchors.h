@@ -1,9 +1,9 @@
 // bench/anchors.h — the anchor strategies that cuda-reclaim is measured against, over opaque pointers.
 //
-// Written from the published descriptions of each design (DESIGN.md, "Anchors to beat"); no code copied.
-// Each is reduced to what a producer thread and a draining owner do, so that the same structure serves
-// the pure C++ benchmarks (bench/queue_bench.cc, items are fake pointers) and the Python benchmarks
-// (bench/reclaim_bench_ext.cc, items are PyObject* released with Py_DECREF under the GIL).
+// Written from the published descriptions of each design (docs/benchmarks.md); no code copied. Each is
+// reduced to what a producer thread and a draining owner do, so that the same structure serves the pure
+// C++ benchmarks (bench/queue_bench.cc, items are fake pointers), the Python benchmarks and the shutdown
+// comparison (through bench/python_anchors.h, items are PyObject* released with Py_DECREF under the GIL).
 //
 //   MutexVectorPool  PyO3's reference pool: a mutex-guarded vector; the owner swaps it out and releases
 //                    the batch outside the lock (PyO3 does this on the next GIL acquisition).
@@ -11,7 +11,7 @@
 //   CoalescedStack   cuda.core's deferred cleanup: an intrusive lock-free (CAS) stack of nodes that were
 //                    allocated in advance (when the reference was registered), plus a "drain scheduled"
 //                    flag so that only the first push after a drain asks the owner to run (cuda.core asks
-//                    with one Py_AddPendingCall; the Python side of that lives in reclaim_bench_ext.cc).
+//                    with one Py_AddPendingCall: PendingCallStack in bench/python_anchors.h).
 
 #pragma once
 

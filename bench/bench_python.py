@@ -1,7 +1,7 @@
 """bench/bench_python.py — the interpreter-side benchmarks of cuda-reclaim against the anchor strategies.
 
 Every number is measured in this one run, side by side with its anchor, so that ratios hold on a noisy
-machine. Sections (issue 7):
+machine. Sections:
 
   producer  per-call cost of a hand-over from 1, 2, 4 native threads, main thread idle (blocked in C)
             or busy (running bytecode, so the GIL is contended); p50, p99, max.
@@ -11,7 +11,7 @@ machine. Sections (issue 7):
   idle      an empty drain() vs a no-op C function; CPU time of the idle auto-drain thread.
   memory    RSS per pending reference after a burst of pushes, and after draining (child processes).
 
-Usage (bench/run_python_bench.sh sets PYTHONPATH to bindings/ and bench/ in Bazel's runfiles):
+Usage (`//bench:python_bench` runs it with bindings/ and bench/ of Bazel's runfiles on PYTHONPATH):
     python bench_python.py [--quick] [--json OUT]
 Writes every row as JSON (to OUT, else stdout). bench/make_report.py turns it into tables.
 """
@@ -175,7 +175,8 @@ def bench_latency(cfg):
         _, pushed, released = ext.finish()
         drain_everything()
         latencies = [(r - p) if r else math.inf for p, r in zip(int64s(pushed), int64s(released))]
-        row = {"section": "latency", "main": main, "strategy": strategy, "drain": drain_mode}
+        row = {"section": "latency", "main": main, "strategy": strategy, "drain": drain_mode,
+               "spacing_us": cfg.latency_spacing_us, "grace_s": cfg.latency_grace_s}
         row.update(summarize(latencies))
         row["released_in_window"] = sum(1 for x in latencies if x != math.inf)
         rows.append(row)

@@ -1,6 +1,6 @@
 """bench/gpu_graph_bench.py — what cuda-reclaim adds to a CUDA graph's create / retain / destroy cycle.
 
-Issue 7, item 6. Needs a GPU, cuda-bindings 13 (``cuda.bindings.driver``) and cuda-reclaim installed (the
+Needs a GPU, cuda-bindings 13 (``cuda.bindings.driver``) and cuda-reclaim installed (the
 wheel: ``bazel build //bindings:wheel`` then ``pip install bazel-bin/bindings/cuda_reclaim-*.whl``).
 Where any of that is missing it prints ``SKIP: <why>`` and exits 0.
 

@@ -1,17 +1,11 @@
 // bench/reclaim_bench_ext.cc — bench-only extension `_reclaim_bench`: native producer threads (std::thread,
-// never created by Python, like CUDA's callback thread) that hand references over by one strategy:
-//
-//   noop              nothing (the cost of the timestamps themselves; the reference is released later)
-//   cuda_reclaim      the capsule's host_destructor (the public path CUDA code takes)
-//   mutex_vector      PyO3's reference pool pattern      } bench/anchors.h; drained on request, with the
-//   mutex_deque       jaxlib's PythonRefManager pattern  } GIL, as their libraries do on GIL/API entry
-//   cas_pending_call  cuda.core's design: Py_IsInitialized() gate, CAS push of a preallocated node, and
-//                     one coalesced Py_AddPendingCall per batch; the pending call drains the whole stack
-//   with_gil          PyGILState_Ensure(); Py_DECREF(obj); PyGILState_Release()
+// never created by Python, like CUDA's callback thread) that hand references over by one of the strategies
+// of bench/bench_strategies.h.
 //
 // Producer threads take a steady_clock timestamp around every hand-over and keep it; Python collects the
-// samples after the run. Release latency uses `Probe` objects whose tp_dealloc stamps the time of release.
-// One run at a time; every function here requires the GIL (producer threads run without it).
+// samples after the run. Release latency uses `Probe` objects (bench/probe_type.h) whose tp_dealloc stamps
+// the time of release. One run at a time; every function here requires the GIL (producer threads run
+// without it).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -19,158 +13,22 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
-#include "bench/anchors.h"
-#include "cuda_reclaim/cuda_reclaim.h"
+#include "bench/bench_strategies.h"
+#include "bench/probe_type.h"
 
 namespace {
 
-using reclaim_bench::CoalescedStack;
+using reclaim_bench::drain_strategy;
+using reclaim_bench::hand_over;
+using reclaim_bench::new_probe;
+using reclaim_bench::now_ns;
+using reclaim_bench::parse_strategy;
 using reclaim_bench::StackNode;
-
-enum class Strategy { kNoop, kReclaim, kMutexVector, kMutexDeque, kCasPendingCall, kWithGil };
-
-const struct {
-  const char* name;
-  Strategy strategy;
-} kStrategies[] = {
-    {"noop", Strategy::kNoop},
-    {"cuda_reclaim", Strategy::kReclaim},
-    {"mutex_vector", Strategy::kMutexVector},
-    {"mutex_deque", Strategy::kMutexDeque},
-    {"cas_pending_call", Strategy::kCasPendingCall},
-    {"with_gil", Strategy::kWithGil},
-};
-
-const cuda_reclaim_c_api* g_api = nullptr;
-reclaim_bench::MutexVectorPool g_vector;
-reclaim_bench::MutexDequePool g_deque;
-CoalescedStack g_stack;
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-void decref_item(void* item) { Py_DECREF(static_cast<PyObject*>(item)); }
-
-// What the pending calls of cas_pending_call did: written and read with the GIL held.
-struct {
-  std::uint64_t calls = 0;
-  std::uint64_t released = 0;
-  std::int64_t ns = 0;
-} g_pending_call_totals;
-
-// The pending call of cas_pending_call: runs on the main thread between bytecodes, with the GIL.
-// It may run before the benchmark asks for a drain, so it times itself.
-int drain_stack_pending_call(void*) {
-  const std::int64_t start = now_ns();
-  const std::size_t released = CoalescedStack::release_list(g_stack.take_all(), decref_item);
-  g_pending_call_totals.ns += now_ns() - start;
-  g_pending_call_totals.released += released;
-  ++g_pending_call_totals.calls;
-  return 0;
-}
-
-// One hand-over from a producer thread (no GIL). `node` is the preallocated node of cas_pending_call.
-void hand_over(Strategy strategy, PyObject* object, StackNode* node) noexcept {
-  switch (strategy) {
-    case Strategy::kNoop:
-      break;  // the run releases the reference itself afterwards
-    case Strategy::kReclaim:
-      g_api->host_destructor(object);
-      break;
-    case Strategy::kMutexVector:
-      g_vector.push(object);
-      break;
-    case Strategy::kMutexDeque:
-      g_deque.push(object);
-      break;
-    case Strategy::kCasPendingCall:
-      if (!Py_IsInitialized()) break;  // cuda.core's gate: leak rather than touch a dead interpreter
-      node->item = object;
-      if (g_stack.push(node) && Py_AddPendingCall(drain_stack_pending_call, nullptr) != 0) {
-        g_stack.unschedule();  // pending-call table full: the next push asks again
-      }
-      break;
-    case Strategy::kWithGil: {
-      PyGILState_STATE state = PyGILState_Ensure();
-      Py_DECREF(object);
-      PyGILState_Release(state);
-      break;
-    }
-  }
-}
-
-// Releases what `strategy` still holds (GIL held). Returns how many.
-std::size_t drain_strategy(Strategy strategy, Py_ssize_t max_items) {
-  switch (strategy) {
-    case Strategy::kReclaim: {
-      const Py_ssize_t released = g_api->drain(max_items);
-      return released < 0 ? 0 : static_cast<std::size_t>(released);
-    }
-    case Strategy::kMutexVector:
-      return g_vector.drain(decref_item);
-    case Strategy::kMutexDeque:
-      return g_deque.drain(decref_item);
-    case Strategy::kCasPendingCall:
-      return CoalescedStack::release_list(g_stack.take_all(), decref_item);
-    case Strategy::kNoop:
-    case Strategy::kWithGil:
-      break;
-  }
-  return 0;
-}
-
-bool parse_strategy(const char* name, Strategy* out) {
-  for (const auto& known : kStrategies) {
-    if (std::strcmp(known.name, name) == 0) {
-      *out = known.strategy;
-      return true;
-    }
-  }
-  PyErr_Format(PyExc_ValueError, "unknown strategy '%s'", name);
-  return false;
-}
-
-// --- Probe: an object whose release is timestamped --------------------------------------------------
-
-struct Probe {
-  PyObject_HEAD
-  std::int64_t generation;  // the run that created it; stale probes stamp nothing
-  Py_ssize_t index;
-};
-
-PyTypeObject* g_probe_type = nullptr;
-std::int64_t g_generation = 0;
-std::vector<std::int64_t> g_release_ns;  // written by tp_dealloc (GIL held), read by Python (GIL held)
-
-void probe_dealloc(PyObject* self) {
-  Probe* probe = reinterpret_cast<Probe*>(self);
-  if (probe->generation == g_generation && probe->index >= 0 &&
-      static_cast<std::size_t>(probe->index) < g_release_ns.size()) {
-    g_release_ns[static_cast<std::size_t>(probe->index)] = now_ns();
-  }
-  PyTypeObject* type = Py_TYPE(self);
-  type->tp_free(self);
-  Py_DECREF(type);  // heap type: each instance holds a reference to it
-}
-
-PyType_Slot kProbeSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(probe_dealloc)}, {0, nullptr}};
-PyType_Spec kProbeSpec = {"_reclaim_bench.Probe", sizeof(Probe), 0, Py_TPFLAGS_DEFAULT, kProbeSlots};
-
-PyObject* new_probe(Py_ssize_t index) {
-  Probe* probe = PyObject_New(Probe, g_probe_type);
-  if (probe == nullptr) return nullptr;
-  probe->generation = g_generation;
-  probe->index = index;
-  return reinterpret_cast<PyObject*>(probe);
-}
+using reclaim_bench::Strategy;
 
 // --- runs ---------------------------------------------------------------------------------------------
 
@@ -237,8 +95,7 @@ PyObject* py_start(PyObject*, PyObject* args) {
     return nullptr;
   }
   const std::size_t total = static_cast<std::size_t>(threads) * static_cast<std::size_t>(per_thread);
-  ++g_generation;
-  g_release_ns.assign(probes ? total : 0, 0);
+  reclaim_bench::begin_probe_run(probes ? total : 0);
   run->threads = threads;
   run->per_thread = static_cast<std::size_t>(per_thread);
   run->spacing_us = spacing_us;
@@ -294,6 +151,7 @@ PyObject* py_finish(PyObject* self, PyObject*) {
   }
   if (py_wait(self, nullptr) == nullptr) return nullptr;
   std::unique_ptr<Run> run = std::move(g_run);
+  const std::vector<std::int64_t>& release_ns = reclaim_bench::release_times();
   std::vector<std::int64_t> cost, pushed, released;
   for (int t = 0; t < run->threads; ++t) {
     const std::size_t first = static_cast<std::size_t>(t) * run->per_thread;
@@ -301,7 +159,7 @@ PyObject* py_finish(PyObject* self, PyObject*) {
     for (std::size_t k = first; k < first + count; ++k) {
       cost.push_back(run->cost_ns[k]);
       pushed.push_back(run->push_ns[k]);
-      if (!g_release_ns.empty()) released.push_back(g_release_ns[k]);
+      if (!release_ns.empty()) released.push_back(release_ns[k]);
     }
     // Not handed over (the run's budget ran out), or handed to nobody (noop): ours to release.
     const std::size_t from = run->strategy == Strategy::kNoop ? first : first + count;
@@ -439,9 +297,9 @@ PyObject* py_probes(PyObject*, PyObject* arg) {
 
 // pending_call_totals() -> (calls, released, ns): what cas_pending_call's pending calls did so far.
 PyObject* py_pending_call_totals(PyObject*, PyObject*) {
-  return Py_BuildValue("(KKL)", static_cast<unsigned long long>(g_pending_call_totals.calls),
-                       static_cast<unsigned long long>(g_pending_call_totals.released),
-                       static_cast<long long>(g_pending_call_totals.ns));
+  const auto& totals = reclaim_bench::pending_call_totals();
+  return Py_BuildValue("(KKL)", static_cast<unsigned long long>(totals.calls),
+                       static_cast<unsigned long long>(totals.released), static_cast<long long>(totals.ns));
 }
 
 // noop() -> None: the cheapest C function call, the baseline of an empty drain().
@@ -467,14 +325,14 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_reclaim_bench", nullptr, -1, kMe
 }  // namespace
 
 PyMODINIT_FUNC PyInit__reclaim_bench(void) {
-  if (cuda_reclaim_import(&g_api) < 0) return nullptr;
-  g_probe_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kProbeSpec));
-  if (g_probe_type == nullptr) return nullptr;
+  if (reclaim_bench::import_reclaim_api() < 0) return nullptr;
+  PyTypeObject* probe_type = reclaim_bench::create_probe_type();
+  if (probe_type == nullptr) return nullptr;
   PyObject* module = PyModule_Create(&kModule);
   if (module == nullptr) return nullptr;
-  Py_INCREF(g_probe_type);
-  if (PyModule_AddObject(module, "Probe", reinterpret_cast<PyObject*>(g_probe_type)) < 0) {
-    Py_DECREF(g_probe_type);
+  Py_INCREF(probe_type);  // one for the module, one kept by probe_type.cc for the life of the process
+  if (PyModule_AddObject(module, "Probe", reinterpret_cast<PyObject*>(probe_type)) < 0) {
+    Py_DECREF(probe_type);
     Py_DECREF(module);
     return nullptr;
   }

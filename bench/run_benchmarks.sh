@@ -3,15 +3,16 @@
 # the Python benchmarks for one interpreter, and writes docs/benchmarks.md (+ docs/benchmarks.png when
 # matplotlib is installed: pip install -r bench/requirements.txt). About 2-3 minutes.
 #
-#   bash bench/run_benchmarks.sh                 # default python3
-#   PYTHON_BIN_PATH=/root/.pyenv/versions/3.13.0/bin/python3 bash bench/run_benchmarks.sh
-#   BENCH_CAVEAT="..." bash bench/run_benchmarks.sh      # a line quoted in the report (e.g. the load)
-#   BENCH_OUT=/tmp/x.md bash bench/run_benchmarks.sh     # write elsewhere than docs/benchmarks.md
-#   BENCH_KEEP_JSON=/tmp/bench bash bench/run_benchmarks.sh  # also keep the raw JSON results there
+#   bash bench/run_benchmarks.sh                           # default python3
+#   PYTHON_BIN_PATH=/path/to/python3.13 bash bench/run_benchmarks.sh
+#   BENCH_CAVEAT="..." bash bench/run_benchmarks.sh        # a line quoted in the report (e.g. the load)
+#   BENCH_OUT=out/benchmarks.md bash bench/run_benchmarks.sh  # write elsewhere than docs/benchmarks.md
+#   BENCH_KEEP_JSON=out/bench bash bench/run_benchmarks.sh    # also keep the raw JSON results there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON_BIN_PATH:-python3}"
 python="$("${python}" -c 'import sys; print(sys.executable)')"  # the real interpreter, not a shim
+python_name="$("${python}" -c 'import sys; print("python%d.%d" % sys.version_info[:2])')"  # cited in the report
 out="${BENCH_OUT:-docs/benchmarks.md}"
 plot="${out%.md}.png"
 work="$(mktemp -d)"
@@ -24,12 +25,12 @@ echo "== C++ (Google Benchmark)" >&2
 "${bin}/bench/queue_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_out="${work}/cpp.json" --benchmark_out_format=json >&2
 echo "== Python (${python})" >&2
-"${bin}/bench/python_bench" "${python}" --json "${work}/python.json"
+"${bin}/bench/python_bench" --json "${work}/python.json"
 
 mkdir -p "$(dirname "${out}")"
 "${python}" bench/make_report.py --python "${work}/python.json" --cpp "${work}/cpp.json" \
   --out "${out}" --plot "${plot}" --caveat "${BENCH_CAVEAT:-}" \
-  --command "PYTHON_BIN_PATH=${python} bash bench/run_benchmarks.sh"
+  --command "PYTHON_BIN_PATH=${python_name} bash bench/run_benchmarks.sh"
 if [[ -n "${BENCH_KEEP_JSON:-}" ]]; then  # keep the raw results, e.g. to re-render the report
   mkdir -p "${BENCH_KEEP_JSON}" && cp "${work}/cpp.json" "${work}/python.json" "${BENCH_KEEP_JSON}/"
 fi

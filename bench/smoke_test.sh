@@ -5,5 +5,5 @@ set -euo pipefail
 python="$1" queue_bench="$2" python_bench="$3"
 out="${TEST_TMPDIR:-$(mktemp -d)}"
 "${queue_bench}" --quick --benchmark_out="${out}/cpp.json" --benchmark_out_format=json >/dev/null
-"${python_bench}" "${python}" --quick --json "${out}/python.json"
+"${python_bench}" --quick --json "${out}/python.json"
 "${python}" bench/make_report.py --python "${out}/python.json" --cpp "${out}/cpp.json" --check

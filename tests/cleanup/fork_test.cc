@@ -4,6 +4,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <string>
+
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
@@ -18,21 +23,53 @@ using reclaim_test::item_for;
 using reclaim_test::readable;
 using reclaim_test::ReleaseRecorder;
 
-// Runs `child` in a forked child; it returns 0 on success or a line number of the failed check.
-// GoogleTest assertions cannot report from the child, so checks there return their line.
-template <typename Child>
-int exit_code_of_child(Child child) {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(child());
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  EXPECT_TRUE(WIFEXITED(status));
-  return WEXITSTATUS(status);
+// The child's end of the pipe that failed CHILD_CHECKs are written to; -1 outside a forked child.
+int g_child_report_fd = -1;
+
+void report_failed_check(int line, const char* condition) {
+  char text[512];
+  const int length = std::snprintf(text, sizeof text, "%s:%d: CHILD_CHECK(%s) failed\n", __FILE__, line,
+                                   condition);
+  if (length > 0) (void)!::write(g_child_report_fd, text, std::min<std::size_t>(length, sizeof text - 1));
 }
-#define CHILD_CHECK(condition) \
-  do {                         \
-    if (!(condition)) return __LINE__ % 250 + 1; \
+
+// GoogleTest assertions cannot report from a forked child: a check there that fails writes its line and
+// condition to the parent through a pipe, and the child stops.
+#define CHILD_CHECK(condition)                   \
+  do {                                           \
+    if (!(condition)) {                          \
+      report_failed_check(__LINE__, #condition); \
+      return 1;                                  \
+    }                                            \
   } while (0)
+
+// Runs `child` (which returns 0 when every CHILD_CHECK held) in a forked child. Returns what went wrong
+// there, one line per failed check; empty when nothing did.
+template <typename Child>
+std::string failures_in_child(Child child) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return "pipe() failed";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    g_child_report_fd = pipe_fds[1];
+    ::_exit(child());
+  }
+  ::close(pipe_fds[1]);
+  std::string failures;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) != 0;) {
+    if (n > 0) failures.append(buffer, static_cast<std::size_t>(n));
+    if (n < 0 && errno != EINTR) break;
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  if (pid < 0 || ::waitpid(pid, &status, 0) != pid) return failures + "fork() or waitpid() failed";
+  if (!WIFEXITED(status) || (WEXITSTATUS(status) != 0 && failures.empty())) {
+    failures += "the child ended with wait status " + std::to_string(status) + " and no failed check";
+  }
+  return failures;
+}
 
 TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
   ReclaimQueue queue;
@@ -40,7 +77,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
   for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
   const int fd_before = queue.wakeup_fd();
 
-  const int code = exit_code_of_child([&] {
+  const std::string failures = failures_in_child([&] {
     queue.reset_after_fork_in_child();
     auto counters = queue.snapshot();
     CHILD_CHECK(counters.abandoned_after_fork == 10);
@@ -57,7 +94,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
     CHILD_CHECK(counters.enqueued == 11 && counters.released == 1 && counters.conserved());
     return 0;
   });
-  EXPECT_EQ(code, 0) << "a check in the child failed (code is its line number % 250 + 1)";
+  EXPECT_EQ(failures, "");
 
   // Parent: unaffected by the child's reset, its pushes or its drain.
   EXPECT_EQ(queue.pending(), 10u);
@@ -72,7 +109,7 @@ TEST(ForkReset, ChildOfAClosedQueueIsOpen) {
   ReclaimQueue queue;
   queue.close(nullptr, nullptr);
   queue.push(item_for(0));  // leaked after close
-  const int code = exit_code_of_child([&] {
+  const std::string failures = failures_in_child([&] {
     queue.reset_after_fork_in_child();
     CHILD_CHECK(!queue.is_closed());
     CHILD_CHECK(queue.push(item_for(1)) == PushStatus::kQueued);
@@ -81,7 +118,7 @@ TEST(ForkReset, ChildOfAClosedQueueIsOpen) {
     CHILD_CHECK(counters.conserved());
     return 0;
   });
-  EXPECT_EQ(code, 0);
+  EXPECT_EQ(failures, "");
   EXPECT_TRUE(queue.is_closed());
 }
 
@@ -91,7 +128,7 @@ TEST(ForkReset, GlobalQueueResetsItselfInTheChildAndKeepsParentWakeupsApart) {
   const int fd = reclaim_wakeup_fd();
   ReleaseRecorder recorder(64);
 
-  const int code = exit_code_of_child([&] {
+  const std::string failures = failures_in_child([&] {
     // No explicit reset: the pthread_atfork handler has done it.
     reclaim_stats stats;
     CHILD_CHECK(reclaim_get_stats(&stats) == 0);
@@ -102,7 +139,7 @@ TEST(ForkReset, GlobalQueueResetsItselfInTheChildAndKeepsParentWakeupsApart) {
     // Leave the child's queue non-empty and its fd readable: the parent must not see it.
     return 0;
   });
-  EXPECT_EQ(code, 0);
+  EXPECT_EQ(failures, "");
 
   EXPECT_EQ(reclaim_pending(), 5u);
   EXPECT_EQ(reclaim_drain(ReleaseRecorder::release, &recorder, SIZE_MAX), 5u);

@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "tests/cleanup/queue_copy.h"
 #include "tests/cleanup/release_recorder.h"
+#include "tools/cpp/runfiles/runfiles.h"
 
 namespace {
 
@@ -24,10 +26,15 @@ extern "C" void c_release(void* item, void* recorder) { ReleaseRecorder::release
 // Loads tests/cleanup/libqueue_copy_<name>.so from the runfiles; never unloaded (the owner's table must
 // outlive every adopter).
 const QueueCopy& load_copy(const char* name) {
-  const char* srcdir = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  const std::string path = std::string(srcdir ? srcdir : ".") + "/" + (workspace ? workspace : "") +
-                           "/tests/cleanup/libqueue_copy_" + name + ".so";
+  using bazel::tools::cpp::runfiles::Runfiles;
+  std::string error;
+  const std::unique_ptr<Runfiles> runfiles(Runfiles::CreateForTest(&error));
+  if (runfiles == nullptr) {
+    ADD_FAILURE() << "no runfiles: " << error;
+    std::abort();
+  }
+  const std::string path =
+      runfiles->Rlocation(std::string("cuda_reclaim/tests/cleanup/libqueue_copy_") + name + ".so");
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {
     ADD_FAILURE() << "dlopen " << path << ": " << ::dlerror();

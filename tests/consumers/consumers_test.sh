@@ -10,6 +10,7 @@ set -euo pipefail
 python="$1"
 wheel="$(cd "$(dirname "$2")" && pwd)/$(basename "$2")"
 bazel_consumer="$(cd "$(dirname "$3")" && pwd)/$(basename "$3")"
+exit_report="$4"  # bench/exit_report.py: the exit report's parser
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 venv="${TEST_TMPDIR}/venv"
@@ -18,7 +19,8 @@ build="${TEST_TMPDIR}/build"
 vpython="${venv}/bin/python"
 "${vpython}" -m pip install --no-index --no-deps --quiet --disable-pip-version-check "${wheel}"
 mkdir -p "${build}"
-cp "${here}/c_consumer.cc" "${here}/cython_consumer.pyx" "${here}/setup.py" "${here}/test_consumers.py" "${build}/"
+cp "${here}/c_consumer.cc" "${here}/cython_consumer.pyx" "${here}/setup.py" "${here}/test_consumers.py" \
+  "${here}/close_then_push.py" "${exit_report}" "${build}/"
 cp "${bazel_consumer}" "${build}/_bazel_consumer.so"
 cd "${build}"
 

@@ -8,12 +8,12 @@ Run by consumers_test.sh with the venv's interpreter; the consumers are on PYTHO
 import os
 import subprocess
 import sys
-import textwrap
 import weakref
 
 import pytest
 
 import cuda_reclaim
+import exit_report
 
 import _bazel_consumer
 import c_consumer
@@ -93,33 +93,15 @@ def test_consumers_loaded_together_share_one_queue_and_one_set_of_counters():
 
 
 def test_one_atexit_hook_drains_every_consumer_and_later_pushes_count_as_leaked():
-    code = """
-        import atexit
-
-        def after_close():  # registered before cuda_reclaim's hook, so it runs after it
-            import cuda_reclaim, _bazel_consumer, c_consumer
-            assert cuda_reclaim.is_closed()
-            assert _bazel_consumer.hand_over([object()], 1) == 0, "leaked, not queued in a second queue"
-            assert c_consumer.hand_over([object()], 1) == 0
-
-        atexit.register(after_close)
-        import cuda_reclaim, _bazel_consumer, c_consumer, cython_consumer
-        cuda_reclaim.set_auto_drain("off")
-        for consumer in (_bazel_consumer, c_consumer, cython_consumer):
-            assert consumer.hand_over([object() for _ in range(100)], 2) == 100
-        print("handed over", flush=True)
-        """
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "close_then_push.py")
     env = dict(os.environ, CUDA_RECLAIM_REPORT="1")
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=60
-    )
+    result = subprocess.run([sys.executable, child], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "handed over"
-    reports = [line for line in result.stderr.splitlines() if line.startswith("cuda-reclaim: enqueued=")]
+    reports = exit_report.find_reports(result.stderr)
     assert len(reports) == 1, result.stderr
-    fields = dict(item.split("=", 1) for item in reports[0].split()[1:])
-    assert fields["enqueued"] == "302"
-    assert fields["released"] == "300", "the final drain released the Bazel consumer's pushes too"
-    assert fields["pending"] == "0"
-    assert fields["leaked_after_close"] == "2"
-    assert fields["conserved"] == "yes"
+    assert reports[0]["enqueued"] == 302
+    assert reports[0]["released"] == 300, "the final drain released the Bazel consumer's pushes too"
+    assert reports[0]["pending"] == 0
+    assert reports[0]["leaked_after_close"] == 2
+    assert reports[0]["conserved"] == "yes"

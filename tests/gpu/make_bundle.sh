@@ -19,9 +19,11 @@ trap 'rm -rf "${wheels}"' EXIT
 bash bindings/build_wheels.sh --out "${wheels}" "${python}"
 tag="$("${python}" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 wheel="$(ls "${wheels}"/cuda_reclaim-*-"${tag}"-"${tag}"-manylinux_*_x86_64.whl)"
-rm -rf "${dest}" && mkdir -p "${dest}/tests"
+rm -rf "${dest}" && mkdir -p "${dest}/tests/children"
 cp "${wheel}" tests/gpu/run_gpu_tests.sh "${dest}/"
-cp tests/python/conftest.py tests/python/test_gpu_graph.py "${dest}/tests/"
+cp tests/python/conftest.py tests/python/test_gpu_graph.py tests/python/kernels.cu bench/exit_report.py \
+  "${dest}/tests/"
+cp tests/python/children/exit_with_running_kernel.py "${dest}/tests/children/"
 # manylinux_2_34_x86_64 → 2.34: the oldest glibc the wheel runs on.
 needed="$(basename "${wheel}" | sed -E 's/.*-manylinux_([0-9]+)_([0-9]+)_x86_64\.whl$/\1.\2/')"
 echo "the wheel needs glibc ${needed} or newer (target ${target_glibc})"

@@ -5,19 +5,25 @@
 
 #include <dlfcn.h>
 
-#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include <cuda.h>
 #include <gtest/gtest.h>
 
+#include "tools/cpp/runfiles/runfiles.h"
+
 namespace reclaim_test {
 
 inline std::string fake_libcuda_path() {
-  const char* root = std::getenv("TEST_SRCDIR");
-  const char* workspace = std::getenv("TEST_WORKSPACE");
-  return std::string(root != nullptr ? root : ".") + "/" + (workspace != nullptr ? workspace : "") +
-         "/tests/graph/fake_libcuda.so";
+  using bazel::tools::cpp::runfiles::Runfiles;
+  std::string error;
+  const std::unique_ptr<Runfiles> runfiles(Runfiles::CreateForTest(&error));
+  if (runfiles == nullptr) {
+    ADD_FAILURE() << "no runfiles: " << error;
+    return "";
+  }
+  return runfiles->Rlocation("cuda_reclaim/tests/graph/fake_libcuda.so");
 }
 
 // The fake's controls, resolved from the same loaded copy that load_driver() opens.

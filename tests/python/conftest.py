@@ -1,7 +1,8 @@
 """Shared helpers for the cuda_reclaim pytest suite.
 
 close() is final for a process, and fork/exit behaviour needs a process of its own, so many tests run
-a short child interpreter (same interpreter, same sys.path) through `run_child`.
+a short child interpreter (same interpreter, same sys.path): a program of children/ through
+`run_child_script`, or a few lines through `run_child`.
 """
 
 import os
@@ -12,36 +13,30 @@ import textwrap
 import pytest
 
 import cuda_reclaim
+from exit_report import conserved  # noqa: F401 - the conservation law, for the test modules
 
-STATS_LAW = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
-
-
-def conserved(stats):
-    return stats["enqueued"] == sum(stats[k] for k in STATS_LAW)
+CHILDREN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children")
 
 
-def parse_report(text):
-    """Parse the exit report line 'cuda-reclaim: key=value ...' from stderr text (the last one)."""
-    lines = [line for line in text.splitlines() if line.startswith("cuda-reclaim: enqueued=")]
-    assert lines, f"no exit report in:\n{text}"
-    fields = dict(item.split("=", 1) for item in lines[-1].split()[1:])
-    return {k: (v if k == "conserved" else int(v)) for k, v in fields.items()}
-
-
-def run_child(code, *, env=None, timeout=60, args=()):
-    """Run `code` in a fresh interpreter; return the CompletedProcess (text mode)."""
+def _run(argv, env, timeout):
     child_env = dict(os.environ)
     child_env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     child_env.pop("CUDA_RECLAIM_REPORT", None)
     if env:
         child_env.update(env)
     return subprocess.run(
-        [sys.executable, *args, "-c", textwrap.dedent(code)],
-        env=child_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        [sys.executable, *argv], env=child_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_child_script(name, *script_args, env=None, timeout=60):
+    """Run the program children/`name` in a fresh interpreter; return the CompletedProcess (text mode)."""
+    return _run([os.path.join(CHILDREN, name), *script_args], env, timeout)
+
+
+def run_child(code, *, env=None, timeout=60, args=()):
+    """Run `code` (a few lines) in a fresh interpreter; return the CompletedProcess (text mode)."""
+    return _run([*args, "-c", textwrap.dedent(code)], env, timeout)
 
 
 @pytest.fixture

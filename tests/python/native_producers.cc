@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "cuda_reclaim/cuda_reclaim.h"
-#include "tests/python/take_references.h"
+#include "bench/take_references.h"
 
 namespace {
 
-using reclaim_test::take_references;
+using reclaim_bench::take_references;
 
 const cuda_reclaim_c_api* g_api = nullptr;
 

@@ -1,34 +1,21 @@
 """The exit report: one line on stderr written by C code after Python is gone, with every counter,
-including references that native threads handed over after the final drain."""
+including references that native threads handed over after the final drain; and its parser
+(bench/exit_report.py), which the tests and the shutdown comparison share."""
 
 import pytest
 
-from conftest import parse_report, run_child
-
-pytest.importorskip("_native_producers")
+import exit_report
+from conftest import run_child, run_child_script
 
 
 def test_exit_report_counts_late_native_pushes_as_leaked_and_conserves():
-    result = run_child(
-        """
-        import atexit, time
-        atexit.register(time.sleep, 0.3)  # registered first, so it runs after cuda_reclaim's final drain
-        import cuda_reclaim, _native_producers
-        class P: pass
-        for _ in range(100):
-            cuda_reclaim.defer_release(P())
-        # 20 native pushes spaced 50 ms apart: some land after the final drain (during the sleep above,
-        # then during finalization), the rest never happen because the process is gone.
-        _native_producers.hand_over_detached([P() for _ in range(20)], 1, 50000)
-        """,
-        env={"CUDA_RECLAIM_REPORT": "1"},
-    )
+    pytest.importorskip("_native_producers")
+    result = run_child_script("late_native_pushes.py", env={"CUDA_RECLAIM_REPORT": "1"})
     assert result.returncode == 0, result.stderr
-    report = parse_report(result.stderr)
+    assert result.stdout.strip() == "late push seen"
+    report = exit_report.last_report(result.stderr)
     assert report["conserved"] == "yes"
-    assert report["enqueued"] == report["released"] + report["pending"] + report[
-        "leaked_after_close"
-    ] + report["abandoned_after_fork"]
+    assert exit_report.conserved(report)
     assert report["released"] >= 100
     assert report["pending"] == 0
     assert report["leaked_after_close"] >= 1, "late pushes after the final drain are counted"
@@ -44,6 +31,39 @@ def test_report_function_gives_the_same_line_now():
     import cuda_reclaim
     from cuda_reclaim import _reclaim
 
-    line = _reclaim.report()
-    fields = parse_report(line)
+    fields = exit_report.parse_line(_reclaim.report().strip())
     assert set(cuda_reclaim.STATS_KEYS) <= set(fields)
+    assert fields["conserved"] == ("yes" if exit_report.conserved(fields) else "no")
+
+
+def test_parser_finds_every_report_among_other_lines():
+    text = (
+        "Traceback? no: ordinary output\n"
+        "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=x\n"
+        "cuda-reclaim: enqueued=3 released=1 pending=0 leaked_after_close=2 abandoned_after_fork=0 conserved=yes\n"
+        "cuda-reclaim: enqueued=1 released=0 pending=0 leaked_after_close=0 abandoned_after_fork=0 conserved=no\n"
+    )
+    reports = exit_report.find_reports(text)
+    assert [r["enqueued"] for r in reports] == [3, 1]
+    assert exit_report.last_report(text)["conserved"] == "no"
+    assert [exit_report.conserved(r) for r in reports] == [True, False]
+
+
+@pytest.mark.parametrize(
+    "line, problem",
+    [
+        ("cuda-reclaim: enqueued=x released=0 pending=0 leaked_after_close=0 abandoned_after_fork=0 conserved=yes",
+         "not a number"),
+        ("cuda-reclaim: enqueued=1 released=1 pending=0 leaked_after_close=0 conserved=yes", "lacks abandoned_after_fork"),
+        ("cuda-reclaim: enqueued=1 enqueued=1", "malformed field"),
+        ("cuda-reclaim: fatal: eventfd (errno 24)", "not an exit report"),
+    ],
+)
+def test_parser_rejects_a_malformed_line_naming_it(line, problem):
+    with pytest.raises(ValueError, match=problem):
+        exit_report.parse_line(line)
+
+
+def test_parser_says_when_there_is_no_report():
+    with pytest.raises(ValueError, match="no exit report in"):
+        exit_report.last_report("nothing here\n")

@@ -5,6 +5,7 @@ Run on a GPU machine: `pytest -m gpu -v tests/python` (docs/gpu.md)."""
 
 import ctypes
 import gc
+import os
 import sys
 import threading
 import time
@@ -13,7 +14,8 @@ import weakref
 import pytest
 
 import cuda_reclaim
-from conftest import conserved, parse_report, run_child
+import exit_report
+from conftest import conserved, run_child_script
 from cuda_reclaim import _reclaim
 
 pytestmark = pytest.mark.gpu
@@ -47,18 +49,9 @@ def device():
 def kernels(device):
     from cuda.core import Program, ProgramOptions
 
-    source = r"""
-    extern "C" __global__ void spin(unsigned long long cycles) {
-      long long start = clock64();
-      while (clock64() - start < (long long)cycles) {}
-    }
-    extern "C" __global__ void fill(int* data, int value, unsigned long long cycles) {
-      long long start = clock64();
-      while (clock64() - start < (long long)cycles) {}
-      data[threadIdx.x] = value;
-    }
-    """
-    module = Program(source, code_type="c++", options=ProgramOptions(arch=f"sm_{device.arch}")).compile("cubin")
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")) as source:
+        program = Program(source.read(), code_type="c++", options=ProgramOptions(arch=f"sm_{device.arch}"))
+    module = program.compile("cubin")
     return module.get_kernel("spin"), module.get_kernel("fill")
 
 
@@ -79,6 +72,31 @@ def wait_for(predicate, timeout=20.0):
             return False
         time.sleep(0.002)
     return True
+
+
+def destructors_run_on_cudas_thread(count_key, release):
+    """Waits until CUDA's internal thread has worked through what was released before this call: `release`
+    hands one more object (a control) to it, and this waits until that one arrives in `count_key` of the
+    source stats. Returns the control's weak reference, for the caller to drain."""
+    before = _reclaim._source_stats()[count_key]
+    control = Token()
+    control_ref = weakref.ref(control)
+    release(control)
+    del control
+    assert wait_for(lambda: _reclaim._source_stats()[count_key] >= before + 1), "the control never arrived"
+    return control_ref
+
+
+def release_through_an_exec(control):
+    """Attaches `control` to a graph whose exec holds the last reference, then destroys both: CUDA runs the
+    user object's destructor on its own thread."""
+    from cuda.bindings import driver
+
+    graph = check(driver.cuGraphCreate(0))
+    cuda_reclaim.keep_alive(graph, control)
+    executable = check(driver.cuGraphInstantiate(graph, 0))
+    check(driver.cuGraphDestroy(graph))
+    check(driver.cuGraphExecDestroy(executable))
 
 
 def check(result):
@@ -167,13 +185,14 @@ def test_clone_and_instantiate_keep_the_reference(device, quiet):
     executable = check(driver.cuGraphInstantiate(graph, 0))
     check(driver.cuGraphDestroy(graph))
     check(driver.cuGraphDestroy(clone))  # the clone's own reference goes: the exec still holds one
-    time.sleep(0.2)
+    # A destructor that ran too early would have been run by CUDA's thread before this control's.
+    control = destructors_run_on_cudas_thread("graph_user_objects", release_through_an_exec)
     gc.collect()
-    cuda_reclaim.drain()
+    assert cuda_reclaim.drain() == 1 and control() is None
     assert ref() is not None, "the executable graph still holds the user object"
-    assert _reclaim._source_stats()["graph_user_objects"] == before
+    assert _reclaim._source_stats()["graph_user_objects"] == before + 1, "only the control arrived"
     check(driver.cuGraphExecDestroy(executable))
-    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] == before + 1)
+    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] == before + 2)
     assert cuda_reclaim.drain() == 1 and ref() is None
 
 
@@ -242,7 +261,7 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
     spin, _ = kernels
     from cuda.core import LaunchConfig, launch
 
-    stream = device.create_stream()
+    stream, idle_stream = device.create_stream(), device.create_stream()
     before = _reclaim._source_stats()["stream_host_functions"]
     launch(stream, LaunchConfig(grid=1, block=1), spin, cycles_for(device, 0.5))
     token = Token()
@@ -250,12 +269,16 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
     start = time.monotonic()
     cuda_reclaim.keep_alive_until(stream, token)
     del token
-    time.sleep(0.1)
+    # A host function on an idle stream runs at once on CUDA's thread: once it arrived, a premature
+    # release of the token would have arrived too.
+    control = destructors_run_on_cudas_thread(
+        "stream_host_functions", lambda obj: cuda_reclaim.keep_alive_until(idle_stream, obj)
+    )
     gc.collect()
-    cuda_reclaim.drain()
+    assert cuda_reclaim.drain() == 1 and control() is None
     assert ref() is not None, "the kernel is still running"
-    assert _reclaim._source_stats()["stream_host_functions"] == before
-    assert wait_for(lambda: _reclaim._source_stats()["stream_host_functions"] == before + 1)
+    assert _reclaim._source_stats()["stream_host_functions"] == before + 1, "only the control arrived"
+    assert wait_for(lambda: _reclaim._source_stats()["stream_host_functions"] == before + 2)
     elapsed = time.monotonic() - start
     assert cuda_reclaim.drain() == 1 and ref() is None
     host_thread = _reclaim._source_stats()["last_host_function_thread"]
@@ -281,48 +304,16 @@ def test_failed_retain_on_the_real_driver_accounts_for_the_reference_exactly_onc
 
 @pytest.mark.parametrize("wait_after_close", [False, True], ids=["exit-at-once", "sync-after-close"])
 def test_exit_with_a_running_kernel_and_a_live_graph_exec_is_clean_and_counted(device, wait_after_close):
-    late_hook = (
-        # Registered before cuda_reclaim is imported, so it runs after its final drain and close: the
-        # kernel finishes now, and what CUDA hands over then is counted as leaked, never touched.
-        "import atexit, time\n"
-        "atexit.register(lambda: (stream.sync(), time.sleep(0.5)))\n"
-        if wait_after_close
-        else ""
-    )
-    result = run_child(
-        late_hook
-        + """
-import atexit, ctypes
-from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch
-from cuda.core.graph import GraphDefinition
-import cuda_reclaim
-
-device = Device(); device.set_current()
-source = 'extern "C" __global__ void spin(unsigned long long c) { long long s = clock64(); while (clock64() - s < (long long)c) {} }'
-options = ProgramOptions(arch=f"sm_{device.arch}")
-spin = Program(source, code_type="c++", options=options).compile("cubin").get_kernel("spin")
-stream = device.create_stream()
-second = ctypes.c_ulonglong(int(device.properties.clock_rate * 1000))
-definition = GraphDefinition()
-definition.launch(LaunchConfig(grid=1, block=1), spin, second)
-class Token: pass
-cuda_reclaim.keep_alive(definition, Token(), Token())
-executable = definition.instantiate()
-executable.launch(stream)  # runs ~1 s: still running when the interpreter exits
-cuda_reclaim.keep_alive_until(stream, Token())
-for _ in range(3):
-    cuda_reclaim.defer_release(Token())
-# Runs before cuda_reclaim's final drain (registered later): the exec is destroyed while its kernel runs.
-atexit.register(executable.close)
-print("exiting with the kernel running", flush=True)
-""",
+    result = run_child_script(
+        "exit_with_running_kernel.py",
+        *(["--sync-after-close"] if wait_after_close else []),
         env={"CUDA_RECLAIM_REPORT": "1"},
         timeout=120,
     )
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr and "terminate called" not in result.stderr
-    report = parse_report(result.stderr)
+    report = exit_report.last_report(result.stderr)
     assert report["conserved"] == "yes"
     assert report["pending"] == 0
     assert report["released"] >= 3

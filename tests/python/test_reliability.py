@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from conftest import parse_report, run_child
+import exit_report
+from conftest import run_child
 
 pytest.importorskip("_native_producers")
 
@@ -28,7 +29,7 @@ def run_scenario(code, **kwargs):
 def assert_clean_exit(result, last_line="done"):
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1] == last_line, result.stdout
-    report = parse_report(result.stderr)
+    report = exit_report.last_report(result.stderr)
     assert report["conserved"] == "yes", result.stderr
     return report
 
@@ -313,7 +314,7 @@ def test_exit_by_keyboard_interrupt_still_writes_the_report():
     """
     result = run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"})
     assert result.returncode in (-2, 130), result.returncode  # killed by SIGINT, as CPython does
-    report = parse_report(result.stderr)
+    report = exit_report.last_report(result.stderr)
     assert report["conserved"] == "yes" and report["released"] == 10
     assert result.stderr.count("cuda-reclaim: enqueued=") == 1
 

@@ -19,6 +19,9 @@ with a clear error message from the `:cuda_not_found` genrule.
 _CUDA_PATH = "CUDA_PATH"
 _DEFAULT_CUDA_PATH = "/usr/local/cuda"
 
+# cuda.h is graph/'s: bindings/ reaches it only through //graph; the fake driver of graph/'s tests needs it.
+_VISIBILITY = repr(["@cuda_reclaim//graph:__pkg__", "@cuda_reclaim//tests/graph:__pkg__"])
+
 def _cuda_version(ctx, cuda_h):
     for line in ctx.read(cuda_h).splitlines():
         parts = [p for p in line.replace("\t", " ").split(" ") if p]
@@ -60,8 +63,9 @@ genrule(
 cc_library(
     name = "cuda_headers",
     hdrs = [":cuda_not_found"],
+    visibility = {visibility},
 )
-""".format(msg = msg.replace("'", "")))
+""".format(msg = msg.replace("'", ""), visibility = _VISIBILITY))
         return
 
     # Symlink only top-level headers (+ crt/ which they include).
@@ -84,8 +88,9 @@ cc_library(
         "include/crt/**",
     ]),
     includes = ["include"],
+    visibility = {visibility},
 )
-""".format(root = root))
+""".format(root = root, visibility = _VISIBILITY))
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,

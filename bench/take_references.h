@@ -1,13 +1,13 @@
-// tests/python/take_references.h — shared by the test extensions whose native threads are handed Python
-// objects (tests/python/native_producers.cc, tests/shutdown/torture_ext.cc).
-#ifndef CUDA_RECLAIM_TESTS_PYTHON_TAKE_REFERENCES_H_
-#define CUDA_RECLAIM_TESTS_PYTHON_TAKE_REFERENCES_H_
+// bench/take_references.h — shared by the extensions whose native threads are handed Python objects
+// (bench/shutdown/torture_module.cc, tests/python/native_producers.cc).
+#ifndef CUDA_RECLAIM_BENCH_TAKE_REFERENCES_H_
+#define CUDA_RECLAIM_BENCH_TAKE_REFERENCES_H_
 
 #include <Python.h>
 
 #include <vector>
 
-namespace reclaim_test {
+namespace reclaim_bench {
 
 // Appends to *out, for each item of `sequence`, wrap(item) after taking a new reference to the item
 // (the native side then owns it). Returns false with an exception set when `sequence` is no sequence.
@@ -32,6 +32,6 @@ inline bool take_references(PyObject* sequence, std::vector<void*>* out) {
   return take_references(sequence, out, [](PyObject* item) -> void* { return item; });
 }
 
-}  // namespace reclaim_test
+}  // namespace reclaim_bench
 
-#endif  // CUDA_RECLAIM_TESTS_PYTHON_TAKE_REFERENCES_H_
+#endif  // CUDA_RECLAIM_BENCH_TAKE_REFERENCES_H_

@@ -6,8 +6,8 @@ native threads keep handing objects to one release strategy; every run is classi
 
 Strategies: A `PyGILState_Ensure; Py_DECREF; PyGILState_Release`, B = A gated on Py_IsInitialized(),
 C = B also gated on the finalizing flag, D = coalesced Py_AddPendingCall drain of an intrusive stack,
-R = cuda-reclaim's host_destructor. Needs `_torture` (and for R `cuda_reclaim`) on sys.path; children get
-this process's sys.path as PYTHONPATH.
+R = cuda-reclaim's host_destructor. Needs `_torture`, `exit_report` (and for R `cuda_reclaim`) on
+sys.path; children get this process's sys.path as PYTHONPATH.
 """
 
 import argparse
@@ -25,6 +25,7 @@ import threading
 import time
 
 import _torture
+import exit_report
 import torture_child
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +49,6 @@ OUTCOMES = collections.OrderedDict(
         ("not_conserved", "R: report missing/not conserved"),
     ]
 )
-LAW = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
 
 # Interpreter crashes that are CPython's own, where the gate of --require-clean tolerates a
 # "crash, no release call in flight" (still counted and printed). CPython 3.10: a daemon Python thread
@@ -65,25 +65,19 @@ def signal_name(number):
         return f"signal {number}"
 
 
-def parse_reports(stderr):
-    """Every exit report line 'cuda-reclaim: enqueued=...' in stderr, as dicts."""
-    reports = []
-    for line in stderr.splitlines():
-        if line.startswith("cuda-reclaim: enqueued="):
-            fields = dict(item.split("=", 1) for item in line.split()[1:])
-            reports.append({k: (v if k == "conserved" else int(v)) for k, v in fields.items()})
-    return reports
-
-
-def law_holds(stats):
-    return stats["enqueued"] == sum(stats[k] for k in LAW)
-
-
 def expected_reports(scenario):
     # One report per process that ran Py_Finalize: the KeyboardInterrupt exit (which re-raises SIGINT
     # after Py_Finalize, skipping exit()) writes its report at the end of Py_Finalize instead. The fork
     # scenario's child writes its own report.
     return {"fork": 2}.get(scenario, 1)
+
+
+def reports_or_none(stderr):
+    """The exit reports in stderr, or [] when one is malformed (classify() names that run's problem)."""
+    try:
+        return exit_report.find_reports(stderr)
+    except ValueError:
+        return []
 
 
 def classify(strategy, scenario, rc, stderr, shared, timed_out):
@@ -115,14 +109,17 @@ def classify(strategy, scenario, rc, stderr, shared, timed_out):
         code = os.waitstatus_to_exitcode(fork_status)
         return "fork_child", (f"child {signal_name(-code)}" if code < 0 else f"child rc={code}")
     if strategy == "R":
-        reports = parse_reports(stderr)
+        try:
+            reports = exit_report.find_reports(stderr)
+        except ValueError as error:
+            return "not_conserved", str(error)
         if len(reports) != expected_reports(scenario):
             return "not_conserved", f"{len(reports)} exit reports, expected {expected_reports(scenario)}"
         for report in reports:
-            if report["conserved"] != "yes" or not law_holds(report):
+            if report["conserved"] != "yes" or not exit_report.conserved(report):
                 return "not_conserved", "exit report: " + " ".join(f"{k}={v}" for k, v in report.items())
         finalized = shared["finalized_stats"]
-        if finalized is None or not law_holds(finalized):
+        if finalized is None or not exit_report.conserved(finalized):
             return "not_conserved", f"end of Py_Finalize: {finalized}"
     return "clean", ""
 
@@ -164,7 +161,7 @@ def run_one(strategy, scenario, *, python, timeout, env):
         "rc": process.returncode,
         "seconds": round(seconds, 3),
         "shared": shared,
-        "reports": parse_reports(stderr) if strategy == "R" else [],
+        "reports": reports_or_none(stderr) if strategy == "R" else [],
         "stderr_tail": stderr[-2000:] if outcome != "clean" else "",
     }
 

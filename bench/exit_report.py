@@ -1,0 +1,53 @@
+"""The exit report: the line cuda-reclaim writes to stderr at process exit when CUDA_RECLAIM_REPORT=1,
+
+    cuda-reclaim: enqueued=5 released=3 pending=0 leaked_after_close=2 ... conserved=yes
+
+parsed in one place for the shutdown comparison (bench/shutdown/torture.py) and the tests. Counter values
+are ints; `conserved` stays the report's own word ("yes" or "no"), so that a test can check what the C
+code wrote apart from what `conserved()` computes from the numbers.
+"""
+
+PREFIX = "cuda-reclaim: enqueued="  # other "cuda-reclaim: ..." lines (fatal errors, warnings) are not reports
+
+# The buckets every reference handed over ends in exactly one of: enqueued == the sum of these.
+LAW_BUCKETS = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+
+
+def parse_line(line):
+    """One report line as a dict; ValueError naming the line when it is not a well-formed report."""
+    if not line.startswith(PREFIX):
+        raise ValueError(f"not an exit report line: {line!r}")
+    report = {}
+    for field in line[len("cuda-reclaim: "):].split():
+        key, sep, value = field.partition("=")
+        if not sep or not key or key in report:
+            raise ValueError(f"malformed field {field!r} in exit report line: {line!r}")
+        if key == "conserved":
+            report[key] = value
+        elif value.isdigit():
+            report[key] = int(value)
+        else:
+            raise ValueError(f"counter {key} is not a number in exit report line: {line!r}")
+    missing = [key for key in ("enqueued", "conserved", *LAW_BUCKETS) if key not in report]
+    if missing:
+        raise ValueError(f"exit report line lacks {', '.join(missing)}: {line!r}")
+    return report
+
+
+def find_reports(text):
+    """Every exit report in `text` (e.g. a child's stderr), in order, as dicts; other lines are ignored."""
+    return [parse_line(line) for line in text.splitlines() if line.startswith(PREFIX)]
+
+
+def last_report(text):
+    """The last exit report in `text`; ValueError quoting `text` when there is none."""
+    reports = find_reports(text)
+    if not reports:
+        raise ValueError(f"no exit report in:\n{text}")
+    return reports[-1]
+
+
+def conserved(counters):
+    """The conservation law on a report or a stats() dict: enqueued == released + pending +
+    leaked_after_close + abandoned_after_fork."""
+    return counters["enqueued"] == sum(counters[key] for key in LAW_BUCKETS)

@@ -1,0 +1,125 @@
+"""The numbers in the prose of docs/benchmarks.md (bench/report/template.md), each derived from the run
+being reported, so that a regenerated report never repeats a number that its run did not measure."""
+
+from report.tables import count, fmt_ns
+
+ANCHOR_STRATEGIES = ("mutex_vector", "mutex_deque", "cas_pending_call")
+
+
+def run_facts(py, command):
+    """The run's date, machine, interpreter and command, as a Markdown list."""
+    m = py["machine"]
+    quick = " (--quick: tiny sizes, not meaningful)" if py.get("quick") else ""
+    return "\n".join([
+        f"- **Run:** {m['date']}{quick}; load average at start {', '.join(f'{x:.2f}' for x in m['loadavg'])}",
+        f"- **Machine:** {m['cpu']}, {m['cores']} cores; {m['platform']}",
+        f"- **Python:** {m['python_impl']} {m['python']} (switch interval {fmt_ms(m['switch_interval_s'])})",
+        f"- **Command:** `{command}`",
+    ])
+
+
+def fmt_ms(seconds):
+    return f"{seconds * 1e3:g} ms"
+
+
+def oversubscribed(py, most_threads=4):
+    cores = py["machine"]["cores"]
+    if cores is None or cores >= most_threads:
+        return ""
+    return f" On this {cores}-core machine, {most_threads} producers are oversubscribed."
+
+
+def latency_setting(r, key, scale, unit):
+    """A setting of the release-latency runs (recorded in their rows), e.g. the push spacing."""
+    row = next((row for row in r.rows if row["section"] == "latency" and key in row), None)
+    return "–" if row is None else f"{row[key] * scale:g} {unit}"
+
+
+def section_n(r, section):
+    row = next((row for row in r.rows if row["section"] == section), None)
+    return count(row["n"] if row else None)
+
+
+def producer_gap(r):
+    """How far cuda-reclaim's producer p50 is behind the fastest anchor, over this run's rows."""
+    gaps = []
+    for row in r.rows:
+        if row["section"] != "producer" or row["strategy"] != "cuda_reclaim":
+            continue
+        anchors = [a["p50"] for a in r.rows if a["section"] == "producer" and a["strategy"] in ANCHOR_STRATEGIES
+                   and a["main"] == row["main"] and a["threads"] == row["threads"]]
+        if anchors:
+            gaps.append(row["p50"] - min(anchors))
+    floor = [row["p50"] for row in r.rows if row["section"] == "producer" and row["strategy"] == "noop"]
+    behind = [gap for gap in gaps if gap > 0]
+    if not behind:
+        return "In this run cuda-reclaim's p50 is behind no anchor in the Python-hosted rows."
+    return (f"In the Python-hosted rows of this run cuda-reclaim's p50 is behind the fastest anchor by at most "
+            f"{fmt_ns(max(behind))} (the no-op row's p50, {fmt_ns(min(floor)) if floor else '–'}, is what the "
+            "per-call timestamps themselves cost).")
+
+
+def idle_p99(r):
+    row = next((row for row in r.rows if row["section"] == "producer" and row["main"] == "idle"
+                and row["threads"] == 1 and row["strategy"] == "cuda_reclaim"), None)
+    return "" if row is None else f" (this run's p99 with one producer and an idle owner: {fmt_ns(row['p99'])})"
+
+
+def pending_call_busy(r):
+    row = next((row for row in r.rows if row["section"] == "latency" and row["main"] == "busy"
+                and row["strategy"] == "cas_pending_call"), None)
+    if row is None:
+        return ""
+    version = r.py["machine"]["python"]
+    if not row["released_in_window"]:
+        return f"In this run (Python {version}) it released none of its {row['n']} objects within the window."
+    return (f"In this run (Python {version}) it released {row['released_in_window']} of {row['n']} objects "
+            f"within the window, p50 {fmt_ns(row['p50'])}.")
+
+
+def dequeue_share(r):
+    """The C++ drain of cuda-reclaim (all at once) as a share of a plain loop over an array."""
+    limit = r.bench(r"BM_Drain/plain_loop/0/iterations:\d+")
+    ours = r.bench(r"BM_Drain/cuda_reclaim/0/iterations:\d+")
+    if limit is None or ours is None:
+        return "see the C++ table"
+    return (f"moodycamel's bulk dequeue runs at {ours['items_per_second'] / limit['items_per_second']:.0%} of "
+            "the speed of a loop over an array in the C++ table")
+
+
+def memory_per_reference(r):
+    ours = r.find("memory", strategy="cuda_reclaim")
+    cas = r.find("memory", strategy="cas_pending_call")
+    mutexes = [r.find("memory", strategy=s) for s in ("mutex_vector", "mutex_deque")]
+    if ours is None or cas is None or None in mutexes:
+        return ""
+    mutex_bytes = " and ".join(f"{row['bytes_per_pending']:.1f}" for row in mutexes)
+    return (f"In this run a pending reference costs cuda-reclaim {ours['bytes_per_pending']:.1f} bytes of RSS "
+            f"(a pointer plus block overhead), the mutex anchors {mutex_bytes}, and cuda.core's node "
+            f"{cas['bytes_per_pending']:.1f}.")
+
+
+def gpu_wakeups(gpu):
+    if gpu is None or "stats" not in gpu:
+        return ""
+    return (f" Section 6 shows it on a GPU: {gpu['stats'].get('wakeups', '?')} eventfd writes for "
+            f"{gpu['handed_over']} hand-overs from CUDA's thread.")
+
+
+def all_facts(r, gpu, command):
+    """Every $name of the template that is a number or a sentence with numbers of this run."""
+    return {
+        "run_facts": run_facts(r.py, command),
+        "oversubscribed": oversubscribed(r.py),
+        "latency_spacing": latency_setting(r, "spacing_us", 1e-3, "ms"),
+        "latency_grace": latency_setting(r, "grace_s", 1e3, "ms"),
+        "drain_n": section_n(r, "drain"),
+        "memory_n": section_n(r, "memory"),
+        "switch_interval": fmt_ms(r.py["machine"]["switch_interval_s"]),
+        "producer_gap": producer_gap(r),
+        "idle_p99": idle_p99(r),
+        "pending_call_busy": pending_call_busy(r),
+        "dequeue_share": dequeue_share(r),
+        "memory_per_reference": memory_per_reference(r),
+        "gpu_wakeups": gpu_wakeups(gpu),
+    }

@@ -1,0 +1,294 @@
+"""The tables of docs/benchmarks.md, each from the rows of one run (bench_python.py's JSON and
+queue_bench's Google Benchmark JSON), and the list of rows where cuda-reclaim is slower."""
+
+import math
+import re
+
+PRODUCER_STRATEGIES = ("noop", "cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pending_call", "with_gil")
+ANCHORS = {
+    "noop": "no hand-over (timer floor)",
+    "cuda_reclaim": "**cuda-reclaim** (capsule host_destructor)",
+    "mutex_vector": "mutex + vector (PyO3 pool)",
+    "mutex_deque": "mutex + deque (jaxlib)",
+    "cas_pending_call": "CAS stack + coalesced Py_AddPendingCall (cuda.core)",
+    "cas_stack": "CAS stack, preallocated nodes (cuda.core)",
+    "with_gil": "`with gil: Py_DECREF`",
+    "plain_decref_loop": "plain Py_DECREF loop over an array (limit)",
+    "plain_release_fn_loop": "plain loop calling bindings' release action (Py_DECREF + PyErr_Occurred, via pointer)",
+    "plain_loop": "plain loop over an array (limit)",
+}
+QUEUE_STRATEGIES_CPP = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_stack")
+LATENCY_KEYS = (
+    ("busy", "cuda_reclaim", "thread"), ("busy", "cuda_reclaim", "gc"), ("busy", "cas_pending_call", "-"),
+    ("sleep", "cuda_reclaim", "thread"), ("sleep", "cuda_reclaim", "gc"), ("sleep", "cas_pending_call", "-"),
+    ("asyncio", "cuda_reclaim", "thread"), ("asyncio", "cuda_reclaim", "asyncio_fd"),
+    ("asyncio", "cuda_reclaim", "gc"), ("asyncio", "cas_pending_call", "-"),
+)
+DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
+                 ("mutex_vector", "all"), ("mutex_deque", "all"), ("cas_pending_call", "all"))
+CPP_DRAIN = (("plain_loop", 0), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", 0),
+             ("mutex_vector", 0), ("mutex_deque", 0), ("cas_stack", 0))
+CLOCK_RESOLUTION_NS = 10  # steady_clock's step as seen in the producer rows (p50s move in 10 ns steps)
+MEMORY_STRATEGIES = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pending_call")
+
+
+def fmt_ns(ns):
+    if ns is None or (isinstance(ns, float) and math.isnan(ns)):
+        return "–"
+    if ns == math.inf:
+        return "never¹"
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    if ns < 1e9:
+        return f"{ns / 1e6:.1f} ms"
+    return f"{ns / 1e9:.2f} s"
+
+
+def fmt_ratio(value, base):
+    if base in (None, 0) or value is None:
+        return "–"
+    if value == math.inf and base == math.inf:
+        return "–"
+    if value == math.inf:
+        return "∞"
+    if base == math.inf:
+        return "≪1 (anchor: never)"
+    return f"{value / base:.2f}×"
+
+
+def count(n):
+    """A count as the report prints it: 10⁶ for a power of ten from a million up, else with separators."""
+    if n is None:
+        return "–"
+    if n >= 10**6 and 10 ** round(math.log10(n)) == n:
+        return "10" + "".join("⁰¹²³⁴⁵⁶⁷⁸⁹"[int(d)] for d in str(round(math.log10(n))))
+    return f"{n:,}"
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+
+# --- loading ------------------------------------------------------------------------------------------
+
+
+class Results:
+    def __init__(self, py, cpp):
+        self.py = py
+        self.cpp_json = cpp
+        self.missing = []
+        self.rows = py["rows"]
+        self.cpp_rows = {}
+        for bench in cpp.get("benchmarks", []):
+            if bench.get("run_type") == "aggregate" and bench.get("aggregate_name") != "median":
+                continue
+            self.cpp_rows[bench["run_name"]] = bench
+
+    def find(self, section, **keys):
+        for row in self.rows:
+            if row["section"] == section and all(row.get(k) == v for k, v in keys.items()):
+                return row
+        self.missing.append(f"python {section} {keys}")
+        return None
+
+    def bench(self, pattern):
+        for name, bench in self.cpp_rows.items():
+            if re.fullmatch(pattern, name):
+                return bench
+        self.missing.append(f"c++ {pattern}")
+        return None
+
+
+# --- sections -------------------------------------------------------------------------------------
+
+
+def producer_tables(r):
+    out = []
+    for main, title in (("idle", "main thread idle (blocked in C, GIL free)"),
+                        ("busy", "main thread busy (running bytecode: the GIL is contended)")):
+        rows = []
+        for threads in (1, 2, 4):
+            base = r.find("producer", main=main, threads=threads, strategy="cuda_reclaim")
+            for strategy in PRODUCER_STRATEGIES:
+                row = r.find("producer", main=main, threads=threads, strategy=strategy)
+                if row is None or base is None:
+                    continue
+                rows.append([threads, ANCHORS[strategy], row["n"], fmt_ns(row["p50"]), fmt_ns(row["p99"]),
+                             fmt_ns(row["max"]), fmt_ratio(row["p50"], base["p50"]),
+                             fmt_ratio(row["p99"], base["p99"])])
+        out.append(f"#### {title}\n\n" + table(
+            ["producers", "strategy", "calls", "p50", "p99", "max", "p50 / cuda-reclaim", "p99 / cuda-reclaim"],
+            rows))
+    return "\n\n".join(out)
+
+
+def cpp_push_table(r):
+    rows = []
+    for threads in (1, 2, 4):
+        found = {}
+        for strategy in QUEUE_STRATEGIES_CPP:
+            bench = r.bench(rf"BM_Push/{strategy}/iterations:\d+/real_time/threads:{threads}")
+            if bench is not None:
+                found[strategy] = bench
+        base = found.get("cuda_reclaim")
+        for strategy, bench in found.items():
+            # cpu_time: all threads' CPU time per push (a preempted thread does not count, so a loaded
+            # machine inflates it less than wall time); items_per_second: all pushes over wall time.
+            rows.append([threads, ANCHORS[strategy], fmt_ns(bench["cpu_time"]),
+                         f"{bench['items_per_second'] / 1e6:.1f}",
+                         fmt_ratio(bench["cpu_time"], base["cpu_time"]) if base else "–"])
+    return table(["threads", "strategy", "CPU time per push", "M pushes/s (all threads, wall time)",
+                  "CPU / cuda-reclaim"], rows)
+
+
+def latency_table(r):
+    rows = []
+    base = {}
+    for main, strategy, drain in LATENCY_KEYS:
+        row = r.find("latency", main=main, strategy=strategy, drain=drain)
+        if row is None:
+            continue
+        if strategy == "cas_pending_call":
+            base[main] = row
+        rows.append((main, strategy, drain, row))
+    out = []
+    for main, strategy, drain, row in rows:
+        anchor = base.get(main)
+        how = {"thread": "auto-drain thread", "gc": "gc callback", "asyncio_fd": "asyncio fd (add_reader)",
+               "-": "its pending call"}[drain]
+        out.append([main, ANCHORS[strategy], how, f"{row['released_in_window']}/{row['n']}", fmt_ns(row["p50"]),
+                    fmt_ns(row["p99"]), fmt_ns(row["max"]),
+                    fmt_ratio(row["p50"], anchor["p50"]) if anchor else "–"])
+    return table(["main thread", "strategy", "drained by", "released in window", "p50", "p99", "max",
+                  "p50 / cuda.core's"], out)
+
+
+def drain_tables(r):
+    rows = []
+    for fate in ("die", "survive"):
+        limit = r.find("drain", fate=fate, strategy="plain_decref_loop", batch="all")
+        for strategy, batch in DRAIN_METHODS:
+            row = r.find("drain", fate=fate, strategy=strategy, batch=batch)
+            if row is None or limit is None:
+                continue
+            label = ANCHORS[strategy] + (f", `drain({batch})` from Python" if strategy == "cuda_reclaim" else "")
+            rows.append([fate, label, f"{row['refs_per_s'] / 1e6:.1f}", fmt_ns(row["ns"] / row["n"]),
+                         f"{row['refs_per_s'] / limit['refs_per_s']:.0%}"])
+    python = table(["objects", "drain", "M refs/s", "per ref", "of the limit"], rows)
+    rows = []
+    limit = r.bench(r"BM_Drain/plain_loop/0/iterations:\d+")
+    for strategy, batch in CPP_DRAIN:
+        bench = r.bench(rf"BM_Drain/{strategy}/{batch}/iterations:\d+")
+        if bench is None or limit is None:
+            continue
+        rows.append([ANCHORS[strategy] + (f", max_items={batch or 'all'}" if strategy == "cuda_reclaim" else ""),
+                     f"{bench['items_per_second'] / 1e6:.0f}",
+                     f"{bench['items_per_second'] / limit['items_per_second']:.0%}"])
+    cpp = table(["drain (C++, no-op release)", "M items/s", "of the limit"], rows)
+    return python, cpp
+
+
+def idle_tables(r):
+    drain = r.find("idle_call", call="empty drain()")
+    noop = r.find("idle_call", call="noop()")
+    thread = r.find("idle_thread")
+    rows = []
+    if drain and noop:
+        for row in (drain, noop):
+            rows.append([f"`{row['call']}`" if row is drain else "`_reclaim_bench.noop()` (no-op C function)",
+                         fmt_ns(row["ns_per_call"]), fmt_ns(row["median_ns_per_call"]),
+                         fmt_ratio(row["ns_per_call"], noop["ns_per_call"])])
+    calls = table(["call", "best of 5", "median of 5", "/ no-op"], rows)
+    idle = "–"
+    if thread:
+        idle = table(["idle for", "auto-drain thread CPU time", "share of one core", "wake-ups", "drains"],
+                     [[f"{thread['seconds']:.1f} s", fmt_ns(thread["cpu_ns"]), f"{thread['cpu_share']:.4%}",
+                       thread["wakeups"], thread["drain_calls"]]])
+    return calls, idle
+
+
+def memory_tables(r):
+    rows = []
+    for strategy in MEMORY_STRATEGIES:
+        row = r.find("memory", strategy=strategy)
+        if row is None:
+            continue
+        rows.append([ANCHORS[strategy], f"{row['n']:,}", f"{row['bytes_per_pending']:.1f}",
+                     f"{row['burst_rss_delta'] / 2**20:.1f} MiB", f"{row['drained_rss_delta'] / 2**20:.1f} MiB"])
+    python = table(["strategy", "pending refs", "RSS bytes per pending ref", "RSS after the burst",
+                    "RSS after draining"], rows)
+    rows = []
+    pointers = None
+    for strategy in QUEUE_STRATEGIES_CPP:
+        bench = r.bench(rf"BM_HeapBytes/{strategy}/\d+/iterations:1")
+        if bench is None:
+            continue
+        pointers = int(bench["run_name"].split("/")[2])
+        rows.append([ANCHORS[strategy], f"{bench['bytes_per_pending']:.2f}",
+                     f"{bench['bytes_per_item_after_drain']:.2f}"])
+    cpp = table([f"strategy (C++, {count(pointers)} pointers, one thread)", "heap bytes per pending pointer",
+                 "heap bytes per pointer still held after draining"], rows)
+    return python, cpp
+
+
+def slower_rows(r):
+    """Rows of this run where cuda-reclaim's p50 is worse than an anchor's: listed, not hidden."""
+    notes = []
+    within_clock = 0
+    for main in ("idle", "busy"):
+        for threads in (1, 2, 4):
+            base = r.find("producer", main=main, threads=threads, strategy="cuda_reclaim")
+            for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call", "with_gil"):
+                row = r.find("producer", main=main, threads=threads, strategy=strategy)
+                if not (base and row and row["p50"] < base["p50"]):
+                    continue
+                if base["p50"] - row["p50"] <= CLOCK_RESOLUTION_NS:
+                    within_clock += 1
+                    continue
+                notes.append(f"producer p50, main {main}, {threads} thread(s): {ANCHORS[strategy]} "
+                             f"{fmt_ns(row['p50'])} vs {fmt_ns(base['p50'])}")
+    if within_clock:
+        notes.append(f"producer p50: an anchor is ahead by at most {CLOCK_RESOLUTION_NS} ns (one tick of the "
+                     f"per-call clock) in {within_clock} (row, anchor) pairs")
+    for main in ("busy", "sleep", "asyncio"):
+        anchor = r.find("latency", main=main, strategy="cas_pending_call", drain="-")
+        best = [row for row in r.rows if row["section"] == "latency" and row["main"] == main
+                and row["strategy"] == "cuda_reclaim"]
+        if anchor and best:
+            best_row = min(best, key=lambda row: row["p50"])
+            if anchor["p50"] < best_row["p50"]:
+                notes.append(f"release latency p50, main {main}: cuda.core's pending call {fmt_ns(anchor['p50'])} "
+                             f"vs cuda-reclaim's best ({best_row['drain']}) {fmt_ns(best_row['p50'])}")
+    for fate in ("die", "survive"):
+        ours = r.find("drain", fate=fate, strategy="cuda_reclaim", batch="all")
+        for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call"):
+            row = r.find("drain", fate=fate, strategy=strategy, batch="all")
+            if ours and row and row["refs_per_s"] > ours["refs_per_s"]:
+                notes.append(f"drain throughput ({fate}): {ANCHORS[strategy]} {row['refs_per_s'] / 1e6:.1f} "
+                             f"vs {ours['refs_per_s'] / 1e6:.1f} M refs/s")
+    return notes
+
+
+def gpu_results(gpu, path):
+    """Section 6's table from bench/gpu_graph_bench.py's --json output, or a line saying there is none."""
+    if gpu is None:
+        return "No GPU results given to this report (`--gpu`)."
+    cycles = max(row["cycles"] for row in gpu["rows"])
+    rows = [[row["variant"], row["cycles"], f"{row['p50_ns'] / 1000:.2f} µs", f"{row['p99_ns'] / 1000:.2f} µs",
+             f"{row['p50_vs_raw']:.2f}×", f"{row['p99_vs_raw']:.2f}×"] for row in gpu["rows"]]
+    stats = gpu.get("stats", {})
+    return "\n".join([
+        f"Run on {gpu['device']}, Python {gpu['python']} (results: `{path}`; command: "
+        f"`python bench/gpu_graph_bench.py --cycles {cycles} --json OUT` with the wheel installed, e.g. "
+        "through `tests/gpu/make_bundle.sh`).",
+        "",
+        table(["variant", "cycles", "p50", "p99", "p50 / raw", "p99 / raw"], rows),
+        "",
+        f"References handed to cuda-reclaim: {gpu['handed_over']}, released: {gpu['released']}; "
+        f"eventfd writes (`wakeups`): {stats.get('wakeups', '?')}, drains: {stats.get('drain_calls', '?')}.",
+    ])
