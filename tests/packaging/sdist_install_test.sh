@@ -75,7 +75,7 @@ grep "cuda-reclaim setup.py" "${tmp}/install.log" | sort -u || true
 
 # The suite's own helpers (conftest, the test extension _native_producers) from tests/python; the package
 # from the venv. Children started by the tests inherit that sys.path.
-export PYTHONPATH="${runfiles}/tests/python"
+export PYTHONPATH="${runfiles}/tests/python:${runfiles}/bench"
 cd "${tmp}"
 "${venv}/bin/python" - <<'PY'
 import importlib.metadata, sys
