@@ -49,7 +49,17 @@ constexpr std::size_t kMainThreadDrainBudget = 4096;
 
 }  // namespace
 
-reclaim::ReclaimQueue& queue() noexcept { return reclaim::global_queue(); }
+namespace {
+// Set once by bind_queue() at module init (the GIL serializes it); never changes afterwards.
+reclaim::ReclaimQueue* g_queue = nullptr;
+}  // namespace
+
+bool bind_queue() noexcept {
+  g_queue = reclaim::own_process_queue();
+  return g_queue != nullptr;
+}
+
+reclaim::ReclaimQueue& queue() noexcept { return *g_queue; }
 
 bool interpreter_finalizing() noexcept {
 #if PY_VERSION_HEX >= 0x030D0000

@@ -15,8 +15,14 @@
 
 namespace reclaim_bindings {
 
-// The process-wide queue this module owns (cleanup/'s global_queue()).
-// Any thread; never touches Python; never blocks after the first call (module init makes it).
+// Binds queue() to this copy's process-wide queue and makes this module its owner
+// (reclaim::own_process_queue()); false when this copy of cleanup/ adopted another's queue. Module init
+// calls it (after reclaim_own_process_queue()), before anything else here runs.
+// Any thread; never touches Python; never blocks after the first call.
+bool bind_queue() noexcept;
+
+// The process-wide queue this module owns (bound by bind_queue()).
+// Any thread; never touches Python; never blocks.
 reclaim::ReclaimQueue& queue() noexcept;
 
 // True once the interpreter has begun finalizing: nothing may be released any more.

@@ -1,7 +1,7 @@
 /* bindings/shared_queue.h — for extension modules built with Bazel that link cleanup/ (//cleanup) and
- * push with its C entry points (cleanup/reclaim.h): makes their copy of cleanup/ use the queue of the
- * loaded cuda_reclaim module, so that the process has one queue, one atexit hook and one set of
- * counters. Target //bindings:shared_queue.
+ * push with its C entry points (cleanup/reclaim.h): makes their copy of cleanup/ use the table of the
+ * loaded cuda_reclaim module (the capsule's, the one ABI of cleanup/reclaim_abi.h), so that the process has
+ * one queue, one atexit hook and one set of counters. Target //bindings:shared_queue.
  *
  *   PyMODINIT_FUNC PyInit_mine(void) {
  *     const cuda_reclaim_c_api* api;
@@ -15,14 +15,14 @@
 #include "cleanup/reclaim.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 
-/* cuda_reclaim_import(), then reclaim_adopt() of the module's queue by this shared object's copy of
+/* cuda_reclaim_import(), then reclaim_adopt() of the capsule's table by this shared object's copy of
  * cleanup/. Returns 0, or -1 with ImportError set: the module is missing or too old, or this copy of
  * cleanup/ was already used (it would keep a queue nobody drains). Call it once, from module init.
  * Requires an attached thread state (GIL). */
 static inline int cuda_reclaim_import_shared_queue(const cuda_reclaim_c_api** api) {
   const cuda_reclaim_c_api* found;
   if (cuda_reclaim_import(&found) < 0) return -1;
-  if (reclaim_adopt(found->queue_ops()) < 0) {
+  if (reclaim_adopt(found) < 0) {
     PyErr_SetString(PyExc_ImportError,
                     "cannot share cuda_reclaim's queue: this extension's copy of cleanup/ was used before "
                     "cuda_reclaim_import_shared_queue(), or is newer than the loaded cuda_reclaim");

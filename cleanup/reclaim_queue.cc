@@ -11,10 +11,12 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <new>
 
+#include "cleanup/process_queue.h"
 #include "cleanup/queue_allocation.h"
 #include "concurrentqueue/concurrentqueue.h"
 
@@ -206,7 +208,7 @@ void ReclaimQueue::signal_edge() noexcept {
   const std::uint64_t one = 1;
   // An eventfd write of 1 cannot block unless the counter is near 2^64; EINTR cannot happen (non-blocking).
   if (::write(wakeup_fd_, &one, sizeof one) == sizeof one) {
-    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    eventfd_writes_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -214,7 +216,7 @@ void ReclaimQueue::notify() noexcept {
   signaled_.store(true, std::memory_order_seq_cst);
   const std::uint64_t one = 1;
   if (::write(wakeup_fd_, &one, sizeof one) == sizeof one) {
-    wakeups_.fetch_add(1, std::memory_order_relaxed);
+    eventfd_writes_.fetch_add(1, std::memory_order_relaxed);
   }
 }
 
@@ -261,6 +263,7 @@ std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::siz
     // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
     // neither bucket for longer than the dequeue itself.
     released_.fetch_add(got, std::memory_order_relaxed);
+    if (total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
     total += got;
     std::size_t done = 0;
     try {
@@ -286,13 +289,11 @@ std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::siz
 std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signaled_.load(std::memory_order_acquire)) return 0;
-  drain_calls_.fetch_add(1, std::memory_order_relaxed);
   return release_all(release, context, max_items, /*linger=*/false);
 }
 
 std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std::size_t max_items) {
   if (!signaled_.load(std::memory_order_acquire)) return 0;
-  drain_calls_.fetch_add(1, std::memory_order_relaxed);
   return release_all(release, context, max_items, /*linger=*/true);
 }
 
@@ -380,7 +381,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     // Acquire: the bucket updates of every completed push are visible to the reads below.
     const std::uint64_t completed = push_completions_.load(std::memory_order_acquire);
     counters.rejected = rejected_.load(std::memory_order_relaxed);
-    counters.enqueued = admitted - counters.rejected;
+    counters.handed_over = admitted - counters.rejected;
     counters.released = released_.load(std::memory_order_relaxed);
     counters.pending = storage_->queue.size_approx();
     note_pending(counters.pending);
@@ -394,9 +395,9 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     const bool settled = (admissions & kClosedBit) != 0 || completed == admitted;
     if (settled && admitted_after == admitted) break;
   }
-  counters.drain_calls = drain_calls_.load(std::memory_order_relaxed);
+  counters.nonempty_drains = nonempty_drains_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);
-  counters.wakeups = wakeups_.load(std::memory_order_relaxed);
+  counters.eventfd_writes = eventfd_writes_.load(std::memory_order_relaxed);
   return counters;
 }
 
@@ -441,7 +442,7 @@ ReclaimQueue* create_global_queue() noexcept {
   // Never deleted: pushes from CUDA's thread during exit() must find it alive.
   auto* queue = new (std::nothrow) ReclaimQueue(options);
   if (queue == nullptr) die("cannot allocate the global reclaim queue");
-  pthread_atfork(nullptr, nullptr, [] { global_queue().reset_after_fork_in_child(); });
+  pthread_atfork(nullptr, nullptr, [] { process_queue_of_this_copy().reset_after_fork_in_child(); });
   return queue;
 }
 
@@ -460,22 +461,47 @@ bool parse_reserved_capacity(const char* text, std::size_t* capacity) noexcept {
   return true;
 }
 
-ReclaimQueue& global_queue() noexcept {
+ReclaimQueue& process_queue_of_this_copy() noexcept {
   static ReclaimQueue* const queue = create_global_queue();
   return *queue;
 }
 
+bool CounterSnapshot::conserved() const noexcept {
+  const reclaim_stats c = as_c();
+  return reclaim_stats_conserved(&c) != 0;
+}
+
+reclaim_stats CounterSnapshot::as_c() const noexcept {
+  reclaim_stats c;
+#define RECLAIM_COPY_FIELD_(name, description) c.name = name;
+  RECLAIM_COUNTERS(RECLAIM_COPY_FIELD_)
+#undef RECLAIM_COPY_FIELD_
+  return c;
+}
+
+// CounterSnapshot and reclaim_stats come from one list; this pins that they also share a layout.
+#define RECLAIM_SAME_OFFSET_(name, description)                                                  \
+  static_assert(offsetof(CounterSnapshot, name) == offsetof(reclaim_stats, name),               \
+                "CounterSnapshot and reclaim_stats differ at " #name);
+RECLAIM_COUNTERS(RECLAIM_SAME_OFFSET_)
+#undef RECLAIM_SAME_OFFSET_
+static_assert(sizeof(CounterSnapshot) == sizeof(reclaim_stats), "CounterSnapshot mirrors reclaim_stats");
+
 std::size_t format_report(const CounterSnapshot& c, char* buffer, std::size_t size) noexcept {
   if (buffer == nullptr || size == 0) return 0;
-  int written = std::snprintf(
-      buffer, size,
-      "cuda-reclaim: enqueued=%" PRIu64 " released=%" PRIu64 " pending=%" PRIu64
-      " leaked_after_close=%" PRIu64 " abandoned_after_fork=%" PRIu64 " rejected=%" PRIu64
-      " drain_calls=%" PRIu64 " max_pending=%" PRIu64 " wakeups=%" PRIu64 " conserved=%s\n",
-      c.enqueued, c.released, c.pending, c.leaked_after_close, c.abandoned_after_fork, c.rejected,
-      c.drain_calls, c.max_pending, c.wakeups, c.conserved() ? "yes" : "no");
-  if (written < 0) return 0;
-  return static_cast<std::size_t>(written) < size ? static_cast<std::size_t>(written) : size - 1;
+  std::size_t used = 0;
+  // Appends with snprintf's truncation; `used` stops growing once the buffer is full.
+  auto append = [&](const char* format, auto... values) {
+    if (used + 1 >= size) return;
+    const int written = std::snprintf(buffer + used, size - used, format, values...);
+    if (written > 0) used += static_cast<std::size_t>(written) < size - used ? written : size - used - 1;
+  };
+  append("cuda-reclaim:");
+#define RECLAIM_REPORT_FIELD_(name, description) append(" %s=%" PRIu64, #name, c.name);
+  RECLAIM_COUNTERS(RECLAIM_REPORT_FIELD_)
+#undef RECLAIM_REPORT_FIELD_
+  append(" conserved=%s\n", c.conserved() ? "yes" : "no");
+  return used;
 }
 
 }  // namespace reclaim

@@ -5,19 +5,9 @@
 // nothing about what a pointer is: the owner supplies the release action at each drain (bindings/ passes
 // Py_DECREF). No Python.h, no cuda.h.
 //
-// Accounting (the conservation law, exact whenever no push, drain or close is in flight):
-//
-//     enqueued == released + pending + leaked_after_close + abandoned_after_fork
-//
-//   enqueued              every pointer handed to push() that was accepted: queued, or counted as leaked
-//                         because the queue was closed (a rejected push is not in `enqueued`).
-//   released              pointers handed to the release action by drain() or close().
-//   pending               read from the queue itself (moodycamel's size_approx), never derived from the
-//                         other counters, so that a test of the law can fail.
-//   leaked_after_close    pushes that arrived after close(): counted, never dereferenced, never released.
-//   abandoned_after_fork  pointers that were queued (or being pushed) in the parent when the process
-//                         forked; the child never releases them (the parent still owns them).
-//   rejected              pushes the queue could not store (allocation failure): counted apart, leaked.
+// Accounting: the counters and the conservation law are defined once, in cleanup/reclaim_abi.h
+// (RECLAIM_COUNTERS); CounterSnapshot below is derived from that list. `pending` is read from the queue
+// itself, never derived from the other counters, so that a test of the law can fail.
 //
 // A push that races with close() ends in exactly one bucket. close() first sets the closed bit in the
 // same atomic word whose fetch_add admits each push; a push admitted before the bit (its fetch_add
@@ -47,6 +37,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cleanup/reclaim_abi.h"
+
 namespace reclaim {
 
 // Release action supplied by the owner. Called once per pointer, on the thread that drains.
@@ -56,31 +48,25 @@ namespace reclaim {
 using ReleaseFn = void (*)(void* item, void* context);
 
 enum class PushStatus : int {
-  kQueued = 0,            // stored; will be released by a drain or by close().
-  kLeakedAfterClose = 1,  // queue closed; counted in leaked_after_close; pointer never touched.
-  kRejected = 2,          // storage could not grow (allocation failure); counted in rejected; leaked.
-  kInvalidArgument = 3,   // null pointer; nothing was handed over; nothing counted.
+  kQueued = RECLAIM_QUEUED,                      // stored; will be released by a drain or by close().
+  kLeakedAfterClose = RECLAIM_LEAKED_AFTER_CLOSE,  // queue closed; counted in leaked_after_close; untouched.
+  kRejected = RECLAIM_REJECTED,                  // storage could not grow (allocation failure); counted; leaked.
+  kInvalidArgument = RECLAIM_INVALID_ARGUMENT,   // null pointer; nothing was handed over; nothing counted.
 };
 
-// Plain values; see the accounting section above for what each one holds.
+// Plain values, one per RECLAIM_COUNTERS entry, in that order (so it has the layout of reclaim_stats).
 struct CounterSnapshot {
-  std::uint64_t enqueued = 0;
-  std::uint64_t released = 0;
-  std::uint64_t pending = 0;
-  std::uint64_t leaked_after_close = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t abandoned_after_fork = 0;
-  std::uint64_t drain_calls = 0;  // drains that found the wake-up signal set; an empty drain returns
-                                  // after one load, before counting.
-  std::uint64_t max_pending = 0;  // highest pending seen by a drain, close or snapshot (high-water mark).
-  std::uint64_t wakeups = 0;      // eventfd writes: one per empty→non-empty edge, plus notify() calls.
+#define RECLAIM_SNAPSHOT_FIELD_(name, description) std::uint64_t name = 0;
+  RECLAIM_COUNTERS(RECLAIM_SNAPSHOT_FIELD_)
+#undef RECLAIM_SNAPSHOT_FIELD_
 
   // True when the conservation law holds for this snapshot. Exact for a closed queue, even while late
   // pushes keep arriving (snapshot() re-reads around pushes in flight); on an open queue a drain in
   // flight may still put a few items in no bucket for the length of its dequeue.
-  bool conserved() const noexcept {
-    return enqueued == released + pending + leaked_after_close + abandoned_after_fork;
-  }
+  bool conserved() const noexcept;
+
+  // The same values as the C struct of the ABI.
+  reclaim_stats as_c() const noexcept;
 };
 
 // Largest reserved capacity accepted (pointers): 2^24, 128 MiB of slots. Larger requests are refused
@@ -116,7 +102,7 @@ class ReclaimQueue {
   // Not thread-safe: publish the queue to other threads only after construction.
   explicit ReclaimQueue(const QueueOptions& options = QueueOptions()) noexcept;
 
-  // Deliberately not destroyed in production (see global_queue()); tests may destroy an instance once no
+  // Deliberately not destroyed in production (see own_process_queue()); tests may destroy an instance once no
   // thread can reach it. Closes its eventfd.
   ~ReclaimQueue();
   ReclaimQueue(const ReclaimQueue&) = delete;
@@ -202,7 +188,7 @@ class ReclaimQueue {
   bool wait_for_work_or(int extra_fd, int timeout_ms) noexcept;
 
   // Makes the wake-up fd readable even when nothing is pending, so that a waiter returns (used to stop a
-  // drain thread). The next drain finds nothing and clears it. Counted in `wakeups`.
+  // drain thread). The next drain finds nothing and clears it. Counted in `eventfd_writes`.
   // Any thread; never touches Python; never blocks.
   void notify() noexcept;
 
@@ -258,27 +244,28 @@ class ReclaimQueue {
   std::atomic<std::uint64_t> leaked_before_reopen_{0};
   // Rare-path counters: written with relaxed fetch_add by whoever hits the path.
   std::atomic<std::uint64_t> rejected_{0};
-  std::atomic<std::uint64_t> wakeups_{0};
+  std::atomic<std::uint64_t> eventfd_writes_{0};
   // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.
   alignas(64) std::atomic<std::uint64_t> released_{0};
-  std::atomic<std::uint64_t> drain_calls_{0};
+  std::atomic<std::uint64_t> nonempty_drains_{0};
   mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
 };
 
-// The process-wide queue: created on first use, never destroyed (no static destructor runs on it), so a
-// push during exit() or after Py_Finalize is safe. Its fork handler (pthread_atfork, child side) calls
-// reset_after_fork_in_child(). The first call allocates and may wait on a static-init guard; every
-// later call is one load. Call it once from a known context (module init) before producers can run.
-// Capacity: CUDA_RECLAIM_RESERVED_CAPACITY in the environment at first use, else QueueOptions' default.
-// This is this copy of cleanup/'s own queue: in a shared object that adopted another copy's queue
-// (reclaim_adopt() in cleanup/reclaim.h), only the C entry points forward there, so such code must push
-// with reclaim_push()/reclaim_host_destructor(), never through global_queue().
+// The process-wide queue of this copy of cleanup/, for the code that owns it (drains and closes it):
+// binds this copy's reclaim_* functions to it (from then on nothing can be adopted, see cleanup/reclaim.h)
+// and returns it; nullptr when this copy already adopted another copy's queue, whose owner is elsewhere.
+// Created on first use and never destroyed (no static destructor runs on it), so a push during exit()
+// or after Py_Finalize is safe; its fork handler (pthread_atfork, child side) calls
+// reset_after_fork_in_child(). Capacity: CUDA_RECLAIM_RESERVED_CAPACITY at first use (see
+// parse_reserved_capacity), else QueueOptions' default. Call it once from a known context (module init)
+// before producers can run: the first call allocates.
 // Any thread; never touches Python; never blocks after the first call.
-ReclaimQueue& global_queue() noexcept;
+ReclaimQueue* own_process_queue() noexcept;
 
-// Formats the one-line report of `counters` (all counters, plus whether the law holds) into `buffer`.
-// Returns the length written (without the NUL), truncated to fit. Never allocates.
+// Formats the one-line report of `counters` into `buffer`: "cuda-reclaim:", then every counter as
+// key=value in RECLAIM_COUNTERS order, then conserved=yes|no, then a newline. Returns the length written
+// (without the NUL), truncated to fit. Never allocates.
 // Any thread; never touches Python; never blocks.
 std::size_t format_report(const CounterSnapshot& counters, char* buffer, std::size_t size) noexcept;
 

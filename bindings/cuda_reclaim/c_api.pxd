@@ -1,4 +1,5 @@
-# cuda_reclaim/c_api.pxd — Cython declarations of the cuda_reclaim C API (cuda_reclaim/cuda_reclaim.h).
+# cuda_reclaim/c_api.pxd — Cython declarations of the cuda_reclaim C API (cuda_reclaim/cuda_reclaim.h and
+# the one ABI it includes, cuda_reclaim/reclaim_abi.h; tests check that this file and that header agree).
 #
 #     from cuda_reclaim.c_api cimport cuda_reclaim_c_api, cuda_reclaim_import
 #
@@ -12,43 +13,48 @@
 #
 # Build the extension with include_dirs=[cuda_reclaim.get_include()]; Cython finds this file on sys.path.
 # Only declarations: cimporting it adds no import of a cuda_reclaim.c_api module at run time.
-# Who may call what (the header says the same): push, host_destructor, get_stats and queue_ops: any
-# thread, no GIL, never block; drain and cuda_reclaim_import: with the GIL.
+# Who may call what (the header says the same): push, host_destructor, get_stats, is_closed, pending,
+# wakeup_fd and write_report: any thread, no GIL, never block; drain, attach and cuda_reclaim_import: with
+# the GIL.
 
-from cpython.object cimport PyObject
 from libc.stdint cimport uint32_t, uint64_t
+from libc.stddef cimport ptrdiff_t
 
 cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
     enum:
         CUDA_RECLAIM_ABI_VERSION
-        CUDA_RECLAIM_QUEUED
-        CUDA_RECLAIM_LEAKED_AFTER_CLOSE
-        CUDA_RECLAIM_REJECTED
-        CUDA_RECLAIM_INVALID_ARGUMENT
+        RECLAIM_QUEUED
+        RECLAIM_LEAKED_AFTER_CLOSE
+        RECLAIM_REJECTED
+        RECLAIM_INVALID_ARGUMENT
 
     const char* CUDA_RECLAIM_CAPSULE_NAME
 
     ctypedef struct cuda_reclaim_stats:
-        uint64_t enqueued
+        uint64_t handed_over
         uint64_t released
         uint64_t pending
         uint64_t leaked_after_close
         uint64_t rejected
         uint64_t abandoned_after_fork
-        uint64_t drain_calls
+        uint64_t nonempty_drains
         uint64_t max_pending
-        uint64_t wakeups
+        uint64_t eventfd_writes
+
+    int reclaim_stats_conserved(const cuda_reclaim_stats* stats)
 
     ctypedef struct cuda_reclaim_c_api:
         uint32_t abi_version
         uint32_t struct_size
-        # ABI 1
-        int (*push)(PyObject* obj) noexcept nogil              # steals obj
-        void (*host_destructor)(void* user_data) noexcept nogil  # steals user_data (a PyObject*)
-        Py_ssize_t (*drain)(Py_ssize_t max_items) except -1  # GIL required
+        int (*push)(void* item) noexcept nogil                    # steals item (a PyObject*)
+        void (*host_destructor)(void* user_data) noexcept nogil   # steals user_data (a PyObject*)
         int (*get_stats)(cuda_reclaim_stats* out, size_t size) noexcept nogil
-        # ABI 2 (opaque here: cleanup/reclaim.h's struct reclaim_queue_ops)
-        const void* (*queue_ops)() noexcept nogil
+        int (*is_closed)() noexcept nogil
+        size_t (*pending)() noexcept nogil
+        int (*wakeup_fd)() noexcept nogil
+        int (*write_report)(int fd) noexcept nogil
+        ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept          # GIL required
+        int (*attach)() except -1                                 # GIL required
 
 cdef extern from "cuda_reclaim/cuda_reclaim.h":
     int cuda_reclaim_import(const cuda_reclaim_c_api** api) except -1

@@ -1,0 +1,16 @@
+// cleanup/process_queue.h — private to //cleanup: this copy's process-wide queue, before any binding.
+//
+// reclaim_queue.cc creates it; reclaim_c_api.cc decides whether this copy's C entry points use it or an
+// adopted table, and hands it out only to the owner (own_process_queue()). Nothing outside cleanup/ may
+// reach it another way: that is what keeps one copy from pushing into a queue nobody drains.
+#pragma once
+
+#include "cleanup/reclaim_queue.h"
+
+namespace reclaim {
+
+// Created on first use (allocates; reads CUDA_RECLAIM_RESERVED_CAPACITY), never destroyed.
+// Any thread; never touches Python; never blocks after the first call.
+ReclaimQueue& process_queue_of_this_copy() noexcept;
+
+}  // namespace reclaim

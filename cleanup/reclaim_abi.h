@@ -1,0 +1,125 @@
+/* reclaim_abi.h — the one binary interface of the process-wide reclaim queue: its counters, push results
+ * and the table of entry points that every copy of the code in a process shares.
+ *
+ * Plain C; no Python.h, no cuda.h. It is cleanup/reclaim_abi.h in the source tree and
+ * cuda_reclaim/reclaim_abi.h in the installed package (cuda_reclaim.get_include()), included by the C API
+ * header cuda_reclaim/cuda_reclaim.h.
+ *
+ * One rendezvous: the cuda_reclaim extension module owns the queue and publishes this table through its
+ * capsule `cuda_reclaim._reclaim._C_API`. Extensions read it with cuda_reclaim_import()
+ * (cuda_reclaim/cuda_reclaim.h); an extension that links its own copy of cleanup/ under Bazel adopts the
+ * same table (reclaim_adopt() in cleanup/reclaim.h), so that its reclaim_* functions use the module's
+ * queue. One queue, one atexit hook, one set of counters per process.
+ *
+ * ABI rules: the table starts with its version and size; fields are only ever appended, each append bumps
+ * RECLAIM_ABI_VERSION, and no field changes meaning. reclaim_stats is only ever appended to as well;
+ * get_stats copies min(size, the owner's size) bytes.
+ * History: ABI 1: push, host_destructor, drain, get_stats. ABI 2: a second table (queue_ops) for Bazel
+ * copies. ABI 3: one table for everyone; attach() replaces a call into the package's private Python;
+ * owner-only operations (close, wait, notify, a drain with a caller's release action) left the table.
+ *
+ * Memory ordering: everything a thread wrote before push(p) is visible to the thread that releases p. */
+
+#ifndef CUDA_RECLAIM_RECLAIM_ABI_H_
+#define CUDA_RECLAIM_RECLAIM_ABI_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RECLAIM_ABI_VERSION 3
+
+/* The counters, defined once: X(name, description). Every other list of them (the C and C++ structs,
+ * Python's stats() and STATS_KEYS, the exit report, the Cython declarations' check) is derived from this
+ * one, in this order. Fields are only ever appended. The conservation law, exact whenever nothing is in
+ * flight (and for a closed queue always):
+ *     handed_over == released + pending + leaked_after_close + abandoned_after_fork           */
+#define RECLAIM_COUNTERS(X)                                                                              \
+  X(handed_over, "references handed over and accepted: queued, or counted as leaked because the queue " \
+                 "was closed (a rejected hand-over is not in it)")                                        \
+  X(released, "references released by a drain or by close()")                                          \
+  X(pending, "queued now (read from the queue itself, never derived from the other counters)")         \
+  X(leaked_after_close, "handed over after close(): counted, never touched, never released")            \
+  X(rejected, "could not be stored (allocation failure): counted apart, leaked")                        \
+  X(abandoned_after_fork, "queued in the parent when this process forked; the child never releases them") \
+  X(nonempty_drains, "drains (and closes) that released at least one reference")                        \
+  X(max_pending, "highest pending seen by a drain, close or counter read (a high-water mark)")          \
+  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls")
+
+/* Counter snapshot; see RECLAIM_COUNTERS for what each field holds. */
+typedef struct reclaim_stats {
+#define RECLAIM_STATS_FIELD_(name, description) uint64_t name;
+  RECLAIM_COUNTERS(RECLAIM_STATS_FIELD_)
+#undef RECLAIM_STATS_FIELD_
+} reclaim_stats;
+
+/* The conservation law, written once. 1 when it holds for `stats`, else 0. */
+static inline int reclaim_stats_conserved(const reclaim_stats* stats) {
+  return stats->handed_over ==
+         stats->released + stats->pending + stats->leaked_after_close + stats->abandoned_after_fork;
+}
+
+/* Results of push(). */
+enum {
+  RECLAIM_QUEUED = 0,             /* stored; released later in a safe context */
+  RECLAIM_LEAKED_AFTER_CLOSE = 1, /* queue closed: counted in leaked_after_close, never touched */
+  RECLAIM_REJECTED = 2,           /* could not be stored (allocation failure): counted in rejected */
+  RECLAIM_INVALID_ARGUMENT = 3    /* NULL item: nothing handed over, nothing counted */
+};
+
+/* The table. Each entry states who may call it. */
+typedef struct reclaim_api {
+  uint32_t abi_version; /* RECLAIM_ABI_VERSION of the copy that made the table */
+  uint32_t struct_size; /* sizeof(reclaim_api) of that copy */
+
+  /* Hands `item` over (for the cuda_reclaim module: a PyObject* whose reference it steals). Steals it,
+   * whatever the result. Returns one of RECLAIM_*.
+   * Any thread; never touches Python; never blocks. */
+  int (*push)(void* item);
+
+  /* CUhostFn / cudaHostFn_t-compatible destructor: pushes `user_data`. For cuUserObjectCreate,
+   * cudaUserObjectCreate and cuLaunchHostFunc. Steals `user_data`; NULL is ignored.
+   * Any thread; never touches Python; never blocks. */
+  void (*host_destructor)(void* user_data);
+
+  /* Copies min(size, the owner's sizeof(reclaim_stats)) bytes of counters into *out (pass
+   * sizeof(reclaim_stats)). Returns 0, or -1 when `out` is NULL.
+   * Any thread; never touches Python; never blocks. */
+  int (*get_stats)(reclaim_stats* out, size_t size);
+
+  /* 1 once the queue is closed (the process is exiting), else 0.
+   * Any thread; never touches Python; never blocks. */
+  int (*is_closed)(void);
+
+  /* Approximate number of queued items. Any thread; never touches Python; never blocks. */
+  size_t (*pending)(void);
+
+  /* The wake-up eventfd: readable while work is pending; stable for the life of the process (also across
+   * fork). Never close it. Any thread; never touches Python; never blocks. */
+  int (*wakeup_fd)(void);
+
+  /* Writes the one-line counter report to `fd` (write(2), no stdio). Returns 0, or -1 on a write error.
+   * Any thread; never touches Python; never blocks (beyond the write itself). */
+  int (*write_report)(int fd);
+
+  /* Releases up to `max_items` queued items (negative: all) on this thread, in the owner's safe context:
+   * for the cuda_reclaim module, Py_DECREF with finalizer exceptions sent to sys.unraisablehook, and
+   * nothing once the interpreter finalizes. Returns the number released (never fails).
+   * Requires the owner's context: for the cuda_reclaim module, an attached thread state (GIL). */
+  ptrdiff_t (*drain)(ptrdiff_t max_items);
+
+  /* Tells the owner that a new user will hand items over, so that it drains them without being asked:
+   * for the cuda_reclaim module, it starts the automatic drain (lazily, as a Python-side hand-over does).
+   * cuda_reclaim_import() calls it. Returns 0, or -1 with the owner's error set (a Python exception).
+   * Requires the owner's context (GIL). */
+  int (*attach)(void);
+} reclaim_api;
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CUDA_RECLAIM_RECLAIM_ABI_H_ */
