@@ -275,8 +275,8 @@ def bench_idle(cfg):
         "seconds": cfg.idle_thread_s,
         "cpu_ns": cpu_ns,
         "cpu_share": cpu_ns / (cfg.idle_thread_s * 1e9),
-        "wakeups": after_stats["wakeups"] - before_stats["wakeups"],
-        "drain_calls": after_stats["drain_calls"] - before_stats["drain_calls"],
+        "eventfd_writes": after_stats["eventfd_writes"] - before_stats["eventfd_writes"],
+        "nonempty_drains": after_stats["nonempty_drains"] - before_stats["nonempty_drains"],
     })
     return rows
 

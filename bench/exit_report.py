@@ -1,15 +1,15 @@
 """The exit report: the line cuda-reclaim writes to stderr at process exit when CUDA_RECLAIM_REPORT=1,
 
-    cuda-reclaim: enqueued=5 released=3 pending=0 leaked_after_close=2 ... conserved=yes
+    cuda-reclaim: handed_over=5 released=3 pending=0 leaked_after_close=2 ... conserved=yes
 
 parsed in one place for the shutdown comparison (bench/shutdown/torture.py) and the tests. Counter values
 are ints; `conserved` stays the report's own word ("yes" or "no"), so that a test can check what the C
 code wrote apart from what `conserved()` computes from the numbers.
 """
 
-PREFIX = "cuda-reclaim: enqueued="  # other "cuda-reclaim: ..." lines (fatal errors, warnings) are not reports
+PREFIX = "cuda-reclaim: handed_over="  # other "cuda-reclaim: ..." lines (fatal errors, warnings) are not reports
 
-# The buckets every reference handed over ends in exactly one of: enqueued == the sum of these.
+# The buckets every reference handed over ends in exactly one of: handed_over == the sum of these.
 LAW_BUCKETS = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
 
 
@@ -28,7 +28,7 @@ def parse_line(line):
             report[key] = int(value)
         else:
             raise ValueError(f"counter {key} is not a number in exit report line: {line!r}")
-    missing = [key for key in ("enqueued", "conserved", *LAW_BUCKETS) if key not in report]
+    missing = [key for key in ("handed_over", "conserved", *LAW_BUCKETS) if key not in report]
     if missing:
         raise ValueError(f"exit report line lacks {', '.join(missing)}: {line!r}")
     return report
@@ -36,7 +36,9 @@ def parse_line(line):
 
 def find_reports(text):
     """Every exit report in `text` (e.g. a child's stderr), in order, as dicts; other lines are ignored."""
-    return [parse_line(line) for line in text.splitlines() if line.startswith(PREFIX)]
+    # The report is one write(2), but another thread may have left a partial line on stderr just before
+    # it (an "Exception ignored in: " of a daemon thread at exit): take the report from where it starts.
+    return [parse_line(line[line.index(PREFIX):]) for line in text.splitlines() if PREFIX in line]
 
 
 def last_report(text):
@@ -48,6 +50,6 @@ def last_report(text):
 
 
 def conserved(counters):
-    """The conservation law on a report or a stats() dict: enqueued == released + pending +
+    """The conservation law on a report or a stats() dict: handed_over == released + pending +
     leaked_after_close + abandoned_after_fork."""
-    return counters["enqueued"] == sum(counters[key] for key in LAW_BUCKETS)
+    return counters["handed_over"] == sum(counters[key] for key in LAW_BUCKETS)

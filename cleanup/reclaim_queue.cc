@@ -369,7 +369,7 @@ ProducerUse ReclaimQueue::producer_use() const noexcept {
 }
 
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
-  // Leaks after close are derived from the same admissions load as `enqueued` (leaked_in), so a closed
+  // Leaks after close are derived from the same admissions load as `handed_over` (leaked_in), so a closed
   // queue conserves exactly in every snapshot, however many late pushes are arriving: the exit report
   // is taken while CUDA's thread may still be pushing. On an open queue a push is counted at admission
   // and lands in the queue a moment later: re-read until no push was in flight across the reads.

@@ -1,7 +1,8 @@
 // examples/reclaim_demo.cc — the reclaim queue end to end, in C++ alone.
 //
 // Native threads (standing in for CUDA's callback thread) hand "objects" to the process-wide queue
-// through the CUhostFn-compatible reclaim_host_destructor(); the owner drains them on its own thread
+// through the CUhostFn-compatible reclaim_host_destructor(); the owner (this program, which holds the
+// queue through reclaim::own_process_queue()) drains them on its own thread
 // while they run; then it closes the queue, and pushes that arrive later are counted as leaked and
 // never touched. The counters are printed at each step, and the conservation law is checked at the end.
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cleanup/reclaim.h"
+#include "cleanup/reclaim_queue.h"
 
 namespace {
 
@@ -28,11 +30,11 @@ void release_payload(void* item, void* released_count) {
 void print_counters(const char* when) {
   reclaim_stats s;
   reclaim_get_stats(&s);
-  std::printf("%-28s enqueued=%-7llu released=%-7llu pending=%-6llu leaked_after_close=%-4llu "
-              "wakeups=%llu\n",
-              when, (unsigned long long)s.enqueued, (unsigned long long)s.released,
+  std::printf("%-28s handed_over=%-7llu released=%-7llu pending=%-6llu leaked_after_close=%-4llu "
+              "eventfd_writes=%llu\n",
+              when, (unsigned long long)s.handed_over, (unsigned long long)s.released,
               (unsigned long long)s.pending, (unsigned long long)s.leaked_after_close,
-              (unsigned long long)s.wakeups);
+              (unsigned long long)s.eventfd_writes);
 }
 
 }  // namespace
@@ -45,13 +47,14 @@ int main() {
   std::atomic<long> released{0};
   std::atomic<bool> producing{true};
 
-  (void)reclaim_wakeup_fd();  // create the global queue before any producer can run
+  // The owner's handle on the process queue, made before any producer can run.
+  reclaim::ReclaimQueue& queue = *reclaim::own_process_queue();
   print_counters("start");
 
   // The owner: sleeps on the wake-up fd, drains in bounded batches while producers run.
   std::thread owner([&] {
     while (producing.load() || reclaim_pending() != 0) {
-      if (reclaim_wait(10)) reclaim_drain(release_payload, &released, 4096);
+      if (queue.wait_for_work(10)) queue.drain(release_payload, &released, 4096);
     }
   });
 
@@ -67,7 +70,7 @@ int main() {
   owner.join();
   print_counters("owner drained");
 
-  reclaim_close(release_payload, &released);
+  queue.close(release_payload, &released);
   print_counters("closed");
 
   // Late destructors, as CUDA may fire them during exit(): counted, never dereferenced.
@@ -88,7 +91,5 @@ int main() {
   reclaim_write_report(1);  // the exit-report line, written with write(2)
   reclaim_stats s;
   reclaim_get_stats(&s);
-  const bool conserved =
-      s.enqueued == s.released + s.pending + s.leaked_after_close + s.abandoned_after_fork;
-  return wrong == 0 && conserved ? 0 : 1;
+  return wrong == 0 && reclaim_stats_conserved(&s) ? 0 : 1;
 }

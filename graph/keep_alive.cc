@@ -48,9 +48,9 @@ bool consume_withdrawn(void* payload) noexcept {
 }
 
 void push_counted(void* payload, std::atomic<std::uint64_t>& counter) noexcept {
-  // Through the C entry point, not global_queue(): when this copy of cleanup/ adopted another copy's
-  // queue (reclaim_adopt, e.g. an extension built with Bazel next to the cuda_reclaim wheel), only the
-  // C entry points forward to the queue that is drained.
+  // Through the C entry point: when this copy of cleanup/ adopted the owner's table (reclaim_adopt, e.g.
+  // an extension built with Bazel next to the cuda_reclaim wheel), it forwards to the queue that is
+  // drained.
   const int status = reclaim_push(payload);
   if (status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE) {
     counter.fetch_add(1, std::memory_order_relaxed);

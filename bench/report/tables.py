@@ -208,7 +208,7 @@ def idle_tables(r):
     if thread:
         idle = table(["idle for", "auto-drain thread CPU time", "share of one core", "wake-ups", "drains"],
                      [[f"{thread['seconds']:.1f} s", fmt_ns(thread["cpu_ns"]), f"{thread['cpu_share']:.4%}",
-                       thread["wakeups"], thread["drain_calls"]]])
+                       thread["eventfd_writes"], thread["nonempty_drains"]]])
     return calls, idle
 
 
@@ -290,5 +290,5 @@ def gpu_results(gpu, path):
         table(["variant", "cycles", "p50", "p99", "p50 / raw", "p99 / raw"], rows),
         "",
         f"References handed to cuda-reclaim: {gpu['handed_over']}, released: {gpu['released']}; "
-        f"eventfd writes (`wakeups`): {stats.get('wakeups', '?')}, drains: {stats.get('drain_calls', '?')}.",
+        f"eventfd writes (`eventfd_writes`): {stats.get('eventfd_writes', '?')}, drains: {stats.get('nonempty_drains', '?')}.",
     ])

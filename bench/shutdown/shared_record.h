@@ -38,7 +38,7 @@ struct Slot {
   X(exit_checked)   /* 1 once the exit check ran (exit() reached the C handlers) */
 
 // cuda-reclaim's counters as of the end of Py_Finalize (strategy R), in this order.
-constexpr const char* kFinalizedStatsKeys[] = {"enqueued", "released", "pending", "leaked_after_close",
+constexpr const char* kFinalizedStatsKeys[] = {"handed_over", "released", "pending", "leaked_after_close",
                                                "abandoned_after_fork"};
 constexpr int kFinalizedStats = sizeof kFinalizedStatsKeys / sizeof kFinalizedStatsKeys[0];
 

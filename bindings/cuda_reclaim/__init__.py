@@ -10,8 +10,8 @@ CUDA work keeps objects alive with :func:`keep_alive` (a graph: released once CU
 and everything instantiated from it) and :func:`keep_alive_until` (a stream: released once the stream
 reaches that point); both hand the references over from CUDA's thread, loading the driver at run time.
 
-Counters (:func:`stats`) obey ``enqueued == released + pending + leaked_after_close +
-abandoned_after_fork``; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
+Counters (:func:`stats`) obey ``handed_over == released + pending + leaked_after_close +
+abandoned_after_fork`` (:func:`conserved`); set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
 process exit, after Python is gone.
 """
 
@@ -28,8 +28,10 @@ __all__ = [
     "ABI_VERSION",
     "DriverError",
     "SOURCE_KEYS",
+    "STATS_DOCS",
     "STATS_KEYS",
     "close",
+    "conserved",
     "defer_release",
     "drain",
     "fileno",
@@ -43,24 +45,18 @@ __all__ = [
     "stats",
 ]
 
-#: Keys of :func:`stats`, all plain ints. Every counter only grows, except ``pending``.
-STATS_KEYS = (
-    "enqueued",  # references handed over and accepted (queued, or leaked because the queue was closed)
-    "released",  # references released by a drain or by close()
-    "pending",  # queued now (read from the queue itself)
-    "leaked_after_close",  # handed over after close(): never touched
-    "rejected",  # could not be stored (out of memory); not in `enqueued`
-    "abandoned_after_fork",  # queued in the parent when this process forked; the child never releases
-    "drain_calls",  # drains that found the wake-up signal set (an empty drain is not counted)
-    "max_pending",  # highest `pending` a drain has seen
-    "wakeups",  # writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls
-)
+#: Keys of :func:`stats`, all plain ints, in the order of the C struct (defined once, in the C ABI
+#: header cuda_reclaim/reclaim_abi.h). Every counter only grows, except ``pending``.
+STATS_KEYS = _reclaim.STATS_KEYS
 
-#: Further keys of :func:`stats`: where the references in ``enqueued`` came from.
+#: What each key of :data:`STATS_KEYS` counts.
+STATS_DOCS = _reclaim.STATS_DOCS
+
+#: Further keys of :func:`stats`: where the references in ``handed_over`` came from.
 SOURCE_KEYS = (
     "graph_user_objects",  # handed over by the destructor of a keep_alive() graph user object
     "stream_host_functions",  # handed over by a keep_alive_until() host function
-    "direct_pushes",  # everything else: defer_release(), the C API capsule (enqueued minus the two above)
+    "direct_pushes",  # everything else: defer_release(), the C API capsule (handed_over minus the two above)
 )
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
@@ -93,12 +89,12 @@ def close():
 
 def stats():
     """Return the counters as a dict of plain ints; see :data:`STATS_KEYS` and :data:`SOURCE_KEYS`."""
-    # Sources first: a trampoline counts its push after the queue did, so `enqueued` read second
+    # Sources first: a trampoline counts its push after the queue did, so `handed_over` read second
     # already includes every push counted here and direct_pushes never goes negative.
     sources = _graph.source_stats()
     counters = _reclaim.stats()
     counters.update(sources)
-    counters["direct_pushes"] = counters["enqueued"] - sources["graph_user_objects"] - sources["stream_host_functions"]
+    counters["direct_pushes"] = counters["handed_over"] - sources["graph_user_objects"] - sources["stream_host_functions"]
     return counters
 
 
@@ -117,9 +113,15 @@ set_auto_drain = _auto.set_auto_drain
 get_auto_drain = _auto.get_auto_drain
 
 
-def _c_api_imported():
-    """Called by cuda_reclaim_import() in C: a C API user will hand references over."""
-    _auto.note_handover()
+def conserved(counters=None):
+    """True when the conservation law holds for ``counters`` (a :func:`stats` dict; default: now):
+    ``handed_over == released + pending + leaked_after_close + abandoned_after_fork``.
+
+    Exact whenever nothing is in flight, and for a closed queue always.
+    """
+    counters = stats() if counters is None else counters
+    buckets = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+    return counters["handed_over"] == sum(counters[key] for key in buckets)
 
 
 def __getattr__(name):

@@ -257,6 +257,8 @@ def _install_process_hooks():
     # references over) run before this one.
     atexit.register(close_at_exit)
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+    # The C API's attach (cuda_reclaim_import() in other extensions): they will hand references over.
+    _reclaim._set_attach_hook(note_handover)
     _reclaim._process_hooks_installed = True
 
 

@@ -88,7 +88,7 @@ TEST(QueueAllocation, NewThreadPushWhenAllocationFailsIsRejectedNotACrash) {
   EXPECT_EQ(status, PushStatus::kRejected);
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.rejected, 1u);
-  EXPECT_EQ(counters.enqueued, 0u);
+  EXPECT_EQ(counters.handed_over, 0u);
   EXPECT_EQ(counters.pending, 0u);
   EXPECT_TRUE(counters.conserved());
 }
@@ -109,7 +109,7 @@ TEST(QueueAllocation, PushBeyondReservedCapacityWhenAllocationFailsIsRejected) {
   EXPECT_EQ(rejected, 1000u - 256u);
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.rejected, rejected);
-  EXPECT_EQ(counters.enqueued, queued);
+  EXPECT_EQ(counters.handed_over, queued);
   EXPECT_TRUE(counters.conserved());
 
   // Once allocation works again, the queue grows and keeps working.

@@ -1,5 +1,5 @@
-// The C entry points over the global queue: host destructor from native threads, drain with a C release
-// action, stats, close, leaks after close, and the one-line report.
+// The C entry points over this copy's process queue: host destructor from native threads, the owner's
+// drain through the table, stats, close, leaks after close, and the one-line report.
 #include <unistd.h>
 
 #include <string>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cleanup/reclaim.h"
+#include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
 #include "tests/cleanup/release_recorder.h"
 
@@ -15,7 +16,15 @@ namespace {
 using reclaim_test::item_for;
 using reclaim_test::ReleaseRecorder;
 
-extern "C" void c_release(void* item, void* recorder) { ReleaseRecorder::release(item, recorder); }
+// The test is the owner: its drain releases into this recorder.
+ReleaseRecorder* g_recorder = nullptr;
+ptrdiff_t owner_drain(ptrdiff_t max_items) {
+  return static_cast<ptrdiff_t>(reclaim::own_process_queue()->drain(
+      ReleaseRecorder::release, g_recorder, max_items < 0 ? SIZE_MAX : static_cast<std::size_t>(max_items)));
+}
+int attaches = 0;
+int owner_attach() { return ++attaches, 0; }
+const reclaim_owner kOwner = {owner_drain, owner_attach};
 
 std::string report_line() {
   int fds[2];
@@ -31,6 +40,15 @@ std::string report_line() {
 // One test walks the global queue's whole life, since close() is final for the process.
 TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   ReleaseRecorder recorder(4 * 1000 + 10);
+  g_recorder = &recorder;
+  EXPECT_EQ(reclaim_drain(-1), 0) << "no owner yet: nothing is released";
+  EXPECT_EQ(reclaim_attach(), 0);
+  EXPECT_EQ(reclaim_own_process_queue(nullptr), -1);
+  ASSERT_EQ(reclaim_own_process_queue(&kOwner), 0);
+  EXPECT_EQ(reclaim_attach(), 0);
+  EXPECT_EQ(attaches, 1) << "attach reaches the owner";
+  EXPECT_EQ(reclaim_adopt(reclaim_api_in_use()), 0) << "adopting the table in use is a no-op";
+  reclaim::ReclaimQueue& queue = *reclaim::own_process_queue();
   EXPECT_EQ(reclaim_is_closed(), 0);
   EXPECT_GE(reclaim_wakeup_fd(), 0);
   EXPECT_EQ(reclaim_push(nullptr), RECLAIM_INVALID_ARGUMENT);
@@ -44,14 +62,13 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(reclaim_pending(), 4000u);
-  EXPECT_EQ(reclaim_wait(0), 1);
-  EXPECT_EQ(reclaim_drain(nullptr, nullptr, SIZE_MAX), 0u) << "a NULL release action releases nothing";
-  EXPECT_EQ(reclaim_drain(c_release, &recorder, 1000), 1000u);
-  EXPECT_EQ(reclaim_drain(c_release, &recorder, SIZE_MAX), 3000u);
-  EXPECT_EQ(reclaim_wait(0), 0);
+  EXPECT_TRUE(queue.wait_for_work(0));
+  EXPECT_EQ(reclaim_drain(1000), 1000);
+  EXPECT_EQ(reclaim_drain(-1), 3000);
+  EXPECT_FALSE(queue.wait_for_work(0));
 
   EXPECT_EQ(reclaim_push(item_for(4000)), RECLAIM_QUEUED);
-  EXPECT_EQ(reclaim_close(c_release, &recorder), 1u);
+  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 1u);
   EXPECT_EQ(reclaim_is_closed(), 1);
   EXPECT_EQ(reclaim_push(item_for(4001)), RECLAIM_LEAKED_AFTER_CLOSE);
   reclaim_host_destructor(item_for(4002));
@@ -61,16 +78,15 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   reclaim_stats stats;
   EXPECT_EQ(reclaim_get_stats(nullptr), -1);
   ASSERT_EQ(reclaim_get_stats(&stats), 0);
-  EXPECT_EQ(stats.enqueued, 4003u);
+  EXPECT_EQ(stats.handed_over, 4003u);
   EXPECT_EQ(stats.released, 4001u);
   EXPECT_EQ(stats.leaked_after_close, 2u);
   EXPECT_EQ(stats.pending, 0u);
-  EXPECT_EQ(stats.enqueued, stats.released + stats.pending + stats.leaked_after_close +
-                                stats.abandoned_after_fork);
+  EXPECT_TRUE(reclaim_stats_conserved(&stats));
   EXPECT_EQ(report_line(),
-            "cuda-reclaim: enqueued=4003 released=4001 pending=0 leaked_after_close=2 "
-            "abandoned_after_fork=0 rejected=0 drain_calls=" + std::to_string(stats.drain_calls) +
-            " max_pending=4000 wakeups=" + std::to_string(stats.wakeups) + " conserved=yes\n");
+            "cuda-reclaim: handed_over=4003 released=4001 pending=0 leaked_after_close=2 rejected=0 "
+            "abandoned_after_fork=0 nonempty_drains=" + std::to_string(stats.nonempty_drains) +
+            " max_pending=4000 eventfd_writes=" + std::to_string(stats.eventfd_writes) + " conserved=yes\n");
 }
 
 TEST(ReclaimCApi, WriteReportToABadFdFails) { EXPECT_EQ(reclaim_write_report(-1), -1); }

@@ -81,7 +81,7 @@ void run_and_check(const Run& run) {
     }
   }
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, ids);
+  EXPECT_EQ(counters.handed_over, ids);
   EXPECT_EQ(counters.released, queued);
   EXPECT_EQ(counters.leaked_after_close, leaked);
   EXPECT_EQ(counters.pending, 0u);
@@ -219,11 +219,11 @@ TEST(ReclaimQueueConcurrency, ConcurrentClosersDuringPushesKeepEverySnapshotCons
     go = true;
     for (auto& t : threads) t.join();
     const auto counters = queue.snapshot();
-    ASSERT_TRUE(counters.conserved()) << "round " << round << ": enqueued=" << counters.enqueued
+    ASSERT_TRUE(counters.conserved()) << "round " << round << ": handed_over=" << counters.handed_over
                                       << " released=" << counters.released
                                       << " leaked=" << counters.leaked_after_close;
     ASSERT_EQ(counters.released, recorder.total());
-    ASSERT_EQ(counters.enqueued, 4000u);
+    ASSERT_EQ(counters.handed_over, 4000u);
   }
 }
 

@@ -91,7 +91,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
     CHILD_CHECK(queue.drain(ReleaseRecorder::release, &recorder) == 1);
     CHILD_CHECK(recorder.count(10) == 1 && recorder.total() == 1);  // parent items never touched
     counters = queue.snapshot();
-    CHILD_CHECK(counters.enqueued == 11 && counters.released == 1 && counters.conserved());
+    CHILD_CHECK(counters.handed_over == 11 && counters.released == 1 && counters.conserved());
     return 0;
   });
   EXPECT_EQ(failures, "");
@@ -142,7 +142,7 @@ TEST(ForkReset, GlobalQueueResetsItselfInTheChildAndKeepsParentWakeupsApart) {
   EXPECT_EQ(failures, "");
 
   EXPECT_EQ(reclaim_pending(), 5u);
-  EXPECT_EQ(reclaim_drain(ReleaseRecorder::release, &recorder, SIZE_MAX), 5u);
+  EXPECT_EQ(reclaim::own_process_queue()->drain(ReleaseRecorder::release, &recorder), 5u);
   EXPECT_FALSE(readable(fd)) << "the child's pushes must not make the parent's fd readable";
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_EQ(recorder.total(), 5u);

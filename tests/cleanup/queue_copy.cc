@@ -3,11 +3,43 @@
 // cleanup/ under Bazel.
 #include "tests/cleanup/queue_copy.h"
 
+#include "cleanup/reclaim_queue.h"
+
+namespace {
+
+// This copy's owner state (set once by become_owner, before anything drains).
+queue_copy_release_fn g_release = nullptr;
+void* g_context = nullptr;
+
+ptrdiff_t owner_drain(ptrdiff_t max_items) {
+  reclaim::ReclaimQueue* queue = reclaim::own_process_queue();
+  if (queue == nullptr || g_release == nullptr) return 0;
+  return static_cast<ptrdiff_t>(
+      queue->drain(g_release, g_context, max_items < 0 ? SIZE_MAX : static_cast<size_t>(max_items)));
+}
+
+int owner_attach() { return 0; }
+
+const reclaim_owner kOwner = {owner_drain, owner_attach};
+
+int become_owner(queue_copy_release_fn release, void* context) {
+  g_release = release;
+  g_context = context;
+  return reclaim_own_process_queue(&kOwner);
+}
+
+size_t close_as_owner() {
+  reclaim::ReclaimQueue* queue = reclaim::own_process_queue();
+  return queue == nullptr ? 0 : queue->close(g_release, g_context);
+}
+
+}  // namespace
+
 extern "C" __attribute__((visibility("default"))) const QueueCopy* queue_copy(void) {
   static const QueueCopy kCopy = {
-      reclaim_push,      reclaim_host_destructor, reclaim_drain,
-      reclaim_close,     reclaim_pending,         reclaim_get_stats,
-      reclaim_wakeup_fd, reclaim_queue_ops_in_use, reclaim_adopt,
+      reclaim_push,      reclaim_host_destructor, reclaim_drain, reclaim_pending,
+      reclaim_get_stats, reclaim_wakeup_fd,       reclaim_api_in_use, reclaim_adopt,
+      become_owner,      close_as_owner,
   };
   return &kCopy;
 }

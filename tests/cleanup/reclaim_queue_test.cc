@@ -20,7 +20,7 @@ TEST(ReclaimQueue, NewQueueIsOpenEmptyAndConserved) {
   EXPECT_FALSE(queue.is_closed());
   EXPECT_EQ(queue.pending(), 0u);
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, 0u);
+  EXPECT_EQ(counters.handed_over, 0u);
   EXPECT_TRUE(counters.conserved());
 }
 
@@ -32,10 +32,10 @@ TEST(ReclaimQueue, PushThenDrainReleasesEachItemOnce) {
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1000u);
   for (std::size_t i = 0; i < 1000; ++i) EXPECT_EQ(recorder.count(i), 1) << "item " << i;
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, 1000u);
+  EXPECT_EQ(counters.handed_over, 1000u);
   EXPECT_EQ(counters.released, 1000u);
   EXPECT_EQ(counters.pending, 0u);
-  EXPECT_EQ(counters.drain_calls, 1u);
+  EXPECT_EQ(counters.nonempty_drains, 1u);
   EXPECT_EQ(counters.max_pending, 1000u);
   EXPECT_TRUE(counters.conserved());
 }
@@ -44,7 +44,7 @@ TEST(ReclaimQueue, EmptyDrainReturnsZeroWithoutCountingACall) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(1);
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 0u);
-  EXPECT_EQ(queue.snapshot().drain_calls, 0u);
+  EXPECT_EQ(queue.snapshot().nonempty_drains, 0u);
   EXPECT_EQ(recorder.total(), 0u);
 }
 
@@ -52,7 +52,7 @@ TEST(ReclaimQueue, NullPushIsInvalidAndCountsNothing) {
   ReclaimQueue queue;
   EXPECT_EQ(queue.push(nullptr), PushStatus::kInvalidArgument);
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, 0u);
+  EXPECT_EQ(counters.handed_over, 0u);
   EXPECT_EQ(counters.rejected, 0u);
   EXPECT_EQ(counters.pending, 0u);
 }
@@ -92,7 +92,7 @@ TEST(ReclaimQueue, PushAfterCloseCountsLeakAndNeverReleases) {
   EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 0u);
   EXPECT_EQ(recorder.total(), 0u);
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, 2u);
+  EXPECT_EQ(counters.handed_over, 2u);
   EXPECT_EQ(counters.leaked_after_close, 2u);
   EXPECT_EQ(counters.released, 0u);
   EXPECT_TRUE(counters.conserved());
@@ -151,7 +151,7 @@ TEST(ReclaimQueue, ReleaseThatPushesAndDrainsAgainIsSafe) {
   EXPECT_EQ(recorder.total(), 5000u);
   for (std::size_t i = 0; i < 5000; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
   const auto counters = queue.snapshot();
-  EXPECT_EQ(counters.enqueued, 5000u);
+  EXPECT_EQ(counters.handed_over, 5000u);
   EXPECT_EQ(counters.released, 5000u);
   EXPECT_TRUE(counters.conserved());
   EXPECT_LE(total, 5000u);
@@ -216,18 +216,18 @@ TEST(ReclaimQueue, MaybePendingFollowsTheWakeupSignal) {
 
 TEST(ReclaimQueue, ReportLineHoldsEveryCounterAndTheLaw) {
   reclaim::CounterSnapshot counters;
-  counters.enqueued = 7;
+  counters.handed_over = 7;
   counters.released = 4;
   counters.pending = 1;
   counters.leaked_after_close = 2;
   counters.rejected = 3;
-  counters.wakeups = 5;
+  counters.eventfd_writes = 5;
   char line[512];
   const std::size_t length = reclaim::format_report(counters, line, sizeof line);
   const std::string text(line, length);
   EXPECT_EQ(text,
-            "cuda-reclaim: enqueued=7 released=4 pending=1 leaked_after_close=2 "
-            "abandoned_after_fork=0 rejected=3 drain_calls=0 max_pending=0 wakeups=5 conserved=yes\n");
+            "cuda-reclaim: handed_over=7 released=4 pending=1 leaked_after_close=2 "
+            "abandoned_after_fork=0 rejected=3 nonempty_drains=0 max_pending=0 eventfd_writes=5 conserved=yes\n");
   counters.released = 3;
   const std::size_t broken = reclaim::format_report(counters, line, sizeof line);
   EXPECT_NE(std::string(line, broken).find("conserved=no"), std::string::npos);

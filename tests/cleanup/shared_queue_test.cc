@@ -1,7 +1,7 @@
 // One queue per process across copies of cleanup/: several shared objects, each with its own static
 // copy of cleanup/ and hidden symbols, loaded RTLD_LOCAL into one process. A copy that adopts another's
-// table (reclaim_adopt) pushes into, counts in and drains from the owner's queue; a copy that was used
-// first keeps its own and refuses to switch.
+// table (reclaim_adopt) pushes into, counts in and drains (through the owner's drain) from the owner's
+// queue; a copy that was used first keeps its own and refuses to switch; an adopter cannot own.
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -53,7 +53,7 @@ reclaim_stats stats_of(const QueueCopy& copy) {
 
 void expect_same_counters(const reclaim_stats& a, const reclaim_stats& b) {
   EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0)
-      << "enqueued " << a.enqueued << "/" << b.enqueued << " released " << a.released << "/"
+      << "handed_over " << a.handed_over << "/" << b.handed_over << " released " << a.released << "/"
       << b.released << " pending " << a.pending << "/" << b.pending;
 }
 
@@ -65,26 +65,30 @@ TEST(SharedQueue, SeparateCopiesStartWithSeparateQueues) {
   EXPECT_EQ(one.pending(), 1u);
   EXPECT_EQ(other.pending(), 0u) << "without adoption each copy has its own queue";
   EXPECT_NE(one.wakeup_fd(), other.wakeup_fd());
-  EXPECT_NE(one.ops_in_use(), other.ops_in_use());
+  EXPECT_NE(one.api_in_use(), other.api_in_use());
   ReleaseRecorder recorder(1);
-  EXPECT_EQ(one.drain(c_release, &recorder, SIZE_MAX), 1u);
+  EXPECT_EQ(one.drain(-1), 0) << "no owner yet: the table's drain releases nothing";
+  ASSERT_EQ(one.become_owner(c_release, &recorder), 0);
+  EXPECT_EQ(one.drain(-1), 1);
 }
 
 TEST(SharedQueue, AdoptingCopiesPushCountAndDrainInTheOwnersQueue) {
   const QueueCopy& owner = load_copy("a");
   const QueueCopy& adopter = load_copy("b");
   const QueueCopy& second = load_copy("c");
-  const reclaim_queue_ops* table = owner.ops_in_use();
+  const reclaim_api* table = owner.api_in_use();
   ASSERT_EQ(adopter.adopt(table), 0);
   ASSERT_EQ(adopter.adopt(table), 0) << "adopting the same table again is a no-op";
   // The second adopter takes the table the first one publishes: the owner's, never a forwarder.
-  EXPECT_EQ(adopter.ops_in_use(), table);
-  ASSERT_EQ(second.adopt(adopter.ops_in_use()), 0);
-  EXPECT_EQ(second.ops_in_use(), table);
+  EXPECT_EQ(adopter.api_in_use(), table);
+  ASSERT_EQ(second.adopt(adopter.api_in_use()), 0);
+  EXPECT_EQ(second.api_in_use(), table);
+  EXPECT_EQ(adopter.become_owner(c_release, nullptr), -1) << "an adopter owns nothing";
   EXPECT_EQ(adopter.wakeup_fd(), owner.wakeup_fd()) << "one wake-up fd";
 
   constexpr std::size_t kPerThread = 1000;
   ReleaseRecorder recorder(4 * kPerThread + 2);
+  ASSERT_EQ(owner.become_owner(c_release, &recorder), 0);
   std::vector<std::thread> producers;
   for (std::size_t t = 0; t < 4; ++t) {
     const QueueCopy& via = t % 2 == 0 ? adopter : second;
@@ -96,27 +100,27 @@ TEST(SharedQueue, AdoptingCopiesPushCountAndDrainInTheOwnersQueue) {
 
   EXPECT_EQ(owner.pending(), 4 * kPerThread) << "every adopter push is in the owner's queue";
   const reclaim_stats seen_by_owner = stats_of(owner);
-  EXPECT_EQ(seen_by_owner.enqueued, 4 * kPerThread);
+  EXPECT_EQ(seen_by_owner.handed_over, 4 * kPerThread);
   expect_same_counters(seen_by_owner, stats_of(adopter));
   expect_same_counters(seen_by_owner, stats_of(second));
 
-  // Drains through any copy release from the one queue, each item exactly once.
-  EXPECT_EQ(adopter.drain(c_release, &recorder, kPerThread), kPerThread);
-  EXPECT_EQ(owner.drain(c_release, &recorder, SIZE_MAX), 3 * kPerThread);
+  // Drains through any copy run the owner's drain on the one queue, each item exactly once.
+  EXPECT_EQ(adopter.drain(static_cast<ptrdiff_t>(kPerThread)), static_cast<ptrdiff_t>(kPerThread));
+  EXPECT_EQ(owner.drain(-1), static_cast<ptrdiff_t>(3 * kPerThread));
   EXPECT_EQ(second.pending(), 0u);
 
   // One close for everyone: after the owner closes, an adopter's push is counted as leaked there.
   ASSERT_EQ(second.push(item_for(4 * kPerThread)), RECLAIM_QUEUED);
-  EXPECT_EQ(owner.close(c_release, &recorder), 1u);
+  EXPECT_EQ(owner.close_as_owner(), 1u);
   EXPECT_EQ(adopter.push(item_for(4 * kPerThread + 1)), RECLAIM_LEAKED_AFTER_CLOSE);
   for (std::size_t id = 0; id <= 4 * kPerThread; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
   EXPECT_EQ(recorder.count(4 * kPerThread + 1), 0);
 
   const reclaim_stats end = stats_of(second);
-  EXPECT_EQ(end.enqueued, 4 * kPerThread + 2);
+  EXPECT_EQ(end.handed_over, 4 * kPerThread + 2);
   EXPECT_EQ(end.released, 4 * kPerThread + 1);
   EXPECT_EQ(end.leaked_after_close, 1u);
-  EXPECT_EQ(end.enqueued, end.released + end.pending + end.leaked_after_close + end.abandoned_after_fork);
+  EXPECT_TRUE(reclaim_stats_conserved(&end));
   expect_same_counters(end, stats_of(owner));
 }
 
@@ -125,26 +129,28 @@ TEST(SharedQueue, AdoptionIsRefusedAfterFirstUseAndForUnfitTables) {
   const QueueCopy& fresh = load_copy("g");
   const QueueCopy& owner = load_copy("h");
   ASSERT_EQ(used.pending(), 0u);  // first use binds its own queue
-  EXPECT_EQ(used.adopt(owner.ops_in_use()), -1) << "its own queue is already in use";
+  EXPECT_EQ(used.adopt(owner.api_in_use()), -1) << "its own queue is already in use";
   ASSERT_EQ(used.push(item_for(0)), RECLAIM_QUEUED);
   EXPECT_EQ(owner.pending(), 0u) << "a refused adoption changes nothing";
 
-  reclaim_queue_ops older = *owner.ops_in_use();
-  older.size = sizeof(reclaim_queue_ops) - sizeof(void*);  // a table missing our last entry
+  reclaim_api older = *owner.api_in_use();
+  older.struct_size = sizeof(reclaim_api) - sizeof(void*);  // a table missing our last entry
   EXPECT_EQ(fresh.adopt(nullptr), -1);
   EXPECT_EQ(fresh.adopt(&older), -1);
-  older = *owner.ops_in_use();
-  older.version = 0;
+  older = *owner.api_in_use();
+  older.abi_version = RECLAIM_ABI_VERSION - 1;
   EXPECT_EQ(fresh.adopt(&older), -1);
   // None of the refusals bound anything: the fresh copy can still adopt.
-  ASSERT_EQ(fresh.adopt(owner.ops_in_use()), 0);
+  ASSERT_EQ(fresh.adopt(owner.api_in_use()), 0);
   ASSERT_EQ(fresh.push(item_for(1)), RECLAIM_QUEUED);
   EXPECT_EQ(owner.pending(), 1u);
-  EXPECT_EQ(fresh.adopt(used.ops_in_use()), -1) << "bound to one owner for good";
+  EXPECT_EQ(fresh.adopt(used.api_in_use()), -1) << "bound to one owner for good";
 
   ReleaseRecorder recorder(2);
-  EXPECT_EQ(used.drain(c_release, &recorder, SIZE_MAX), 1u);
-  EXPECT_EQ(owner.drain(c_release, &recorder, SIZE_MAX), 1u);
+  ASSERT_EQ(used.become_owner(c_release, &recorder), 0);
+  ASSERT_EQ(owner.become_owner(c_release, &recorder), 0);
+  EXPECT_EQ(used.drain(-1), 1);
+  EXPECT_EQ(fresh.drain(-1), 1) << "the adopter's drain is its owner's";
   EXPECT_EQ(recorder.count(0) + recorder.count(1), 2);
 }
 

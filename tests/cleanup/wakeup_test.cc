@@ -40,11 +40,11 @@ TEST(WakeupFd, OneWritePerEmptyToNonEmptyEdge) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(300);
   for (std::size_t i = 0; i < 100; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.snapshot().wakeups, 1u);
+  EXPECT_EQ(queue.snapshot().eventfd_writes, 1u);
   queue.drain(ReleaseRecorder::release, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   for (std::size_t i = 100; i < 300; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.snapshot().wakeups, 2u);
+  EXPECT_EQ(queue.snapshot().eventfd_writes, 2u);
   // The eventfd counter itself holds exactly one write for the 200 pushes of this edge.
   std::uint64_t count = 0;
   ASSERT_EQ(::read(queue.wakeup_fd(), &count, sizeof count), static_cast<ssize_t>(sizeof count));
@@ -95,18 +95,18 @@ TEST(WakeupFd, LingeringDrainLetsLaterPushesSkipTheWriteUntilTheNextDrain) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(300);
   queue.push(item_for(0));
-  EXPECT_EQ(queue.snapshot().wakeups, 1u);
+  EXPECT_EQ(queue.snapshot().eventfd_writes, 1u);
   EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
   EXPECT_FALSE(readable(queue.wakeup_fd())) << "an event loop watching the fd goes quiet";
   EXPECT_TRUE(queue.maybe_pending()) << "the signal stays set while lingering";
   for (std::size_t i = 1; i < 200; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.snapshot().wakeups, 1u) << "pushes while lingering make no eventfd write";
+  EXPECT_EQ(queue.snapshot().eventfd_writes, 1u) << "pushes while lingering make no eventfd write";
   EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 199u);
   // Nothing arrived since: this drain releases nothing and clears the signal for real.
   EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 0u);
   EXPECT_FALSE(queue.maybe_pending());
   queue.push(item_for(200));
-  EXPECT_EQ(queue.snapshot().wakeups, 2u) << "after the clear, the next edge writes again";
+  EXPECT_EQ(queue.snapshot().eventfd_writes, 2u) << "after the clear, the next edge writes again";
   EXPECT_TRUE(readable(queue.wakeup_fd()));
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
   for (std::size_t i = 0; i <= 200; ++i) EXPECT_EQ(recorder.count(i), 1);
@@ -157,9 +157,9 @@ TEST(WakeupFd, EndLingerWithNothingPendingClearsTheSignalSoTheNextPushWrites) {
   queue.end_linger();
   EXPECT_FALSE(queue.maybe_pending());
   EXPECT_FALSE(readable(queue.wakeup_fd()));
-  const auto before = queue.snapshot().wakeups;
+  const auto before = queue.snapshot().eventfd_writes;
   queue.push(item_for(1));
-  EXPECT_EQ(queue.snapshot().wakeups, before + 1) << "no lost wake-up after a linger ends";
+  EXPECT_EQ(queue.snapshot().eventfd_writes, before + 1) << "no lost wake-up after a linger ends";
   EXPECT_TRUE(readable(queue.wakeup_fd()));
 }
 

@@ -47,7 +47,7 @@ PyObject* hand_over(PyObject*, PyObject* args) {
 PyObject* stats(PyObject*, PyObject*) {
   reclaim_stats s;
   if (reclaim_get_stats(&s) < 0) return PyErr_Format(PyExc_RuntimeError, "reclaim_get_stats failed");
-  return Py_BuildValue("{sKsKsKsK}", "enqueued", static_cast<unsigned long long>(s.enqueued), "released",
+  return Py_BuildValue("{sKsKsKsK}", "handed_over", static_cast<unsigned long long>(s.handed_over), "released",
                        static_cast<unsigned long long>(s.released), "pending",
                        static_cast<unsigned long long>(s.pending), "leaked_after_close",
                        static_cast<unsigned long long>(s.leaked_after_close));

@@ -50,7 +50,7 @@ PyObject* hand_over(PyObject*, PyObject* args) {
 PyObject* stats(PyObject*, PyObject*) {
   cuda_reclaim_stats s;
   if (api->get_stats(&s, sizeof s) < 0) return PyErr_Format(PyExc_RuntimeError, "get_stats failed");
-  return Py_BuildValue("{sKsKsKsK}", "enqueued", (unsigned long long)s.enqueued, "released",
+  return Py_BuildValue("{sKsKsKsK}", "handed_over", (unsigned long long)s.handed_over, "released",
                        (unsigned long long)s.released, "pending", (unsigned long long)s.pending,
                        "leaked_after_close", (unsigned long long)s.leaked_after_close);
 }

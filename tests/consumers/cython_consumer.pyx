@@ -68,5 +68,5 @@ def stats():
     cdef cuda_reclaim_stats s
     if api.get_stats(&s, sizeof(s)) < 0:
         raise RuntimeError("get_stats failed")
-    return {"enqueued": s.enqueued, "released": s.released, "pending": s.pending,
+    return {"handed_over": s.handed_over, "released": s.released, "pending": s.pending,
             "leaked_after_close": s.leaked_after_close}

@@ -20,7 +20,7 @@ import c_consumer
 import cython_consumer
 
 CONSUMERS = {"c": c_consumer, "cython": cython_consumer, "bazel": _bazel_consumer}
-SHARED_KEYS = ("enqueued", "released", "pending", "leaked_after_close")
+SHARED_KEYS = ("handed_over", "released", "pending", "leaked_after_close")
 
 
 class Payload:
@@ -62,7 +62,7 @@ def test_consumer_hands_over_from_native_threads_and_only_a_drain_releases(name)
     assert cuda_reclaim.drain() == 3000
     assert all(r() is None for r in refs)
     after = cuda_reclaim.stats()
-    assert after["enqueued"] - before["enqueued"] == 3000
+    assert after["handed_over"] - before["handed_over"] == 3000
     assert after["released"] - before["released"] == 3000
     assert shared_view(consumer.stats()) == shared_view(after), "the consumer sees the same counters"
 
@@ -82,7 +82,7 @@ def test_consumers_loaded_together_share_one_queue_and_one_set_of_counters():
     del objs
     total = sum(batches.values())
     now = cuda_reclaim.stats()
-    assert now["enqueued"] - before["enqueued"] == total
+    assert now["handed_over"] - before["handed_over"] == total
     assert now["pending"] == total
     for consumer in CONSUMERS.values():
         assert shared_view(consumer.stats()) == shared_view(now)
@@ -100,7 +100,7 @@ def test_one_atexit_hook_drains_every_consumer_and_later_pushes_count_as_leaked(
     assert result.stdout.strip() == "handed over"
     reports = exit_report.find_reports(result.stderr)
     assert len(reports) == 1, result.stderr
-    assert reports[0]["enqueued"] == 302
+    assert reports[0]["handed_over"] == 302
     assert reports[0]["released"] == 300, "the final drain released the Bazel consumer's pushes too"
     assert reports[0]["pending"] == 0
     assert reports[0]["leaked_after_close"] == 2

@@ -42,7 +42,7 @@ class KeepAliveTest : public ::testing::Test {
 
   std::vector<int*> drain() {
     Released released;
-    global_queue().drain(&Released::record, &released);
+    own_process_queue()->drain(&Released::record, &released);
     return released.items;
   }
 

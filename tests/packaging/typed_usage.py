@@ -26,7 +26,7 @@ def counters() -> int:
     assert_type(cuda_reclaim.SOURCE_KEYS, tuple[str, ...])
     stats = cuda_reclaim.stats()
     assert_type(stats, dict[str, int])
-    return stats["enqueued"] - stats["released"] - stats["pending"]
+    return stats["handed_over"] - stats["released"] - stats["pending"]
 
 
 def hand_over_and_drain() -> None:

@@ -176,8 +176,8 @@ def test_drain_thread_lingers_under_steady_traffic_so_producers_skip_most_eventf
         time.sleep(0.1)                               # traffic over: the thread stops lingering
         idle = not _reclaim.wait(0) and not cuda_reclaim.pending()
         cuda_reclaim.defer_release(object())
-        edge = cuda_reclaim.stats()["wakeups"] - after["wakeups"]
-        print(after["released"] - before["released"], after["wakeups"] - before["wakeups"], idle, edge)
+        edge = cuda_reclaim.stats()["eventfd_writes"] - after["eventfd_writes"]
+        print(after["released"] - before["released"], after["eventfd_writes"] - before["eventfd_writes"], idle, edge)
         """
     )
     assert result.returncode == 0, result.stderr

@@ -12,8 +12,9 @@ from conftest import run_child
 pytest.importorskip("_native_producers")
 
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
-ABI1_FIELDS = 4  # push, host_destructor, drain, get_stats
-ABI2_FIELDS = ABI1_FIELDS + 1  # queue_ops
+# reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 3: the entries after abi_version and struct_size.
+ENTRIES = ("push", "host_destructor", "get_stats", "is_closed", "pending", "wakeup_fd", "write_report",
+           "drain", "attach")
 
 
 def capsule_pointer(capsule, name=CAPSULE):
@@ -27,31 +28,79 @@ class Header(ctypes.Structure):
     _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32)]
 
 
+def entry(address, name, restype, *argtypes, prototype=ctypes.CFUNCTYPE):
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+    offset = ctypes.sizeof(Header) + ENTRIES.index(name) * pointer
+    return prototype(restype, *argtypes)(ctypes.c_void_p.from_address(address + offset).value)
+
+
 def test_capsule_starts_with_abi_version_and_size_and_holds_every_entry():
     from cuda_reclaim import _reclaim
 
     address = capsule_pointer(_reclaim._C_API)
     header = Header.from_address(address)
-    assert header.abi_version == cuda_reclaim.ABI_VERSION == 2
+    assert header.abi_version == cuda_reclaim.ABI_VERSION == 3
     pointer = ctypes.sizeof(ctypes.c_void_p)
-    assert header.struct_size == ctypes.sizeof(Header) + ABI2_FIELDS * pointer
-    entries = (ctypes.c_void_p * ABI2_FIELDS).from_address(address + ctypes.sizeof(Header))
+    assert header.struct_size == ctypes.sizeof(Header) + len(ENTRIES) * pointer
+    entries = (ctypes.c_void_p * len(ENTRIES)).from_address(address + ctypes.sizeof(Header))
     assert all(entries), "no NULL entry"
 
 
-def test_queue_ops_table_is_versioned_and_static():
+def test_the_capsule_table_reads_the_same_queue_and_counters_as_the_module(drained):
     from cuda_reclaim import _reclaim
 
     address = capsule_pointer(_reclaim._C_API)
-    pointer = ctypes.sizeof(ctypes.c_void_p)
-    queue_ops = ctypes.CFUNCTYPE(ctypes.c_void_p)(
-        ctypes.c_void_p.from_address(address + ctypes.sizeof(Header) + ABI1_FIELDS * pointer).value
+    for _ in range(3):
+        cuda_reclaim.defer_release(object())
+    assert entry(address, "pending", ctypes.c_size_t)() == cuda_reclaim.pending() == 3
+    assert entry(address, "wakeup_fd", ctypes.c_int)() == cuda_reclaim.fileno()
+    assert entry(address, "is_closed", ctypes.c_int)() == 0
+    counters = (ctypes.c_uint64 * len(cuda_reclaim.STATS_KEYS))()
+    get_stats = entry(address, "get_stats", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
+    assert get_stats(ctypes.addressof(counters), ctypes.sizeof(counters)) == 0
+    stats = cuda_reclaim.stats()
+    assert dict(zip(cuda_reclaim.STATS_KEYS, counters))["pending"] == stats["pending"] == 3
+    assert dict(zip(cuda_reclaim.STATS_KEYS, counters))["handed_over"] == stats["handed_over"]
+    # The table's drain is the module's safe drain (ctypes.pythonapi keeps the GIL held).
+    drain = entry(address, "drain", ctypes.c_ssize_t, ctypes.c_ssize_t, prototype=ctypes.PYFUNCTYPE)
+    assert drain(-1) == 3
+    assert cuda_reclaim.pending() == 0
+
+
+def test_importing_a_c_api_user_attaches_and_starts_the_automatic_drain():
+    result = run_child(
+        """
+        import cuda_reclaim
+        from cuda_reclaim import _auto
+        assert not _auto.is_thread_running()
+        import _native_producers             # its PyInit calls cuda_reclaim_import(): attach
+        assert _auto.is_thread_running(), "attach starts the drain thread"
+        print("ok")
+        """
     )
-    table = queue_ops()
-    assert table and table == queue_ops(), "the same static table every time"
-    ops = Header.from_address(table)  # reclaim_queue_ops starts with version and size too
-    assert ops.abi_version == 1
-    assert ops.struct_size == ctypes.sizeof(Header) + 11 * pointer
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_the_cython_declarations_match_the_abi_header():
+    # c_api.pxd is written by hand (Cython cannot read C headers): its counters and table entries must be
+    # the header's, in the header's order.
+    import os
+    import re
+
+    package = os.path.dirname(cuda_reclaim.__file__)
+    pxd = open(os.path.join(package, "c_api.pxd")).read()
+    header = open(os.path.join(cuda_reclaim.get_include(), "cuda_reclaim", "reclaim_abi.h")).read()
+    pxd_stats = re.findall(r"^\s+uint64_t (\w+)$", pxd, re.MULTILINE)
+    assert tuple(pxd_stats) == cuda_reclaim.STATS_KEYS
+    header_counters = re.findall(r"^\s+X\((\w+),", header, re.MULTILINE)
+    assert tuple(header_counters) == cuda_reclaim.STATS_KEYS
+    table = header[header.index("typedef struct reclaim_api {"):header.index("} reclaim_api;")]
+    header_entries = re.findall(r"\(\*(\w+)\)\(", table)
+    pxd_table = pxd[pxd.index("ctypedef struct cuda_reclaim_c_api:"):]
+    pxd_entries = re.findall(r"\(\*(\w+)\)\(", pxd_table)
+    assert tuple(header_entries) == ENTRIES
+    assert tuple(pxd_entries) == ENTRIES
 
 
 # Each case replaces the capsule in a child, then imports a C API user; the import must fail cleanly.
@@ -60,7 +109,7 @@ import ctypes, cuda_reclaim
 from cuda_reclaim import _reclaim
 class Api(ctypes.Structure):
     _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                ("entries", ctypes.c_void_p * 5)]
+                ("entries", ctypes.c_void_p * 9)]
 api = Api(ABI, SIZE)
 name = ctypes.c_char_p(NAME)
 new = ctypes.pythonapi.PyCapsule_New
@@ -73,9 +122,9 @@ _reclaim._C_API = new(ctypes.addressof(api), name, None)
 @pytest.mark.parametrize(
     "replacement, message",
     [
-        ("ABI, SIZE, NAME = 1, 40, " + repr(CAPSULE), "C API is too old: the module has ABI 1 (40 bytes)"),
-        ("ABI, SIZE, NAME = 2, 40, " + repr(CAPSULE), "C API is too old: the module has ABI 2 (40 bytes)"),
-        ("ABI, SIZE, NAME = 2, 48, b'someone.else._C_API'", "capsule cuda_reclaim._reclaim._C_API unavailable"),
+        ("ABI, SIZE, NAME = 2, 80, " + repr(CAPSULE), "C API is too old: the module has ABI 2 (80 bytes)"),
+        ("ABI, SIZE, NAME = 3, 72, " + repr(CAPSULE), "C API is too old: the module has ABI 3 (72 bytes)"),
+        ("ABI, SIZE, NAME = 3, 80, b'someone.else._C_API'", "capsule cuda_reclaim._reclaim._C_API unavailable"),
         ("DELETE", "capsule cuda_reclaim._reclaim._C_API unavailable"),
     ],
     ids=["older-abi", "smaller-struct", "foreign-capsule", "missing-capsule"],
@@ -102,7 +151,7 @@ else:
 
 
 def test_import_accepts_a_newer_module_with_a_larger_struct():
-    # A copy of the real entries in a struct of ABI 3 with one more entry appended.
+    # A copy of the real entries in a struct of ABI 4 with one more entry appended.
     result = run_child(
         """
         import ctypes
@@ -113,9 +162,9 @@ def test_import_accepts_a_newer_module_with_a_larger_struct():
         real = get(_reclaim._C_API, b"cuda_reclaim._reclaim._C_API")
         class Newer(ctypes.Structure):
             _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                        ("entries", ctypes.c_void_p * 6)]
-        newer = Newer(3, ctypes.sizeof(Newer))
-        ctypes.memmove(ctypes.addressof(newer.entries), real + 8, 5 * ctypes.sizeof(ctypes.c_void_p))
+                        ("entries", ctypes.c_void_p * 10)]
+        newer = Newer(4, ctypes.sizeof(Newer))
+        ctypes.memmove(ctypes.addressof(newer.entries), real + 8, 9 * ctypes.sizeof(ctypes.c_void_p))
         new = ctypes.pythonapi.PyCapsule_New
         new.restype = ctypes.py_object
         new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]

@@ -49,7 +49,7 @@ def test_finalizer_that_defers_and_drains_again_is_safe(drained):
     assert sorted(log) == list(range(21))
     assert cuda_reclaim.pending() == 0
     stats = cuda_reclaim.stats()
-    assert stats["enqueued"] == stats["released"] + stats["pending"] + stats["leaked_after_close"] + stats[
+    assert stats["handed_over"] == stats["released"] + stats["pending"] + stats["leaked_after_close"] + stats[
         "abandoned_after_fork"
     ]
 

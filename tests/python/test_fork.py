@@ -28,7 +28,7 @@ if pid == 0:
     os.close(r)
     s = cuda_reclaim.stats()
     ok = (s["pending"] == 0 and not _auto.is_thread_running() and not cuda_reclaim.is_closed()
-          and s["enqueued"] == s["released"] + s["pending"] + s["leaked_after_close"]
+          and s["handed_over"] == s["released"] + s["pending"] + s["leaked_after_close"]
                                + s["abandoned_after_fork"])
     child = P(); ref = weakref.ref(child)
     cuda_reclaim.defer_release(child); del child
@@ -73,7 +73,7 @@ def test_work_queued_at_fork_time_is_abandoned_in_the_child_never_released_twice
         pid = ctypes.CDLL(None).fork()
         if pid == 0:
             s = cuda_reclaim.stats()
-            law = s["enqueued"] == (s["released"] + s["pending"] + s["leaked_after_close"]
+            law = s["handed_over"] == (s["released"] + s["pending"] + s["leaked_after_close"]
                                     + s["abandoned_after_fork"])
             cuda_reclaim.drain()
             mine = [i for (p, i) in released if p == os.getpid()]

@@ -317,6 +317,6 @@ def test_exit_with_a_running_kernel_and_a_live_graph_exec_is_clean_and_counted(d
     assert report["conserved"] == "yes"
     assert report["pending"] == 0
     assert report["released"] >= 3
-    assert report["enqueued"] == report["released"] + report["leaked_after_close"]
+    assert report["handed_over"] == report["released"] + report["leaked_after_close"]
     if wait_after_close:
         assert report["leaked_after_close"] >= 2, "the exec's user object and the host function, after close"

@@ -143,7 +143,7 @@ def test_missing_driver_raises_driver_error_naming_the_library_and_keeps_nothing
                 raise AssertionError("no DriverError")
         assert sys.getrefcount(obj) == base
         s = cuda_reclaim.stats()
-        assert s["enqueued"] == 0 and s["pending"] == 0, s
+        assert s["handed_over"] == 0 and s["pending"] == 0, s
         from cuda_reclaim import _reclaim
         info = _reclaim._driver_info()
         assert info["status"] == "library_missing", info

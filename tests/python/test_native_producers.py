@@ -37,7 +37,7 @@ def test_native_threads_hand_over_and_python_releases_on_the_draining_thread(dra
     assert all(r() is None for r in refs)
     assert Payload.releasers == {threading.get_ident()}
     after = cuda_reclaim.stats()
-    assert after["enqueued"] - before["enqueued"] == 4000
+    assert after["handed_over"] - before["handed_over"] == 4000
     assert conserved(after)
 
 
@@ -62,7 +62,7 @@ def test_auto_drain_thread_releases_while_the_main_thread_sleeps_in_c():
             time.sleep(0.05)  # the main thread sits in C (sleep), never running bytecode long
         assert all(r() is None for r in refs), "auto drain released everything"
         s = cuda_reclaim.stats()
-        assert s["enqueued"] == s["released"] == 1000, s
+        assert s["handed_over"] == s["released"] == 1000, s
         print("ok")
         """
     )

@@ -22,7 +22,7 @@ MODES = ("thread", "gc", "off")
 
 
 def law_holds(stats):
-    return stats["enqueued"] == (
+    return stats["handed_over"] == (
         stats["released"] + stats["pending"] + stats["leaked_after_close"] + stats["abandoned_after_fork"]
     )
 
