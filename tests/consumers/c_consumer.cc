@@ -16,7 +16,7 @@ namespace {
 
 const cuda_reclaim_c_api* api = nullptr;
 
-// hand_over(objs, threads) -> number of references the queue accepted (CUDA_RECLAIM_QUEUED).
+// hand_over(objs, threads) -> number of references the queue accepted (RECLAIM_QUEUED).
 PyObject* hand_over(PyObject*, PyObject* args) {
   PyObject* list;
   int threads;
@@ -37,7 +37,7 @@ PyObject* hand_over(PyObject*, PyObject* args) {
   for (int t = 0; t < threads; ++t) {
     workers.emplace_back([&, t] {  // no Python here: only the capsule's producer entry
       for (std::size_t i = t; i < owned.size(); i += threads) {
-        if (api->push(owned[i]) == CUDA_RECLAIM_QUEUED) queued.fetch_add(1, std::memory_order_relaxed);
+        if (api->push(owned[i]) == RECLAIM_QUEUED) queued.fetch_add(1, std::memory_order_relaxed);
       }
     });
   }
