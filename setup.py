@@ -32,6 +32,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 EXTENSION_SOURCES = [
     "bindings/drain.cc",
     "bindings/drain_worker.cc",
+    "bindings/exit_report.cc",
     "bindings/graph_functions.cc",
     "bindings/reclaim_module.cc",
     "cleanup/reclaim_c_api.cc",
@@ -41,10 +42,14 @@ EXTENSION_SOURCES = [
 ]
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
+    "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
     "bindings/drain.h",
+    "bindings/exit_report.h",
     "bindings/graph_functions.h",
+    "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",
     "cleanup/reclaim.h",
+    "cleanup/reclaim_abi.h",
     "cleanup/reclaim_queue.h",
     "graph/driver.h",
     "graph/keep_alive.h",
@@ -105,6 +110,17 @@ def stage_concurrentqueue():
     return BUNDLED_CONCURRENTQUEUE + "/include"
 
 
+# The one C ABI header lives in cleanup/ (the layer that implements it); the installed package carries it
+# next to the C API header, as Bazel's //bindings:abi_header_in_package does. Staged at a path .gitignore
+# keeps out of git, and only ever copied from cleanup/.
+ABI_HEADER = "cleanup/reclaim_abi.h"
+ABI_HEADER_IN_PACKAGE = "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h"
+
+
+def stage_abi_header():
+    shutil.copyfile(os.path.join(ROOT, ABI_HEADER), os.path.join(ROOT, ABI_HEADER_IN_PACKAGE))
+
+
 def cuda_include_dir():
     """The directory holding cuda.h and cudaTypedefs.h: the nvidia-cuda-runtime wheel's, or $CUDA_PATH's."""
     candidates = []
@@ -141,4 +157,5 @@ def extension():
 
 if __name__ == "__main__":
     os.chdir(ROOT)  # the paths above are relative to this directory
+    stage_abi_header()  # before setup() collects the package's data files
     setup(ext_modules=[extension()])

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "cleanup/reclaim.h"
 

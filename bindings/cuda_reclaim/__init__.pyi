@@ -2,6 +2,7 @@
 # //tests/packaging:typing_test checks them with mypy.stubtest against the package and with mypy --strict
 # against a script that calls every public function.
 
+from collections.abc import Mapping
 from typing import Final, Literal, TypeAlias
 
 from . import asyncio as asyncio
@@ -18,8 +19,10 @@ __all__ = [
     "ABI_VERSION",
     "DriverError",
     "SOURCE_KEYS",
+    "STATS_DOCS",
     "STATS_KEYS",
     "close",
+    "conserved",
     "defer_release",
     "drain",
     "fileno",
@@ -38,11 +41,13 @@ __version__: Final[str]
 _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
 
 STATS_KEYS: Final[tuple[str, ...]]
+STATS_DOCS: Final[dict[str, str]]
 SOURCE_KEYS: Final[tuple[str, ...]]
 
 def defer_release(obj: object) -> bool: ...
 def close() -> int: ...
 def stats() -> dict[str, int]: ...
+def conserved(counters: Mapping[str, int] | None = None) -> bool: ...
 def get_include() -> str: ...
 def set_auto_drain(mode: _AutoDrainMode) -> _AutoDrainMode: ...
 def get_auto_drain() -> _AutoDrainMode: ...
