@@ -25,6 +25,14 @@ def load_json(path):
         return json.load(f)
 
 
+def short_lived_threads(path):
+    """Section 7: bench/short_lived_threads.py's output as committed, or a line saying there is none."""
+    if not path or not os.path.exists(path):
+        return "No short-lived-threads results given to this report (`--short-lived`)."
+    with open(path) as f:
+        return f"Results: `{path}`.\n\n" + f.read().strip()
+
+
 def document(r, gpu, args, plot_name):
     """The report: the template filled with this run's tables and facts."""
     drain_python, drain_cpp = tables.drain_tables(r)
@@ -45,6 +53,7 @@ def document(r, gpu, args, plot_name):
         memory_cpp=memory_cpp,
         slower_rows="\n".join(f"- {note}" for note in tables.slower_rows(r)) or "- nowhere",
         gpu_results=tables.gpu_results(gpu, args.gpu),
+        short_lived_threads=short_lived_threads(args.short_lived),
     )
     with open(TEMPLATE) as f:
         return string.Template(f.read()).substitute(values)
@@ -59,6 +68,8 @@ def main(argv=None):
     parser.add_argument("--command", default="bash bench/run_benchmarks.sh", help="the command to cite")
     parser.add_argument("--caveat", default="", help="a line quoted under the run's facts")
     parser.add_argument("--check", action="store_true", help="only check that every row is present")
+    parser.add_argument("--short-lived", default="docs/benchmarks-short-lived-threads.md",
+                        help="bench/short_lived_threads.py's table (section 7), if present")
     parser.add_argument("--gpu", default="docs/benchmarks-gpu.json",
                         help="gpu_graph_bench.py's JSON from a GPU machine (section 6), if present")
     args = parser.parse_args(argv)
