@@ -18,29 +18,10 @@
 
 #include "cleanup/process_queue.h"
 #include "cleanup/queue_allocation.h"
-#include "concurrentqueue/concurrentqueue.h"
+#include "cleanup/queue_storage.h"
 
 namespace reclaim {
 namespace {
-
-// Loaded on every storage allocation; written only by tests.
-std::atomic<AllocateFn> g_allocate{nullptr};
-
-struct QueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
-  // Larger blocks than the default (32): fewer block hand-offs per pointer, and with the larger initial
-  // index a producer thread can hold 256 * 256 pointers before its block index must grow (allocate).
-  static const std::size_t BLOCK_SIZE = 256;
-  static const std::size_t EXPLICIT_INITIAL_INDEX_SIZE = 256;
-  static const std::size_t IMPLICIT_INITIAL_INDEX_SIZE = 256;
-
-  static void* malloc(std::size_t size) {
-    AllocateFn allocate = g_allocate.load(std::memory_order_relaxed);
-    return allocate != nullptr ? allocate(size) : std::malloc(size);
-  }
-  static void free(void* pointer) { std::free(pointer); }
-};
-
-using PointerQueue = moodycamel::ConcurrentQueue<void*, QueueTraits>;
 
 // Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
 constexpr std::size_t kDrainBatch = 128;
@@ -67,85 +48,13 @@ void replace_eventfd(int fd) noexcept {
   ::close(fresh);
 }
 
-// Where a thread starts looking for a free producer slot: a hash of its pthread handle, so that a thread
-// keeps finding the same slot (its producer stays warm) and concurrent threads spread out. No
-// thread-local storage: a thread's first TLS access in a dlopen'ed library may allocate.
-std::size_t preferred_slot(std::size_t slot_count) noexcept {
-  std::uint64_t h = static_cast<std::uint64_t>(::pthread_self());
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  return static_cast<std::size_t>(h % slot_count);
-}
-
 }  // namespace
+
+std::atomic<AllocateFn> g_allocate{nullptr};
 
 void set_queue_allocator_for_testing(AllocateFn allocate) noexcept {
   g_allocate.store(allocate, std::memory_order_relaxed);
 }
-
-// One producer slot: a moodycamel explicit producer that at most one thread uses at a time.
-struct alignas(64) ProducerSlot {
-  // Taken with exchange(acquire) by a pushing thread, given back with store(release) after its enqueue:
-  // the next holder sees the producer exactly as the last one left it (explicit producers are
-  // single-threaded).
-  std::atomic<bool> held{false};
-  // Written only by the thread holding `held`: the token is created on the slot's first use.
-  bool has_token = false;
-  // Set (relaxed) once the slot's producer exists; read by producer_use() for diagnostics.
-  std::atomic<bool> used{false};
-  alignas(moodycamel::ProducerToken) unsigned char token_bytes[sizeof(moodycamel::ProducerToken)];
-
-  moodycamel::ProducerToken& token() noexcept {
-    return *std::launder(reinterpret_cast<moodycamel::ProducerToken*>(token_bytes));
-  }
-};
-
-struct ReclaimQueue::Storage {
-  Storage(std::size_t reserved_capacity, ProducerSlot* slot_array, std::size_t count)
-      : queue(reserved_capacity), slots(slot_array), slot_count(count) {}
-  // Tokens go before the queue that owns their producers (tests destroy queues; production never does).
-  ~Storage() {
-    for (std::size_t i = 0; i < slot_count; ++i) {
-      if (slots[i].has_token) slots[i].token().~ProducerToken();
-      slots[i].~ProducerSlot();
-    }
-    std::free(slots);
-  }
-
-  // Stores `item` through a free producer slot; false when storage could not grow (allocation failure).
-  bool enqueue(void* item) noexcept {
-    const std::size_t start = preferred_slot(slot_count);
-    for (std::size_t probe = 0; probe < slot_count; ++probe) {
-      ProducerSlot& slot = slots[(start + probe) % slot_count];
-      if (slot.held.load(std::memory_order_relaxed) || slot.held.exchange(true, std::memory_order_acquire)) {
-        continue;
-      }
-      bool stored = false;
-      if (!slot.has_token) {
-        auto* token = new (slot.token_bytes) moodycamel::ProducerToken(queue);
-        if (token->valid()) {
-          slot.has_token = true;
-          slot.used.store(true, std::memory_order_relaxed);
-        } else {
-          token->~ProducerToken();  // out of memory: this push is rejected; a later one tries again
-        }
-      }
-      if (slot.has_token) stored = queue.enqueue(slot.token(), item);
-      slot.held.store(false, std::memory_order_release);
-      return stored;
-    }
-    // Every slot is held at this instant: this thread's own implicit producer (created once per such
-    // thread). Never waits for a slot: a holder may be preempted, and push() must not block.
-    overflow_pushes.fetch_add(1, std::memory_order_relaxed);
-    return queue.enqueue(item);
-  }
-
-  PointerQueue queue;
-  ProducerSlot* const slots;
-  const std::size_t slot_count;
-  std::atomic<std::uint64_t> overflow_pushes{0};  // relaxed; pushes that found every slot held
-};
 
 ReclaimQueue::Storage* ReclaimQueue::make_storage(const QueueOptions& options) noexcept {
   // Construction allocates the block pool through QueueTraits::malloc (std::malloc in production); a
@@ -423,85 +332,6 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   replace_eventfd(wakeup_fd_);
   replace_eventfd(closed_fd_);
   signaled_.store(false, std::memory_order_relaxed);
-}
-
-namespace {
-
-ReclaimQueue* create_global_queue() noexcept {
-  QueueOptions options;
-  if (const char* text = std::getenv("CUDA_RECLAIM_RESERVED_CAPACITY")) {
-    // The Python module refuses a bad value with an ImportError before it gets here; a C++ program that
-    // links cleanup/ alone gets this note and the default.
-    if (!parse_reserved_capacity(text, &options.reserved_capacity)) {
-      std::fprintf(stderr,
-                   "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=%s (expected an integer from 1 "
-                   "to %zu); using %zu\n",
-                   text, kMaxReservedCapacity, options.reserved_capacity);
-    }
-  }
-  // Never deleted: pushes from CUDA's thread during exit() must find it alive.
-  auto* queue = new (std::nothrow) ReclaimQueue(options);
-  if (queue == nullptr) die("cannot allocate the global reclaim queue");
-  pthread_atfork(nullptr, nullptr, [] { process_queue_of_this_copy().reset_after_fork_in_child(); });
-  return queue;
-}
-
-}  // namespace
-
-bool parse_reserved_capacity(const char* text, std::size_t* capacity) noexcept {
-  if (text == nullptr || capacity == nullptr || *text == '\0') return false;
-  std::size_t value = 0;
-  for (const char* digit = text; *digit != '\0'; ++digit) {
-    if (*digit < '0' || *digit > '9') return false;
-    value = value * 10 + static_cast<std::size_t>(*digit - '0');
-    if (value > kMaxReservedCapacity) return false;  // checked per digit: no overflow on long inputs
-  }
-  if (value == 0) return false;
-  *capacity = value;
-  return true;
-}
-
-ReclaimQueue& process_queue_of_this_copy() noexcept {
-  static ReclaimQueue* const queue = create_global_queue();
-  return *queue;
-}
-
-bool CounterSnapshot::conserved() const noexcept {
-  const reclaim_stats c = as_c();
-  return reclaim_stats_conserved(&c) != 0;
-}
-
-reclaim_stats CounterSnapshot::as_c() const noexcept {
-  reclaim_stats c;
-#define RECLAIM_COPY_FIELD_(name, description) c.name = name;
-  RECLAIM_COUNTERS(RECLAIM_COPY_FIELD_)
-#undef RECLAIM_COPY_FIELD_
-  return c;
-}
-
-// CounterSnapshot and reclaim_stats come from one list; this pins that they also share a layout.
-#define RECLAIM_SAME_OFFSET_(name, description)                                                  \
-  static_assert(offsetof(CounterSnapshot, name) == offsetof(reclaim_stats, name),               \
-                "CounterSnapshot and reclaim_stats differ at " #name);
-RECLAIM_COUNTERS(RECLAIM_SAME_OFFSET_)
-#undef RECLAIM_SAME_OFFSET_
-static_assert(sizeof(CounterSnapshot) == sizeof(reclaim_stats), "CounterSnapshot mirrors reclaim_stats");
-
-std::size_t format_report(const CounterSnapshot& c, char* buffer, std::size_t size) noexcept {
-  if (buffer == nullptr || size == 0) return 0;
-  std::size_t used = 0;
-  // Appends with snprintf's truncation; `used` stops growing once the buffer is full.
-  auto append = [&](const char* format, auto... values) {
-    if (used + 1 >= size) return;
-    const int written = std::snprintf(buffer + used, size - used, format, values...);
-    if (written > 0) used += static_cast<std::size_t>(written) < size - used ? written : size - used - 1;
-  };
-  append("cuda-reclaim:");
-#define RECLAIM_REPORT_FIELD_(name, description) append(" %s=%" PRIu64, #name, c.name);
-  RECLAIM_COUNTERS(RECLAIM_REPORT_FIELD_)
-#undef RECLAIM_REPORT_FIELD_
-  append(" conserved=%s\n", c.conserved() ? "yes" : "no");
-  return used;
 }
 
 }  // namespace reclaim
