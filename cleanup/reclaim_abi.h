@@ -14,9 +14,10 @@
  * ABI rules: the table starts with its version and size; fields are only ever appended, each append bumps
  * RECLAIM_ABI_VERSION, and no field changes meaning. reclaim_stats is only ever appended to as well;
  * get_stats copies min(size, the owner's size) bytes.
- * History: ABI 1: push, host_destructor, drain, get_stats. ABI 2: a second table (queue_ops) for Bazel
- * copies. ABI 3: one table for everyone; attach() replaces a call into the package's private Python;
- * owner-only operations (close, wait, notify, a drain with a caller's release action) left the table.
+ * History: ABI 1: push, host_destructor, drain, get_stats. ABI 2: queue_ops, a second table for Bazel
+ * copies. ABI 3: this one table for everyone (Bazel copies adopt it); queue_ops retired (returns NULL);
+ * is_closed, pending, wakeup_fd, write_report and attach appended; attach() replaces a call into the
+ * package's private Python.
  *
  * Memory ordering: everything a thread wrote before push(p) is visible to the thread that releases p. */
 
@@ -85,10 +86,20 @@ typedef struct reclaim_api {
    * Any thread; never touches Python; never blocks. */
   void (*host_destructor)(void* user_data);
 
+  /* Releases up to `max_items` queued items (negative: all) on this thread, in the owner's safe context:
+   * for the cuda_reclaim module, Py_DECREF with finalizer exceptions sent to sys.unraisablehook, and
+   * nothing once the interpreter finalizes. Returns the number released (never fails).
+   * Requires the owner's context: for the cuda_reclaim module, an attached thread state (GIL). */
+  ptrdiff_t (*drain)(ptrdiff_t max_items);
+
   /* Copies min(size, the owner's sizeof(reclaim_stats)) bytes of counters into *out (pass
    * sizeof(reclaim_stats)). Returns 0, or -1 when `out` is NULL.
    * Any thread; never touches Python; never blocks. */
   int (*get_stats)(reclaim_stats* out, size_t size);
+
+  /* Retired in ABI 3 (ABI 2 handed out a second table here): always returns NULL, so an extension built
+   * against ABI 2 that tries to adopt through it fails its import cleanly. Never call it. */
+  const void* (*retired_queue_ops)(void);
 
   /* 1 once the queue is closed (the process is exiting), else 0.
    * Any thread; never touches Python; never blocks. */
@@ -104,12 +115,6 @@ typedef struct reclaim_api {
   /* Writes the one-line counter report to `fd` (write(2), no stdio). Returns 0, or -1 on a write error.
    * Any thread; never touches Python; never blocks (beyond the write itself). */
   int (*write_report)(int fd);
-
-  /* Releases up to `max_items` queued items (negative: all) on this thread, in the owner's safe context:
-   * for the cuda_reclaim module, Py_DECREF with finalizer exceptions sent to sys.unraisablehook, and
-   * nothing once the interpreter finalizes. Returns the number released (never fails).
-   * Requires the owner's context: for the cuda_reclaim module, an attached thread state (GIL). */
-  ptrdiff_t (*drain)(ptrdiff_t max_items);
 
   /* Tells the owner that a new user will hand items over, so that it drains them without being asked:
    * for the cuda_reclaim module, it starts the automatic drain (lazily, as a Python-side hand-over does).

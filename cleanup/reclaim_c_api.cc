@@ -60,11 +60,13 @@ int own_attach() {
   return owner != nullptr ? owner->attach() : 0;
 }
 
+const void* retired_queue_ops() { return nullptr; }
+
 // Constant-initialized and never destroyed (invariant 2): another copy may call through it during exit().
 const reclaim_api kOwnApi = {
-    RECLAIM_ABI_VERSION, sizeof(reclaim_api), own_push,         own_host_destructor, own_get_stats,
-    own_is_closed,       own_pending,         own_wakeup_fd,    own_write_report,    own_drain,
-    own_attach,
+    RECLAIM_ABI_VERSION, sizeof(reclaim_api), own_push,      own_host_destructor, own_drain,
+    own_get_stats,       retired_queue_ops,   own_is_closed, own_pending,         own_wakeup_fd,
+    own_write_report,    own_attach,
 };
 
 // The table in use. Null until the first use (which binds kOwnApi) or reclaim_adopt(); written once,

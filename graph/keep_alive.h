@@ -5,8 +5,9 @@
 // On success CUDA owns that reference: when the graph (and every clone and executable graph made from it)
 // is gone, or when the stream reaches the point, one of the trampolines below runs on a CUDA thread, or
 // synchronously inside the CUDA call that dropped the last reference (cuGraphDestroy, cuGraphExecDestroy,
-// ...), and pushes the payload into the process-wide queue (reclaim_push). The trampolines make no CUDA call, take no
-// lock, allocate nothing and never throw.
+// ...), and pushes the payload into the process-wide queue (reclaim_push). The trampolines make no CUDA or
+// Python call, take no lock and never throw; they allocate nothing in steady state (the first push through
+// one of the queue's producer slots creates that slot's producer, see cleanup/reclaim_queue.h).
 //
 // Error accounting: every attach function says in its result what became of the reference, so that the
 // caller can give it back at once, in its own context, exactly when it is still its own. The delicate case
@@ -15,7 +16,8 @@
 // in a small table of withdrawn payloads that the destructor checks; if the destructor runs during the
 // release (or before the caller looks again), it finds the entry, marks it consumed and does not push,
 // and the caller gets kReturned; if it has not run by then, the caller removes the entry and gets
-// kInFlight: the destructor will push the payload later, as for an attached one.
+// kInFlight: the destructor will push the payload later, as for an attached one. kInFlight is also the
+// answer when releasing our user object fails (cuUserObjectRelease): CUDA then still holds the payload.
 
 #pragma once
 

@@ -113,6 +113,12 @@ set_auto_drain = _auto.set_auto_drain
 get_auto_drain = _auto.get_auto_drain
 
 
+def _c_api_imported():
+    """Kept for extensions built against the C API headers of ABI 1 and 2, which call it at import; the
+    current header calls the capsule table's attach() instead."""
+    _auto.note_handover()
+
+
 def conserved(counters=None):
     """True when the conservation law holds for ``counters`` (a :func:`stats` dict; default: now):
     ``handed_over == released + pending + leaked_after_close + abandoned_after_fork``.

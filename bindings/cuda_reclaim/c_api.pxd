@@ -48,12 +48,13 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
         uint32_t struct_size
         int (*push)(void* item) noexcept nogil                    # steals item (a PyObject*)
         void (*host_destructor)(void* user_data) noexcept nogil   # steals user_data (a PyObject*)
+        ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept          # GIL required
         int (*get_stats)(cuda_reclaim_stats* out, size_t size) noexcept nogil
+        const void* (*retired_queue_ops)() noexcept nogil        # ABI 2's; returns NULL: never call it
         int (*is_closed)() noexcept nogil
         size_t (*pending)() noexcept nogil
         int (*wakeup_fd)() noexcept nogil
         int (*write_report)(int fd) noexcept nogil
-        ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept          # GIL required
         int (*attach)() except -1                                 # GIL required
 
 cdef extern from "cuda_reclaim/cuda_reclaim.h":

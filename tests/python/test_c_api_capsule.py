@@ -12,9 +12,10 @@ from conftest import run_child
 pytest.importorskip("_native_producers")
 
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
-# reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 3: the entries after abi_version and struct_size.
-ENTRIES = ("push", "host_destructor", "get_stats", "is_closed", "pending", "wakeup_fd", "write_report",
-           "drain", "attach")
+# reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 3: the entries after abi_version and struct_size. The first
+# five are ABI 1 and 2's, in their places (append-only).
+ENTRIES = ("push", "host_destructor", "drain", "get_stats", "retired_queue_ops", "is_closed", "pending",
+           "wakeup_fd", "write_report", "attach")
 
 
 def capsule_pointer(capsule, name=CAPSULE):
@@ -44,6 +45,8 @@ def test_capsule_starts_with_abi_version_and_size_and_holds_every_entry():
     assert header.struct_size == ctypes.sizeof(Header) + len(ENTRIES) * pointer
     entries = (ctypes.c_void_p * len(ENTRIES)).from_address(address + ctypes.sizeof(Header))
     assert all(entries), "no NULL entry"
+    retired = entry(address, "retired_queue_ops", ctypes.c_void_p)
+    assert retired() is None, "ABI 2's second table is retired: an old adopter gets NULL and fails cleanly"
 
 
 def test_the_capsule_table_reads_the_same_queue_and_counters_as_the_module(drained):
@@ -109,7 +112,7 @@ import ctypes, cuda_reclaim
 from cuda_reclaim import _reclaim
 class Api(ctypes.Structure):
     _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                ("entries", ctypes.c_void_p * 9)]
+                ("entries", ctypes.c_void_p * 10)]
 api = Api(ABI, SIZE)
 name = ctypes.c_char_p(NAME)
 new = ctypes.pythonapi.PyCapsule_New
@@ -122,9 +125,9 @@ _reclaim._C_API = new(ctypes.addressof(api), name, None)
 @pytest.mark.parametrize(
     "replacement, message",
     [
-        ("ABI, SIZE, NAME = 2, 80, " + repr(CAPSULE), "C API is too old: the module has ABI 2 (80 bytes)"),
-        ("ABI, SIZE, NAME = 3, 72, " + repr(CAPSULE), "C API is too old: the module has ABI 3 (72 bytes)"),
-        ("ABI, SIZE, NAME = 3, 80, b'someone.else._C_API'", "capsule cuda_reclaim._reclaim._C_API unavailable"),
+        ("ABI, SIZE, NAME = 2, 88, " + repr(CAPSULE), "C API is too old: the module has ABI 2 (88 bytes)"),
+        ("ABI, SIZE, NAME = 3, 80, " + repr(CAPSULE), "C API is too old: the module has ABI 3 (80 bytes)"),
+        ("ABI, SIZE, NAME = 3, 88, b'someone.else._C_API'", "capsule cuda_reclaim._reclaim._C_API unavailable"),
         ("DELETE", "capsule cuda_reclaim._reclaim._C_API unavailable"),
     ],
     ids=["older-abi", "smaller-struct", "foreign-capsule", "missing-capsule"],
@@ -162,9 +165,9 @@ def test_import_accepts_a_newer_module_with_a_larger_struct():
         real = get(_reclaim._C_API, b"cuda_reclaim._reclaim._C_API")
         class Newer(ctypes.Structure):
             _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                        ("entries", ctypes.c_void_p * 10)]
+                        ("entries", ctypes.c_void_p * 11)]
         newer = Newer(4, ctypes.sizeof(Newer))
-        ctypes.memmove(ctypes.addressof(newer.entries), real + 8, 9 * ctypes.sizeof(ctypes.c_void_p))
+        ctypes.memmove(ctypes.addressof(newer.entries), real + 8, 10 * ctypes.sizeof(ctypes.c_void_p))
         new = ctypes.pythonapi.PyCapsule_New
         new.restype = ctypes.py_object
         new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
