@@ -138,17 +138,24 @@ def _retire_locked():
     _worker = _thread = None
 
 
-def _join_retired():
-    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them)."""
+def _join_retired(limit=None):
+    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them).
+
+    With `limit` (seconds), give up after that long: a thread still inside a finalizer stays retired and
+    is joined by a later call. Returns True when none is left.
+    """
     if _on_drain_thread():
-        return
+        return True
+    deadline = None if limit is None else time.monotonic() + limit
     while True:
         with _lock:
             waiting = list(_retired)
         if not waiting:
-            return
+            return True
         for thread in waiting:
-            thread.join()
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                return False
             _wait_for_os_thread_exit(thread)
         with _lock:
             _retired[:] = [thread for thread in _retired if thread not in waiting]
@@ -204,18 +211,25 @@ def close_at_exit():
     _reclaim.close()
 
 
+# How long a fork waits for the drain thread to leave. Other libraries' before-fork hooks run before ours
+# when they were registered after it (logging's takes its module lock and holds it across the fork): a
+# finalizer on the drain thread that needs such a lock cannot return until the fork is over, so waiting
+# for it without limit would hang the fork. Past the limit the fork goes ahead with the thread alive (it
+# holds no state the child needs: it releases only with the GIL, which the forking thread holds).
+_FORK_JOIN_LIMIT_SECONDS = 1.0
+
+
 def _before_fork():
-    # The child must start single-threaded (CPython 3.12+ warns about forking a multi-threaded process)
-    # and must not inherit a drain thread in the middle of a release; so stop and join ours. With an
-    # automatic drain on, release what is queued now, here in the parent: references still queued at the
-    # fork are counted as abandoned in the child (its copies of them stay alive there). With "off" the
-    # queue is left as the user left it.
+    # The child should start single-threaded (CPython 3.12+ warns about forking a multi-threaded process),
+    # so stop ours and wait (bounded, see above) for it to leave. With an automatic drain on, release what
+    # is queued now, here in the parent: references still queued at the fork are counted as abandoned in
+    # the child (its copies of them stay alive there). With "off" the queue is left as the user left it.
     global _fork_depth
     with _lock:
         _fork_depth += 1
         _retire_locked()
         drain_now = _mode != "off" and not _closed
-    _join_retired()
+    _join_retired(_FORK_JOIN_LIMIT_SECONDS)
     if drain_now:
         _reclaim.drain()
 

@@ -387,3 +387,30 @@ def test_a_fork_child_of_a_closed_queue_gets_an_open_queue_and_an_automatic_drai
     print("done", flush=True)
     """
     assert_clean_exit(run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"}))
+
+
+def test_fork_does_not_hang_when_another_before_fork_hook_holds_a_lock_the_drain_thread_needs():
+    # logging registers a before-fork hook that takes its module lock and holds it across the fork; when
+    # logging is imported after cuda_reclaim, that hook runs first. A finalizer on the drain thread that
+    # logs then waits for the lock while the fork waits for the drain thread: the fork must go ahead.
+    code = """
+    import os, threading, time, cuda_reclaim
+    entered = threading.Event()
+    lock = threading.Lock()
+    os.register_at_fork(before=lock.acquire, after_in_parent=lock.release, after_in_child=lock.release)
+    class NeedsTheLock:
+        def __del__(self):
+            entered.set()
+            time.sleep(0.2)            # the main thread forks meanwhile
+            with lock:
+                pass
+    cuda_reclaim.defer_release(NeedsTheLock())
+    assert entered.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("done", flush=True)
+    """
+    args = ("-W", "ignore::DeprecationWarning")  # the fork may find the drain thread still alive
+    assert_clean_exit(run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"}, args=args))
