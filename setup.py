@@ -43,6 +43,7 @@ EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/drain.h",
     "bindings/graph_functions.h",
+    "bindings/python_compat.h",
     "cleanup/queue_allocation.h",
     "cleanup/reclaim.h",
     "cleanup/reclaim_queue.h",
