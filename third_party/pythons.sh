@@ -2,8 +2,18 @@
 # Sourced by tests/run_all.sh and examples/run_demo.sh: finds CPython interpreters and installs the
 # Python-side test requirements (tests/requirements.txt) into them from PyPI, only when missing.
 
+# python_prefix MINOR → the private prefix where third_party/install_python3MINOR.sh puts CPython 3.MINOR
+# (Debian's packages unpacked; the interpreter is <prefix>/usr/bin/python3.MINOR). Only 3.14 has one.
+python_prefix() {
+  if [[ -n "${CUDA_RECLAIM_PYTHON_PREFIX:-}" ]]; then
+    echo "${CUDA_RECLAIM_PYTHON_PREFIX}"
+  else
+    echo "${XDG_CACHE_HOME:-$HOME/.cache}/cuda-reclaim/python3.$1"
+  fi
+}
+
 # find_python MINOR → prints the newest interpreter for 3.MINOR with C headers, or nothing.
-# Looks in pyenv's versions, then on PATH (python3.MINOR).
+# Looks in pyenv's versions, then on PATH (python3.MINOR), then in python_prefix MINOR.
 find_python() {
   local minor="$1" candidate root
   local -a candidates=()
@@ -15,6 +25,7 @@ find_python() {
   fi
   candidate="$(command -v "python3.$minor" 2>/dev/null || true)"
   [[ -n "$candidate" ]] && candidates+=("$(readlink -f "$candidate")")
+  candidates+=("$(python_prefix "$minor")/usr/bin/python3.$minor")
   for candidate in "${candidates[@]}"; do
     if [[ -x "$candidate" ]] && "$candidate" -c \
       'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \

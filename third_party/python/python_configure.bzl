@@ -8,6 +8,14 @@ Generated repository:
   @python_headers//:python_headers  cc_library, headers only. It does NOT link
       libpython: extension modules resolve Py* symbols from the interpreter
       that imports them.
+      Debian's headers (python3.X-dev, and any interpreter built from Debian's
+      packages) split pyconfig.h: <include>/pyconfig.h is a wrapper that
+      includes <MULTIARCH/python3.X/pyconfig.h>, found on a Debian system
+      through the compiler's default /usr/include. Bazel accepts no include
+      path outside the execution root, so that directory is brought into this
+      repository as multiarch/MULTIARCH/python3.X (a symlink) and multiarch/
+      goes on the include path: the headers then come from here for every
+      interpreter, whatever its prefix.
   @python_headers//:python_bin      executable shell script that execs the
       configured interpreter (use it as `data` of an sh_test).
   @python_headers//:defs.bzl        PYTHON_BIN, PYTHON_VERSION ("3.12"),
@@ -18,12 +26,32 @@ Generated repository:
 _PYTHON_BIN_PATH = "PYTHON_BIN_PATH"
 
 _QUERY = """
-import json, os, sys, sysconfig
+import json, os, re, sys, sysconfig
 paths = sysconfig.get_paths()
+include = paths.get("include") or sysconfig.get_config_var("INCLUDEPY") or ""
+
+# Debian's wrapper pyconfig.h: `#include <MULTIARCH/python3.X/pyconfig.h>` (one line per architecture;
+# this interpreter's triplet picks the line). Found relative to the include root the wrapper expects.
+multiarch = sysconfig.get_config_var("MULTIARCH") or getattr(sys.implementation, "_multiarch", "") or ""
+multiarch_root = multiarch_dir = ""
+try:
+    wrapper = open(os.path.join(include, "pyconfig.h")).read()
+except OSError:
+    wrapper = ""
+match = multiarch and re.search(
+    r"^[ \\t]*#[ \\t]*include[ \\t]*<(" + re.escape(multiarch) + r"/[^>]*)/pyconfig[.]h>", wrapper, re.M)
+if match:
+    for root in (os.path.dirname(include), os.path.dirname(paths.get("platinclude") or include)):
+        if os.path.isfile(os.path.join(root, match.group(1), "pyconfig.h")):
+            multiarch_root, multiarch_dir = root, match.group(1)
+            break
+
 print(json.dumps({
     "executable": os.path.abspath(sys.executable) if sys.executable else "",
     "version": "%d.%d" % sys.version_info[:2],
-    "include": paths.get("include") or sysconfig.get_config_var("INCLUDEPY") or "",
+    "include": include,
+    "multiarch_root": multiarch_root,
+    "multiarch_dir": multiarch_dir,
     "platinclude": paths.get("platinclude") or "",
     "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX") or "",
     "soabi": sysconfig.get_config_var("SOABI") or "",
@@ -78,6 +106,9 @@ def _python_configure_impl(ctx):
     if platinclude and platinclude != include and ctx.path(platinclude).exists:
         ctx.symlink(platinclude, "platinclude")
         includes.append("platinclude")
+    if info["multiarch_dir"]:
+        ctx.symlink(info["multiarch_root"] + "/" + info["multiarch_dir"], "multiarch/" + info["multiarch_dir"])
+        includes.append("multiarch")
 
     ctx.file(
         "python_bin",
