@@ -1,0 +1,26 @@
+"""Child of test_reliability.py: toggling off and on from a finalizer leaves one drain thread.
+
+Ends by printing "done"; a hang is caught by the test's timeout."""
+
+import threading, time, cuda_reclaim
+from cuda_reclaim import _auto
+toggled = threading.Event()
+class Toggles:
+    def __del__(self):
+        cuda_reclaim.set_auto_drain("off")
+        cuda_reclaim.set_auto_drain("thread")
+        toggled.set()
+cuda_reclaim.defer_release(Toggles())
+assert toggled.wait(30)
+def drain_threads():
+    return [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]
+deadline = time.monotonic() + 30
+while len(drain_threads()) != 1 and time.monotonic() < deadline:
+    time.sleep(0.001)
+assert len(drain_threads()) == 1, drain_threads()
+released = threading.Event()
+class Marker:
+    def __del__(self): released.set()
+cuda_reclaim.defer_release(Marker())
+assert released.wait(30)
+print("done", flush=True)
