@@ -465,15 +465,32 @@ ReclaimQueue& global_queue() noexcept {
   return *queue;
 }
 
+namespace {
+
+// The report hook (set_report_fields): a plain function pointer in zero-initialized static storage, valid
+// from load to exit (the report is written from the loader's fini pass).
+std::atomic<ReportFieldsFn> g_report_fields{nullptr};
+
+}  // namespace
+
+void set_report_fields(ReportFieldsFn fields) noexcept {
+  g_report_fields.store(fields, std::memory_order_release);
+}
+
 std::size_t format_report(const CounterSnapshot& c, char* buffer, std::size_t size) noexcept {
   if (buffer == nullptr || size == 0) return 0;
+  char extra[256] = "";
+  if (ReportFieldsFn fields = g_report_fields.load(std::memory_order_acquire)) {
+    const std::size_t length = fields(extra, sizeof extra);
+    extra[length < sizeof extra ? length : sizeof extra - 1] = '\0';
+  }
   int written = std::snprintf(
       buffer, size,
       "cuda-reclaim: enqueued=%" PRIu64 " released=%" PRIu64 " pending=%" PRIu64
       " leaked_after_close=%" PRIu64 " abandoned_after_fork=%" PRIu64 " rejected=%" PRIu64
-      " drain_calls=%" PRIu64 " max_pending=%" PRIu64 " wakeups=%" PRIu64 " conserved=%s\n",
+      " drain_calls=%" PRIu64 " max_pending=%" PRIu64 " wakeups=%" PRIu64 "%s conserved=%s\n",
       c.enqueued, c.released, c.pending, c.leaked_after_close, c.abandoned_after_fork, c.rejected,
-      c.drain_calls, c.max_pending, c.wakeups, c.conserved() ? "yes" : "no");
+      c.drain_calls, c.max_pending, c.wakeups, extra, c.conserved() ? "yes" : "no");
   if (written < 0) return 0;
   return static_cast<std::size_t>(written) < size ? static_cast<std::size_t>(written) : size - 1;
 }
