@@ -18,6 +18,7 @@
 
 #include "bindings/drain.h"
 #include "bindings/graph_functions.h"
+#include "bindings/host_calls.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
@@ -217,6 +218,7 @@ PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
   reclaim_bindings::forget_main_thread_drain_after_fork();
+  reclaim_bindings::forget_calls_after_fork();
   Py_RETURN_NONE;
 }
 
@@ -348,6 +350,7 @@ int module_exec(PyObject* module) {
   }
   if (PyModule_AddIntConstant(module, "ABI_VERSION", CUDA_RECLAIM_ABI_VERSION) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
+  if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return add_graph_functions(module);
 }
 
