@@ -22,6 +22,7 @@
 // cuda.h maps cuGetProcAddress to cuGetProcAddress_v2; a driver exports both, under their own names.
 #undef cuGetProcAddress
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,7 +97,12 @@ struct State {
 };
 
 State& state() {
-  static State* const instance = new State;
+  static State* const instance = [] {
+    auto* created = new State;
+    // A fork child must not inherit the mutex locked by a CUDA thread that does not exist there.
+    pthread_atfork([] { state().mutex.lock(); }, [] { state().mutex.unlock(); }, [] { state().mutex.unlock(); });
+    return created;
+  }();
   return *instance;
 }
 
