@@ -33,20 +33,27 @@ EXTENSION_SOURCES = [
     "bindings/drain.cc",
     "bindings/drain_worker.cc",
     "bindings/graph_functions.cc",
+    "bindings/host_calls.cc",
     "bindings/reclaim_module.cc",
     "cleanup/reclaim_c_api.cc",
     "cleanup/reclaim_queue.cc",
+    "graph/counters.cc",
     "graph/driver.cc",
+    "graph/host_calls.cc",
     "graph/keep_alive.cc",
 ]
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/drain.h",
     "bindings/graph_functions.h",
+    "bindings/host_calls.h",
     "cleanup/queue_allocation.h",
     "cleanup/reclaim.h",
     "cleanup/reclaim_queue.h",
+    "graph/counters.h",
     "graph/driver.h",
+    "graph/host_calls.h",
+    "graph/internal.h",
     "graph/keep_alive.h",
 ]
 # Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //bindings:c_api_headers'

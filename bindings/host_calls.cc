@@ -123,19 +123,22 @@ void unlink(HostCall* call) {
 }
 
 // The references a call still holds, taken out of it so that a re-entrant pass never sees them twice.
+// Released explicitly (release_parts), not by a destructor: CPython may end a thread that runs a call with
+// a forced unwind (pthread_exit, a daemon thread taking the GIL during finalization), and nothing on that
+// way out may touch Python.
 struct CallParts {
   PyObject* fn = nullptr;
   PyObject* args = nullptr;
   PyObject* kwargs = nullptr;
   PyObject* future = nullptr;
-
-  ~CallParts() {
-    Py_XDECREF(fn);
-    Py_XDECREF(args);
-    Py_XDECREF(kwargs);
-    Py_XDECREF(future);
-  }
 };
+
+void release_parts(const CallParts& parts) {
+  Py_XDECREF(parts.fn);
+  Py_XDECREF(parts.args);
+  Py_XDECREF(parts.kwargs);
+  Py_XDECREF(parts.future);
+}
 
 // Marks `call` done and moves its references into `parts`.
 void finish(HostCall* call, CallParts* parts) {
@@ -168,18 +171,8 @@ void cancel_future(PyObject* future) {
   ++g_calls_cancelled;
 }
 
-// Runs one host call whose turn it is: fn(*args, **kwargs) into its future. The caller holds a reference.
-void run_call(HostCall* call) {
-  CallParts parts;
-  finish(call, &parts);
-  PyObject* running = call_future(parts.future, "set_running_or_notify_cancel");
-  const bool run = running == Py_True;
-  Py_XDECREF(running);
-  if (!run) {
-    ++g_calls_cancelled;  // cancelled through its future before its turn
-    return;
-  }
-  ++g_calls_run;
+// fn(*args, **kwargs) into `future`.
+void call_into_future(const CallParts& parts) {
   PyObject* result = PyObject_Call(parts.fn, parts.args, parts.kwargs);
   if (result != nullptr) {
     Py_XDECREF(call_future(parts.future, "set_result", result));
@@ -194,6 +187,22 @@ void run_call(HostCall* call) {
   Py_XDECREF(type);
   Py_XDECREF(value);
   Py_XDECREF(traceback);
+}
+
+// Runs one host call whose turn it is: fn(*args, **kwargs) into its future. The caller holds a reference.
+void run_call(HostCall* call) {
+  CallParts parts;
+  finish(call, &parts);
+  PyObject* running = call_future(parts.future, "set_running_or_notify_cancel");
+  const bool run = running == Py_True;
+  Py_XDECREF(running);
+  if (run) {
+    ++g_calls_run;
+    call_into_future(parts);
+  } else {
+    ++g_calls_cancelled;  // cancelled through its future before its turn
+  }
+  release_parts(parts);
 }
 
 // Runs `call` (its turn has come; the caller passes the queue's reference) and then every parked call of
@@ -266,6 +275,7 @@ void cancel_all() {
       if (found != parked_calls.end() && found->second == call) parked_calls.erase(found);
     }
     cancel_future(parts.future);  // may run done-callbacks, which may re-enter: the list is re-read
+    release_parts(parts);
     // A parked call was the queue's reference, now ours; a waiting one stays CUDA's (or the queue's, when
     // a drain on another thread dequeued it and has yet to release it: host_call_arrived then drops it).
     if (parked) Py_DECREF(call);
@@ -283,6 +293,7 @@ void host_call_dealloc(PyObject* object) {
     CallParts parts;
     finish(call, &parts);
     cancel_future(parts.future);
+    release_parts(parts);
   }
   if (call->order != nullptr) release_order(call->order);
   type->tp_free(object);
@@ -393,6 +404,7 @@ PyObject* py_launch_host_call(PyObject*, PyObject* const* argv, Py_ssize_t nargs
   if (call->state != CallState::kDone) {
     CallParts parts;
     finish(call, &parts);
+    release_parts(parts);
   }
   Py_DECREF(call);  // CUDA's
   Py_DECREF(call);  // ours

@@ -5,7 +5,7 @@ import pytest
 
 import cuda_reclaim
 import fake_cuda
-from conftest import parse_report
+from exit_report import last_report
 
 HOLD_LAW = """
 def hold():
@@ -91,7 +91,7 @@ print("exiting", flush=True)
 """,
         CUDA_RECLAIM_REPORT="1",
     )
-    report = parse_report(result.stderr)
+    report = last_report(result.stderr)
     assert report["conserved"] == "yes", result.stderr
     assert report["held_by_cuda"] == 3, result.stderr
     assert report["attached_to_cuda"] == 3 and report["handed_back_by_cuda"] == 0, result.stderr
@@ -120,7 +120,7 @@ print("exiting", flush=True)
 """,
         CUDA_RECLAIM_REPORT="1",
     )
-    report = parse_report(result.stderr)
+    report = last_report(result.stderr)
     assert report["conserved"] == "yes", result.stderr
     assert report["held_by_cuda"] == 0 and report["handed_back_by_cuda"] == 2, result.stderr
     assert report["leaked_after_close"] == 2, result.stderr
@@ -137,7 +137,7 @@ def test_report_fields_come_before_the_verdict_in_a_fixed_order():
         "enqueued", "released", "pending", "leaked_after_close", "abandoned_after_fork", "rejected",
         "drain_calls", "max_pending", "wakeups",
     ]
-    report = parse_report(line)
+    report = last_report(line)
     assert report["attached_to_cuda"] == report["handed_back_by_cuda"] + report["held_by_cuda"]
 
 

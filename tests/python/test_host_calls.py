@@ -6,6 +6,7 @@ import pytest
 
 import cuda_reclaim
 import fake_cuda
+from exit_report import find_reports, last_report
 
 
 def test_launch_host_func_checks_its_arguments():
@@ -81,11 +82,11 @@ print("still running")
     )
 
 
-def test_calls_of_one_stream_run_in_stream_order_whichever_cuda_thread_and_drain_runs_them(capsys):
+def test_calls_of_one_stream_run_in_stream_order_whichever_cuda_thread_and_drain_runs_them():
     # Four CUDA threads take turns on three streams (so consecutive host functions of one stream push
     # through different producer slots); the automatic drain thread and small budgeted drains on the main
     # thread take the calls concurrently. Per stream, the calls must run in launch order.
-    result = fake_cuda.run(
+    fake_cuda.run(
         """
 cuda_reclaim.set_auto_drain("thread")
 fake.fake_cuda_start_threads(4)
@@ -108,8 +109,6 @@ assert s["calls_run"] == 6000 and s["calls_outstanding"] == 0, s
 print("calls that arrived before their turn:", _reclaim._call_stats()["calls_parked"])
 """
     )
-    with capsys.disabled():
-        print(result.stdout.strip())
 
 
 def test_a_call_that_drains_again_runs_the_later_calls_of_its_stream_after_it_returns():
@@ -247,11 +246,9 @@ atexit.register(cuda_reclaim._auto.close_at_exit)
 """,
         CUDA_RECLAIM_REPORT="1",
     )
-    from conftest import parse_report
-
     assert "ran at exit" in result.stdout and "never runs" not in result.stdout, result.stdout
     assert "held future cancelled: True" in result.stdout
-    report = parse_report(result.stderr)
+    report = last_report(result.stderr)
     assert report["held_by_cuda"] == 1 and report["conserved"] == "yes", result.stderr
 
 
@@ -304,12 +301,10 @@ print("done", flush=True)
     ],
 )
 def test_finalizers_that_launch_host_calls_are_safe_through_close_exit_and_fork(extra, count, ending):
-    from conftest import parse_report
-
     code = _LAUNCHES_IN_DEL.format(extra=extra, count=count, ending=ending)
     result = fake_cuda.run(code, CUDA_RECLAIM_REPORT="1")
     assert result.stdout.strip().splitlines()[-1] == "done", result.stdout
     assert "Traceback" not in result.stderr, result.stderr
-    for report in [parse_report(line) for line in result.stderr.splitlines() if "cuda-reclaim: enqueued=" in line]:
+    for report in find_reports(result.stderr):
         assert report["conserved"] == "yes", result.stderr
         assert report["attached_to_cuda"] == report["handed_back_by_cuda"] + report["held_by_cuda"], result.stderr

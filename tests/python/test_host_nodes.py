@@ -7,6 +7,7 @@ import pytest
 
 import cuda_reclaim
 import fake_cuda
+from exit_report import last_report
 
 
 def test_add_host_node_checks_its_arguments():
@@ -203,8 +204,6 @@ assert s["held_by_cuda"] == 0, s
 
 
 def test_exit_with_a_live_graph_reports_its_node_as_held():
-    from conftest import parse_report
-
     result = fake_cuda.run(
         """
 graph = fake.fake_cuda_graph_create()
@@ -216,7 +215,7 @@ fake.fake_cuda_run_host_functions()            # one firing handed over: the exi
         CUDA_RECLAIM_REPORT="1",
     )
     assert result.stdout.count("fired") == 1, result.stdout
-    report = parse_report(result.stderr)
+    report = last_report(result.stderr)
     assert report["held_by_cuda"] == 1 and report["conserved"] == "yes", result.stderr
 
 
@@ -229,8 +228,6 @@ fake.fake_cuda_run_host_functions()            # one firing handed over: the exi
     ],
 )
 def test_finalizers_that_add_and_destroy_host_nodes_are_safe(ending):
-    from conftest import parse_report
-
     result = fake_cuda.run(
         f"""
 fake.fake_cuda_start_threads(2)
@@ -255,6 +252,6 @@ print("done", flush=True)
     )
     assert result.stdout.strip().splitlines()[-1] == "done", result.stdout
     assert "Traceback" not in result.stderr, result.stderr
-    report = parse_report(result.stderr)
+    report = last_report(result.stderr)
     assert report["conserved"] == "yes", result.stderr
     assert report["attached_to_cuda"] == report["handed_back_by_cuda"] + report["held_by_cuda"], result.stderr

@@ -11,7 +11,8 @@ exit(). Every run must be clean:
 
     python callbacks_torture.py --runs 5 --workers 2          # the CI pass (//tests/shutdown:callbacks_pass)
 
-Needs cuda_reclaim on sys.path and --fake-libcuda (or CUDA_RECLAIM_LIBCUDA) naming the fake driver.
+Needs cuda_reclaim and bench/exit_report.py on sys.path, and --fake-libcuda (or CUDA_RECLAIM_LIBCUDA)
+naming the fake driver.
 """
 
 import argparse
@@ -26,17 +27,15 @@ import sys
 import time
 
 import callbacks_child
+import exit_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "callbacks_child.py")
-REPORT = re.compile(r"^cuda-reclaim: (enqueued=.*)$", re.MULTILINE)
 AFTER_CLOSE = re.compile(r"^AFTER-CLOSE (.*)$", re.MULTILINE)
-LAW = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
 
 
 def fields(text):
-    return {key: (value if key == "conserved" else int(value))
-            for key, value in (item.split("=", 1) for item in text.split())}
+    return {key: int(value) for key, value in (item.split("=", 1) for item in text.split())}
 
 
 def problems(scenario, rc, stderr, timed_out):
@@ -51,11 +50,14 @@ def problems(scenario, rc, stderr, timed_out):
         if marker in stderr:
             found.append(f"stderr says {marker!r}")
     processes = 2 if scenario == "fork" else 1
-    reports = [fields(match) for match in REPORT.findall(stderr)]
+    try:
+        reports = exit_report.find_reports(stderr)
+    except ValueError as error:
+        return found + [str(error)]
     if len(reports) != processes:
         found.append(f"{len(reports)} exit reports, expected {processes}")
     for report in reports:
-        if report.get("conserved") != "yes" or report["enqueued"] != sum(report[key] for key in LAW):
+        if report["conserved"] != "yes" or not exit_report.conserved(report):
             found.append(f"exit report not conserved: {report}")
         if report.get("attached_to_cuda") != report.get("handed_back_by_cuda", -1) + report.get("held_by_cuda", -1):
             found.append(f"exit report breaks attached == handed back + held: {report}")
@@ -96,8 +98,7 @@ def run_one(scenario, seed, *, python, timeout, env):
         "seed": seed,
         "problems": problems(scenario, process.returncode, stderr, timed_out),
         "seconds": time.monotonic() - started,
-        "reports": REPORT.findall(stderr),
-        "stderr_tail": stderr[-3000:],
+        "stderr": stderr,
     }
 
 
@@ -111,6 +112,7 @@ def main(argv=None):
     parser.add_argument("--fake-libcuda", default=os.environ.get("CUDA_RECLAIM_LIBCUDA"))
     parser.add_argument("--python", default=sys.executable)
     args = parser.parse_args(argv)
+    args.fake_libcuda = os.path.abspath(args.fake_libcuda) if args.fake_libcuda else None
     if not args.fake_libcuda or not os.path.exists(args.fake_libcuda):
         parser.error(f"the fake driver is needed (--fake-libcuda): {args.fake_libcuda!r}")
     unknown = set(args.scenarios) - set(callbacks_child.SCENARIOS)
@@ -135,14 +137,14 @@ def main(argv=None):
     for scenario in args.scenarios:
         clean, failed = by_scenario[scenario]
         print(f"{scenario:<22} {clean:>6} {failed:>7}")
-    late = [fields(report) for result in results for report in result["reports"]]
+    late = [report for result in results for report in exit_report.find_reports(result["stderr"])]
     print(f"exit reports: {len(late)}; fired after close (leaked_after_close, summed): "
           f"{sum(r['leaked_after_close'] for r in late)}; held by CUDA at exit (summed): "
           f"{sum(r.get('held_by_cuda', 0) for r in late)}")
     failures = [result for result in results if result["problems"]]
     for result in failures:
         print(f"\nFAILED {result['scenario']} seed {result['seed']}: {'; '.join(result['problems'])}")
-        print(result["stderr_tail"])
+        print(result["stderr"][-3000:])
     print(f"\n{len(results) - len(failures)} clean, {len(failures)} failed")
     return 1 if failures else 0
 
