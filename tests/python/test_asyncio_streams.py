@@ -2,6 +2,8 @@
 and uvloop) is woken by the queue's fd or by the drain thread, with no polling; stream order; exceptions;
 cancellation (the call never runs, nothing leaks, nothing runs twice); close."""
 
+import os
+
 import pytest
 
 import fake_cuda
@@ -182,3 +184,23 @@ async def main():
 run(main, asyncio.new_event_loop)
 """
     )
+
+
+def find_example():
+    """examples/callbacks_asyncio.py, from the repository (or Bazel's runfiles) layout or the GPU bundle's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "..", "..", "examples"), os.path.join(here, "..", "examples")):
+        path = os.path.normpath(os.path.join(candidate, "callbacks_asyncio.py"))
+        if os.path.exists(path):
+            return path
+    pytest.skip("examples/callbacks_asyncio.py is not next to the tests")
+
+
+def test_the_asyncio_example_says_there_is_no_gpu_and_exits_0():
+    from conftest import run_child_script
+
+    result = run_child_script(find_example(), env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"})
+    if "No GPU present" not in result.stdout:
+        pytest.skip("a GPU is present: the example runs for real in test_gpu_callbacks.py")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr

@@ -299,3 +299,17 @@ def test_exit_with_callbacks_pending_counts_them_and_never_runs_them(device, syn
     assert report["held_by_cuda"] + report["leaked_after_close"] == 4, result.stderr
     if sync_after_close:
         assert report["held_by_cuda"] == 0, "the stream finished after the close: all handed back"
+
+
+@pytest.mark.parametrize("drain", ["thread", "loop"])
+def test_the_asyncio_example_overlaps_and_its_results_agree(device, drain):
+    here = os.path.dirname(os.path.abspath(__file__))
+    # examples/ of the repository (tests/python/../../examples) or of the GPU bundle (tests/../examples)
+    found = [path for path in (os.path.join(here, "..", "..", "examples", "callbacks_asyncio.py"),
+                               os.path.join(here, "..", "examples", "callbacks_asyncio.py")) if os.path.exists(path)]
+    if not found:
+        pytest.skip("examples/callbacks_asyncio.py is not next to the tests")
+    result = run_child_script(os.path.normpath(found[0]), "--drain", drain, "--batches", "8", timeout=300)
+    print(result.stdout, result.stderr)
+    assert result.returncode == 0, result.stderr
+    assert "results agree" in result.stdout
