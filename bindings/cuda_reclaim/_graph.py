@@ -14,7 +14,6 @@ and :func:`add_host_node` (a graph host node); the call runs in a drain, never o
 """
 
 import sys
-from concurrent.futures import Future
 
 from . import _auto
 from . import _reclaim
@@ -157,6 +156,21 @@ def keep_alive_until(stream, *objs):
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
 
 
+_Future = None
+
+
+def _future_type():
+    # Imported on first use, not with the package: concurrent.futures imports logging, whose fork hook
+    # (a lock taken before every fork) would otherwise be registered after, and so run before, the
+    # package's own fork hook, which may wait for a drain thread that is itself forking.
+    global _Future
+    if _Future is None:
+        from concurrent.futures import Future
+
+        _Future = Future
+    return _Future
+
+
 def launch_host_func(stream, fn, /, *args, **kwargs):
     """Call ``fn(*args, **kwargs)`` once ``stream`` reaches this point; return a ``concurrent.futures.Future``.
 
@@ -177,7 +191,7 @@ def launch_host_func(stream, fn, /, *args, **kwargs):
     if not callable(fn):
         raise TypeError(f"launch_host_func() needs a callable, not {type(fn).__name__}")
     handle = stream_handle(stream, "launch_host_func")
-    future = Future()
+    future = _future_type()()
     if _reclaim._launch_host_call(handle, future, fn, args, kwargs or None):
         _auto.note_handover()  # only once something was launched
     return future

@@ -18,6 +18,20 @@ def test_launch_host_func_checks_its_arguments():
         cuda_reclaim.launch_host_func(-1, print)
 
 
+def test_importing_the_package_imports_neither_concurrent_futures_nor_logging():
+    # logging's fork hook takes a lock before every fork; registered after the package's own fork hook
+    # (which may wait for a drain thread that is forking too), it would run first and could deadlock.
+    from conftest import run_child
+
+    result = run_child(
+        """
+        import sys, cuda_reclaim
+        assert "logging" not in sys.modules and "concurrent.futures" not in sys.modules, sorted(sys.modules)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_without_a_driver_nothing_is_launched_and_nothing_kept():
     from conftest import run_child
 
