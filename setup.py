@@ -34,11 +34,14 @@ EXTENSION_SOURCES = [
     "bindings/drain_worker.cc",
     "bindings/exit_report.cc",
     "bindings/graph_functions.cc",
+    "bindings/host_calls.cc",
     "bindings/reclaim_module.cc",
     "cleanup/process_queue.cc",
     "cleanup/reclaim_c_api.cc",
     "cleanup/reclaim_queue.cc",
+    "graph/counters.cc",
     "graph/driver.cc",
+    "graph/host_calls.cc",
     "graph/keep_alive.cc",
 ]
 EXTENSION_HEADERS = [
@@ -47,6 +50,7 @@ EXTENSION_HEADERS = [
     "bindings/drain.h",
     "bindings/exit_report.h",
     "bindings/graph_functions.h",
+    "bindings/host_calls.h",
     "bindings/python_compat.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",
@@ -54,7 +58,10 @@ EXTENSION_HEADERS = [
     "cleanup/reclaim.h",
     "cleanup/reclaim_abi.h",
     "cleanup/reclaim_queue.h",
+    "graph/counters.h",
     "graph/driver.h",
+    "graph/host_calls.h",
+    "graph/internal.h",
     "graph/keep_alive.h",
 ]
 # Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //bindings:c_api_headers'

@@ -33,7 +33,7 @@ def short_lived_threads(path):
         return f"Results: `{path}`.\n\n" + f.read().strip()
 
 
-def document(r, gpu, args, plot_name):
+def document(r, gpu, args, plot_name, gpu_callbacks=None):
     """The report: the template filled with this run's tables and facts."""
     drain_python, drain_cpp = tables.drain_tables(r)
     idle_calls, idle_thread = tables.idle_tables(r)
@@ -54,6 +54,7 @@ def document(r, gpu, args, plot_name):
         slower_rows="\n".join(f"- {note}" for note in tables.slower_rows(r)) or "- nowhere",
         gpu_results=tables.gpu_results(gpu, args.gpu),
         short_lived_threads=short_lived_threads(args.short_lived),
+        gpu_callback_results=tables.gpu_callback_results(gpu_callbacks, args.gpu_callbacks),
     )
     with open(TEMPLATE) as f:
         return string.Template(f.read()).substitute(values)
@@ -72,16 +73,20 @@ def main(argv=None):
                         help="bench/short_lived_threads.py's table (section 7), if present")
     parser.add_argument("--gpu", default="docs/benchmarks-gpu.json",
                         help="gpu_graph_bench.py's JSON from a GPU machine (section 6), if present")
+    parser.add_argument("--gpu-callbacks", default="docs/benchmarks-gpu-callbacks.json",
+                        help="gpu_callbacks_bench.py's JSON from a GPU machine (section 7), if present")
     args = parser.parse_args(argv)
     r = tables.Results(load_json(args.python), load_json(args.cpp))
     gpu = load_json(args.gpu) if args.gpu and os.path.exists(args.gpu) else None
+    gpu_callbacks = (load_json(args.gpu_callbacks)
+                     if args.gpu_callbacks and os.path.exists(args.gpu_callbacks) else None)
     plot_name = None
     if args.plot and not args.check:
         from report import plot  # matplotlib is needed only here
 
         if plot.plot(r, args.plot):
             plot_name = os.path.basename(args.plot)
-    text = document(r, gpu, args, plot_name)
+    text = document(r, gpu, args, plot_name, gpu_callbacks)
     if r.missing:
         print("make_report: missing rows:\n  " + "\n  ".join(sorted(set(r.missing))), file=sys.stderr)
         return 1

@@ -4,16 +4,17 @@
 
 #include <atomic>
 
+#include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
 
 namespace reclaim_bindings {
 namespace {
 
-// The release action. Requires the GIL. A finalizer's exception goes to sys.unraisablehook (CPython does
-// that itself for __del__; this catches what a C-level dealloc leaves set) and never stops the drain.
+// The release action. Requires the GIL. A plain reference is Py_DECREF'd; a host call or host-node call
+// runs here (host_calls.h). A finalizer's exception goes to sys.unraisablehook (CPython does that itself
+// for __del__; this catches what a C-level dealloc leaves set) and never stops the drain.
 void release_reference(void* item, void*) {
-  PyObject* object = static_cast<PyObject*>(item);
-  Py_DECREF(object);
+  release_queued_item(static_cast<PyObject*>(item));
   if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
 }
 
@@ -73,6 +74,8 @@ Py_ssize_t close_safely() {
   }
   const SavedException saved = save_exception();
   const std::size_t released = queue().close(release_reference, nullptr);
+  // What was queued before the close has run; the calls CUDA has not handed back never will run now.
+  cancel_outstanding_calls();
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }

@@ -37,7 +37,8 @@ bool interpreter_finalizing() noexcept;
 // Requires an attached thread state (GIL); re-entrant (a finalizer may drain again).
 Py_ssize_t drain_safely(std::size_t max_items, bool linger = false);
 
-// Final drain, then close (or, once finalizing, close without releasing). Returns the number released.
+// Final drain, then close (or, once finalizing, close without releasing), then cancel the host calls that
+// CUDA has not handed back (host_calls.h). Returns the number released.
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 

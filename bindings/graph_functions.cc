@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "graph/counters.h"
 #include "graph/driver.h"
 #include "graph/keep_alive.h"
 
@@ -22,20 +23,6 @@ namespace graph = reclaim::graph;
 // cuda_reclaim.DriverError (a RuntimeError): no usable driver, or a driver call failed. Owned by the
 // module; this borrowed pointer is set once in add_graph_functions (main interpreter only).
 PyObject* g_driver_error = nullptr;
-
-// The process-wide driver, loaded on first use with the GIL released (dlopen and cuInit can be slow), or
-// null with DriverError set when it is unusable.
-const graph::Driver* usable_driver() {
-  const graph::Driver* driver;
-  Py_BEGIN_ALLOW_THREADS
-  driver = &graph::driver();
-  Py_END_ALLOW_THREADS
-  if (driver->status != graph::DriverStatus::kOk) {
-    PyErr_SetString(g_driver_error, driver->message);
-    return nullptr;
-  }
-  return driver;
-}
 
 // Parses (handle: int, payload: object). Returns false with an exception set.
 bool parse_handle_and_payload(const char* name, PyObject* const* args, Py_ssize_t nargs, void** handle,
@@ -118,16 +105,35 @@ PyObject* py_keep_alive_stream(PyObject*, PyObject* const* args, Py_ssize_t narg
   return attach(Target::kStream, "_keep_alive_stream", args, nargs);
 }
 
+// Sets dict[name] = value; false with an exception set.
+bool set_counter(PyObject* dict, const char* name, unsigned long long value) {
+  PyObject* number = PyLong_FromUnsignedLongLong(value);
+  const bool ok = number != nullptr && PyDict_SetItemString(dict, name, number) == 0;
+  Py_XDECREF(number);
+  return ok;
+}
+
 PyObject* py_source_stats(PyObject*, PyObject*) {
+  // The table of graph/counters.h first: a trampoline counts a payload as handed back after its push, so
+  // read before the pushes by source, no snapshot shows more handed back than pushed.
+  const graph::GraphCounters held = graph::graph_counters();
   const graph::SourceCounters counters = graph::source_counters();
   // Thread ids as threading.get_ident() gives them (pthread_self on POSIX).
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K}", "graph_user_objects",
-                       static_cast<unsigned long long>(counters.graph_user_objects), "stream_host_functions",
-                       static_cast<unsigned long long>(counters.stream_host_functions), "withdrawn",
-                       static_cast<unsigned long long>(counters.withdrawn), "last_destructor_thread",
-                       static_cast<unsigned long long>(counters.last_destructor_thread),
-                       "last_host_function_thread",
-                       static_cast<unsigned long long>(counters.last_host_function_thread));
+  PyObject* dict = Py_BuildValue(
+      "{s:K,s:K,s:K,s:K,s:K}", "graph_user_objects", static_cast<unsigned long long>(counters.graph_user_objects),
+      "stream_host_functions", static_cast<unsigned long long>(counters.stream_host_functions), "withdrawn",
+      static_cast<unsigned long long>(counters.withdrawn), "last_destructor_thread",
+      static_cast<unsigned long long>(counters.last_destructor_thread), "last_host_function_thread",
+      static_cast<unsigned long long>(counters.last_host_function_thread));
+  if (dict == nullptr) return nullptr;
+#define RECLAIM_GRAPH_COUNTER_ITEM(name, in_report, meaning) \
+  if (!set_counter(dict, #name, held.name)) {                \
+    Py_DECREF(dict);                                         \
+    return nullptr;                                          \
+  }
+  RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_ITEM)
+#undef RECLAIM_GRAPH_COUNTER_ITEM
+  return dict;
 }
 
 PyObject* py_driver_info(PyObject*, PyObject*) {
@@ -155,14 +161,30 @@ PyMethodDef kGraphMethods[] = {
      "this point (a host function)."},
     {"_source_stats", py_source_stats, METH_NOARGS,
      "_source_stats() -> dict\n\nPushes made by graph user-object destructors and stream host functions, "
-     "destructors whose payload was withdrawn after a failed attach, and the threads (as "
-     "threading.get_ident()) that last ran each trampoline."},
+     "destructors whose payload was withdrawn after a failed attach, the threads (as "
+     "threading.get_ident()) that last ran each trampoline, and graph/counters.h's table: pushes by host "
+     "calls and host nodes, attached_to_cuda, handed_back_by_cuda, held_by_cuda."},
     {"_driver_info", py_driver_info, METH_NOARGS,
      "_driver_info() -> dict\n\nLoads the CUDA driver if needed; its status, version and message."},
     {nullptr, nullptr, 0, nullptr},
 };
 
 }  // namespace
+
+// Loaded with the GIL released: dlopen and cuInit can be slow.
+const graph::Driver* usable_driver() {
+  const graph::Driver* driver;
+  Py_BEGIN_ALLOW_THREADS
+  driver = &graph::driver();
+  Py_END_ALLOW_THREADS
+  if (driver->status != graph::DriverStatus::kOk) {
+    PyErr_SetString(g_driver_error, driver->message);
+    return nullptr;
+  }
+  return driver;
+}
+
+PyObject* driver_error() { return g_driver_error; }
 
 int add_graph_functions(PyObject* module) {
   PyObject* error = PyErr_NewExceptionWithDoc(

@@ -4,7 +4,16 @@
 
 #include <Python.h>
 
+#include "graph/driver.h"
+
 // Adds _keep_alive_graph, _keep_alive_capture, _keep_alive_stream, _source_stats, _driver_info and the
 // DriverError exception to the extension module. Returns 0, or -1 with an exception set.
 // Requires an attached thread state (GIL).
 int add_graph_functions(PyObject* module);
+
+// The process-wide driver, loaded on first use with the GIL released, or null with DriverError set when
+// it is unusable. Requires an attached thread state (GIL).
+const reclaim::graph::Driver* usable_driver();
+
+// cuda_reclaim.DriverError (borrowed; set by add_graph_functions). Requires the GIL to use.
+PyObject* driver_error();

@@ -17,6 +17,7 @@
 #include "bindings/drain.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
+#include "bindings/host_calls.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"
@@ -200,6 +201,7 @@ PyObject* py_report(PyObject*, PyObject*) {
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
   reclaim_bindings::forget_main_thread_drain_after_fork();
+  reclaim_bindings::forget_calls_after_fork();
   Py_RETURN_NONE;
 }
 
@@ -332,6 +334,7 @@ int module_exec(PyObject* module) {
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
   if (add_counter_names(module) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
+  if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return add_graph_functions(module);
 }
 

@@ -264,9 +264,21 @@ class ReclaimQueue {
 ReclaimQueue* own_process_queue() noexcept;
 
 // Formats the one-line report of `counters` into `buffer`: "cuda-reclaim:", then every counter as
-// key=value in RECLAIM_COUNTERS order, then conserved=yes|no, then a newline. Returns the length written
-// (without the NUL), truncated to fit. Never allocates.
+// key=value in RECLAIM_COUNTERS order, then the fields of the report hook below if one is set, then
+// conserved=yes|no, then a newline. Returns the length written (without the NUL), truncated to fit.
+// Never allocates.
 // Any thread; never touches Python; never blocks.
 std::size_t format_report(const CounterSnapshot& counters, char* buffer, std::size_t size) noexcept;
+
+// Extra fields of the report, from a layer above this one (graph/ adds what CUDA still holds): writes
+// " key=value" pairs into `buffer` (at most `size` - 1 characters and a NUL) and returns their length.
+// It must follow format_report's rules: any thread, no Python, no blocking, no allocation.
+using ReportFieldsFn = std::size_t (*)(char* buffer, std::size_t size) noexcept;
+
+// Sets the report hook of this copy of cleanup/ (null: none); the fields come before "conserved=". Meant
+// to be called once, at load time, by the layer that owns the counters (a static constructor); a later
+// call replaces the hook. The pointer is stored with release and loaded with acquire; never destroyed.
+// Any thread; never touches Python; never blocks.
+void set_report_fields(ReportFieldsFn fields) noexcept;
 
 }  // namespace reclaim

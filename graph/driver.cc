@@ -96,6 +96,7 @@ Driver load_driver(const char* library) noexcept {
     missing = "cuGraphRetainUserObject";
   }
   if (!proc.find("cuLaunchHostFunc", 10000, &api.launch_host_func)) missing = "cuLaunchHostFunc";
+  if (!proc.find("cuGraphAddHostNode", 10000, &api.graph_add_host_node)) missing = "cuGraphAddHostNode";
   // cuGetProcAddress answers with the newest ABI no newer than the version asked for AND the driver's:
   // asking a 12.2 driver for 12.3's signature would return 11.3's. So ask for the one the driver has.
   const bool has_edge_data = driver.version >= 12030;

@@ -33,6 +33,7 @@ struct DriverApi {
   PFN_cuUserObjectRelease_v11030 user_object_release = nullptr;
   PFN_cuGraphRetainUserObject_v11030 graph_retain_user_object = nullptr;
   PFN_cuLaunchHostFunc_v10000 launch_host_func = nullptr;
+  PFN_cuGraphAddHostNode_v10000 graph_add_host_node = nullptr;
   // One of the two is set: the 12.3+ signature (with edge data) where the driver has it, else 11.3's.
   PFN_cuStreamGetCaptureInfo_v12030 stream_get_capture_info_v3 = nullptr;
   PFN_cuStreamGetCaptureInfo_v11030 stream_get_capture_info_v2 = nullptr;

@@ -7,6 +7,8 @@
 #include <atomic>
 
 #include "cleanup/reclaim.h"
+#include "graph/counters.h"
+#include "graph/internal.h"
 
 namespace reclaim {
 namespace graph {
@@ -35,9 +37,10 @@ std::atomic<int> g_withdrawals{0};
 char g_consumed_marker;
 void* const kConsumed = &g_consumed_marker;
 
-// True if `payload` was being withdrawn; the slot is then marked consumed and the payload not pushed.
-// Payloads are references, so two entries for the same object are interchangeable: whichever destructor
-// finds the entry, one reference is withdrawn and the other is pushed.
+}  // namespace
+
+namespace internal {
+
 bool consume_withdrawn(void* payload) noexcept {
   if (g_withdrawals.load(std::memory_order_acquire) == 0) return false;
   for (auto& slot : g_withdraw_slots) {
@@ -47,18 +50,15 @@ bool consume_withdrawn(void* payload) noexcept {
   return false;
 }
 
-void push_counted(void* payload, std::atomic<std::uint64_t>& counter) noexcept {
+int push_payload(void* payload) noexcept {
   // Through the C entry point: when this copy of cleanup/ adopted the owner's table (reclaim_adopt, e.g.
   // an extension built with Bazel next to the cuda_reclaim wheel), it forwards to the queue that is
   // drained.
-  const int status = reclaim_push(payload);
-  if (status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE) {
-    counter.fetch_add(1, std::memory_order_relaxed);
-  }
+  return reclaim_push(payload);
 }
 
-// Releases our reference to `object` (whose destructor would push `payload`) after a failed retain, and
-// says who owns `payload` now. Runs on the caller's thread.
+bool accepted(int status) noexcept { return status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE; }
+
 Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept {
   g_withdrawals.fetch_add(1, std::memory_order_seq_cst);
   std::atomic<void*>* claimed = nullptr;
@@ -93,7 +93,6 @@ AttachResult failed(Handover handover, CUresult error, const char* call) noexcep
   return AttachResult{handover, error, call};
 }
 
-// The graph `stream` is capturing into, with the capture status.
 CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStatus* status,
                       CUgraph* graph) noexcept {
   if (api.stream_get_capture_info_v3 != nullptr) {
@@ -107,40 +106,70 @@ CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStat
 
 std::uintptr_t this_thread() noexcept { return static_cast<std::uintptr_t>(pthread_self()); }
 
-}  // namespace
-
-void graph_user_object_destructor(void* payload) noexcept {
+// pthread_self() of the thread that last ran a user-object destructor (keep_alive's or a host node's).
+void note_destructor_thread() noexcept {
   g_last_destructor_thread.store(this_thread(), std::memory_order_relaxed);
-  if (consume_withdrawn(payload)) {
-    g_withdrawn.fetch_add(1, std::memory_order_relaxed);
-    return;
-  }
-  push_counted(payload, g_graph_user_objects);
 }
 
-void stream_host_function(void* payload) noexcept {
+void note_host_function_thread() noexcept {
   g_last_host_function_thread.store(this_thread(), std::memory_order_relaxed);
-  push_counted(payload, g_stream_host_functions);
 }
 
-AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept {
+void note_withdrawn() noexcept { g_withdrawn.fetch_add(1, std::memory_order_relaxed); }
+
+void note_user_object_push() noexcept { g_graph_user_objects.fetch_add(1, std::memory_order_relaxed); }
+
+AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
+                                    CUhostFn destructor) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+  note_attach_begin();
   CUuserObject object = nullptr;
-  CUresult result = api.user_object_create(&object, payload, graph_user_object_destructor, 1,
-                                           CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
-  if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuUserObjectCreate");
+  CUresult result = api.user_object_create(&object, payload, destructor, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+  if (result != CUDA_SUCCESS) {
+    note_attach_end(false);
+    return failed(Handover::kReturned, result, "cuUserObjectCreate");
+  }
   // MOVE: the graph takes over our one reference, so no release is needed on success.
   result = api.graph_retain_user_object(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
   if (result != CUDA_SUCCESS) {
-    return failed(withdraw_and_release(api, object, payload), result, "cuGraphRetainUserObject");
+    const Handover handover = withdraw_and_release(api, object, payload);
+    note_attach_end(handover != Handover::kReturned);
+    return failed(handover, result, "cuGraphRetainUserObject");
   }
+  note_attach_end(true);
   return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
+}
+
+}  // namespace internal
+
+using internal::failed;
+
+void graph_user_object_destructor(void* payload) noexcept {
+  internal::note_destructor_thread();
+  if (internal::consume_withdrawn(payload)) {
+    internal::note_withdrawn();  // back with the failed attach's caller, which counts it (not handed back)
+    return;
+  }
+  if (internal::accepted(internal::push_payload(payload))) internal::note_user_object_push();
+  note_handed_back();
+}
+
+void stream_host_function(void* payload) noexcept {
+  internal::note_host_function_thread();
+  if (internal::accepted(internal::push_payload(payload))) {
+    g_stream_host_functions.fetch_add(1, std::memory_order_relaxed);
+  }
+  note_handed_back();
+}
+
+AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept {
+  return internal::retain_with_destructor(api, graph, payload, graph_user_object_destructor);
 }
 
 AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = nullptr;
-  const CUresult result = capture_info(api, stream, &status, &graph);
+  const CUresult result = internal::capture_info(api, stream, &status, &graph);
   if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuStreamGetCaptureInfo");
   if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph == nullptr) {
     return failed(Handover::kReturned, CUDA_ERROR_ILLEGAL_STATE,
@@ -153,20 +182,33 @@ AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payl
 
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+  return internal::launch_unless_capturing(
+      api, stream, stream_host_function, payload,
+      "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph builder "
+      "instead)");
+}
+
+namespace internal {
+
+AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUhostFn function, void* data,
+                                     const char* capturing_message) noexcept {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = nullptr;
   CUresult result = capture_info(api, stream, &status, &graph);
   if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuStreamGetCaptureInfo");
+  // Captured, the host function would become a graph node that runs (and pushes) at every launch.
   if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return failed(Handover::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-                  "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph "
-                  "builder instead)");
+    return failed(Handover::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, capturing_message);
   }
-  result = api.launch_host_func(stream, stream_host_function, payload);
+  note_attach_begin();
+  result = api.launch_host_func(stream, function, data);
   // A host function that failed to launch never runs: the payload is still the caller's.
+  note_attach_end(result == CUDA_SUCCESS);
   if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuLaunchHostFunc");
   return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
 }
+
+}  // namespace internal
 
 SourceCounters source_counters() noexcept {
   SourceCounters counters;

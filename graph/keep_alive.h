@@ -8,6 +8,8 @@
 // ...), and pushes the payload into the process-wide queue (reclaim_push). The trampolines make no CUDA or
 // Python call, take no lock and never throw; they allocate nothing in steady state (the first push through
 // one of the queue's producer slots creates that slot's producer, see cleanup/reclaim_queue.h).
+// Every attach and every trampoline is counted in graph/counters.h (attached_to_cuda, handed_back_by_cuda,
+// held_by_cuda).
 //
 // Error accounting: every attach function says in its result what became of the reference, so that the
 // caller can give it back at once, in its own context, exactly when it is still its own. The delicate case
@@ -64,18 +66,22 @@ AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payl
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept;
 
 // The CUhostFn trampolines, public so that tests can fire them as CUDA would. Each steals `payload` and
-// pushes it into the queue with reclaim_push() (unless it was withdrawn, see above), counting the push by source.
+// pushes it into the queue with reclaim_push() (unless it was withdrawn, see above), counting the push by
+// source and the payload as handed back (graph/counters.h).
 // Any thread; never touches Python; never blocks.
 void graph_user_object_destructor(void* payload) noexcept;
 void stream_host_function(void* payload) noexcept;
 
 // Pushes the trampolines made. A push counts when the queue took the pointer (queued, or leaked because
 // the queue was closed); a rejected push is counted by the queue alone.
+// (Pushes by host calls and host nodes, and what CUDA still holds, are in graph/counters.h.)
 struct SourceCounters {
-  std::uint64_t graph_user_objects = 0;     // graph_user_object_destructor
+  std::uint64_t graph_user_objects = 0;     // graph_user_object_destructor, and a host node's destructor
+                                            // when it pushes the node's payload one last time
   std::uint64_t stream_host_functions = 0;  // stream_host_function
   std::uint64_t withdrawn = 0;              // destructors that found their payload withdrawn (not pushed)
-  // pthread_self() of the thread that last ran each trampoline (0: never ran), to see where CUDA runs them.
+  // pthread_self() of the thread that last ran each kind of trampoline (0: never ran), to see where CUDA
+  // runs them: user-object destructors; host functions (keep_alive_until, host calls, host nodes).
   std::uintptr_t last_destructor_thread = 0;
   std::uintptr_t last_host_function_thread = 0;
 };

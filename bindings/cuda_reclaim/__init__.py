@@ -9,10 +9,14 @@ queue is closed and whatever arrives is counted as leaked and never touched.
 CUDA work keeps objects alive with :func:`keep_alive` (a graph: released once CUDA destroys the graph
 and everything instantiated from it) and :func:`keep_alive_until` (a stream: released once the stream
 reaches that point); both hand the references over from CUDA's thread, loading the driver at run time.
+The same path carries calls: :func:`launch_host_func` (a stream host function; returns a Future) and
+:func:`add_host_node` (a graph host node) run Python when CUDA gets there, in a drain, never on CUDA's
+thread; :mod:`cuda_reclaim.asyncio` awaits a stream point on an event loop.
 
 Counters (:func:`stats`) obey ``handed_over == released + pending + leaked_after_close +
-abandoned_after_fork`` (:func:`conserved`); set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
-process exit, after Python is gone.
+abandoned_after_fork`` and ``attached_to_cuda == handed_back_by_cuda + held_by_cuda`` (what CUDA still
+holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at process exit, after
+Python is gone.
 """
 
 import os as _os
@@ -20,16 +24,19 @@ import os as _os
 from . import _auto
 from . import _graph
 from . import _reclaim
-from ._graph import DriverError, keep_alive, keep_alive_until
+from ._graph import DriverError, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, fileno, is_closed, pending
 from ._version import __version__
 
 __all__ = [
     "ABI_VERSION",
+    "CALL_KEYS",
     "DriverError",
+    "HOLD_KEYS",
     "SOURCE_KEYS",
     "STATS_DOCS",
     "STATS_KEYS",
+    "add_host_node",
     "close",
     "conserved",
     "defer_release",
@@ -40,6 +47,7 @@ __all__ = [
     "is_closed",
     "keep_alive",
     "keep_alive_until",
+    "launch_host_func",
     "pending",
     "set_auto_drain",
     "stats",
@@ -54,9 +62,26 @@ STATS_DOCS = _reclaim.STATS_DOCS
 
 #: Further keys of :func:`stats`: where the references in ``handed_over`` came from.
 SOURCE_KEYS = (
-    "graph_user_objects",  # handed over by the destructor of a keep_alive() graph user object
+    "graph_user_objects",  # handed over by a graph user object's destructor (keep_alive, host-node payloads)
     "stream_host_functions",  # handed over by a keep_alive_until() host function
-    "direct_pushes",  # everything else: defer_release(), the C API capsule (handed_over minus the two above)
+    "host_calls",  # handed over by a launch_host_func() host function (one per call)
+    "host_node_calls",  # handed over by an add_host_node() node firing (one per firing)
+    "direct_pushes",  # everything else: defer_release(), the C API capsule (handed_over minus the above)
+)
+
+#: Further keys of :func:`stats`: what CUDA holds. ``attached_to_cuda == handed_back_by_cuda +
+#: held_by_cuda`` whenever no attach and no CUDA callback is in flight; also in the exit report.
+HOLD_KEYS = (
+    "attached_to_cuda",  # objects CUDA took: keep_alive(), keep_alive_until(), launch_host_func(), add_host_node()
+    "handed_back_by_cuda",  # of those, handed to the queue by CUDA (or, for a host node, its graph gone)
+    "held_by_cuda",  # attached and not yet handed back: what CUDA would still own if the process ended now
+)
+
+#: Further keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
+CALL_KEYS = (
+    "calls_run",  # calls that ran in a drain (an exception counts: the call ran)
+    "calls_cancelled",  # launch_host_func calls that never will: future cancelled first, close, fork child
+    "calls_outstanding",  # launch_host_func calls neither run nor cancelled yet
 )
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
@@ -88,13 +113,16 @@ def close():
 
 
 def stats():
-    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS` and :data:`SOURCE_KEYS`."""
+    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
+    :data:`HOLD_KEYS` and :data:`CALL_KEYS`."""
     # Sources first: a trampoline counts its push after the queue did, so `handed_over` read second
     # already includes every push counted here and direct_pushes never goes negative.
     sources = _graph.source_stats()
     counters = _reclaim.stats()
-    counters.update(sources)
-    counters["direct_pushes"] = counters["handed_over"] - sources["graph_user_objects"] - sources["stream_host_functions"]
+    sources["direct_pushes"] = counters["handed_over"] - sum(sources[key] for key in SOURCE_KEYS[:-1])
+    counters.update((key, sources[key]) for key in SOURCE_KEYS + HOLD_KEYS)
+    calls = _reclaim._call_stats()
+    counters.update((key, calls[key]) for key in CALL_KEYS)
     return counters
 
 

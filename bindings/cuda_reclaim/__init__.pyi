@@ -3,7 +3,8 @@
 # against a script that calls every public function.
 
 from collections.abc import Mapping
-from typing import Final, Literal, TypeAlias
+from concurrent.futures import Future
+from typing import Any, Callable, Final, Iterable, Literal, TypeAlias, TypeVar
 
 from . import asyncio as asyncio
 from ._reclaim import (
@@ -17,10 +18,13 @@ from ._reclaim import (
 
 __all__ = [
     "ABI_VERSION",
+    "CALL_KEYS",
     "DriverError",
+    "HOLD_KEYS",
     "SOURCE_KEYS",
     "STATS_DOCS",
     "STATS_KEYS",
+    "add_host_node",
     "close",
     "conserved",
     "defer_release",
@@ -31,6 +35,7 @@ __all__ = [
     "is_closed",
     "keep_alive",
     "keep_alive_until",
+    "launch_host_func",
     "pending",
     "set_auto_drain",
     "stats",
@@ -43,6 +48,10 @@ _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]
 SOURCE_KEYS: Final[tuple[str, ...]]
+HOLD_KEYS: Final[tuple[str, ...]]
+CALL_KEYS: Final[tuple[str, ...]]
+
+_T = TypeVar("_T")
 
 def defer_release(obj: object) -> bool: ...
 def close() -> int: ...
@@ -57,3 +66,7 @@ def get_auto_drain() -> _AutoDrainMode: ...
 # Typed as object: neither cuda.core nor cuda.bindings is a dependency of this package.
 def keep_alive(graph: object, *objs: object) -> None: ...
 def keep_alive_until(stream: object, *objs: object) -> None: ...
+# Python calls from CUDA (docs/callbacks.md): `fn` runs in a drain, never on CUDA's thread.
+def launch_host_func(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
+# `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes or int handles. Returns the new CUgraphNode.
+def add_host_node(graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = ()) -> int: ...

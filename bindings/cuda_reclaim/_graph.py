@@ -7,6 +7,10 @@ object could be one of them, i.e. the module is already loaded):
   captured) or after ``end_building()`` (its ``graph_definition``); a cuda.bindings ``CUgraph``; an int.
 - streams: a cuda.core ``Stream``; a cuda.bindings ``CUstream``; any object with ``__cuda_stream__``;
   an int (0 is the legacy default stream).
+- graph nodes (host-node dependencies): a cuda.core ``GraphNode``; a cuda.bindings ``CUgraphNode``; an int.
+
+Also the Python calls CUDA triggers (docs/callbacks.md): :func:`launch_host_func` (a stream host function)
+and :func:`add_host_node` (a graph host node); the call runs in a drain, never on CUDA's thread.
 """
 
 import sys
@@ -91,8 +95,8 @@ def graph_target(graph):
     )
 
 
-def stream_handle(stream):
-    """Return the CUstream int for a keep_alive_until() stream argument."""
+def stream_handle(stream, function="keep_alive_until"):
+    """Return the CUstream int for a keep_alive_until() / launch_host_func() stream argument."""
     if isinstance(stream, int) and not isinstance(stream, bool):
         return _checked_int(stream, "stream")
     stream_type = getattr(sys.modules.get("cuda.core"), "Stream", None)
@@ -104,7 +108,7 @@ def stream_handle(stream):
         version, handle = stream.__cuda_stream__()
         return _checked_int(handle, "__cuda_stream__() handle")
     raise TypeError(
-        "keep_alive_until() expects a stream: a cuda.core Stream, a cuda.bindings CUstream, an object "
+        f"{function}() expects a stream: a cuda.core Stream, a cuda.bindings CUstream, an object "
         f"with __cuda_stream__, or an int CUstream handle; got {type(stream).__name__}"
     )
 
@@ -152,7 +156,107 @@ def keep_alive_until(stream, *objs):
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
 
 
+_Future = None
+
+
+def _future_type():
+    # Imported on first use, not with the package: concurrent.futures imports logging, whose fork hook
+    # (a lock taken before every fork) would otherwise be registered after, and so run before, the
+    # package's own fork hook, which may wait for a drain thread that is itself forking.
+    global _Future
+    if _Future is None:
+        from concurrent.futures import Future
+
+        _Future = Future
+    return _Future
+
+
+def launch_host_func(stream, fn, /, *args, **kwargs):
+    """Call ``fn(*args, **kwargs)`` once ``stream`` reaches this point; return a ``concurrent.futures.Future``.
+
+    CUDA runs a host function on its own thread when the stream gets here; that host function only hands
+    the call to the reclaim queue (no Python, no GIL on CUDA's thread). The call runs later in a drain —
+    the automatic drain thread, an event loop's drain (:mod:`cuda_reclaim.asyncio`), or an explicit
+    :func:`cuda_reclaim.drain` — and the future gets its result or its exception. Calls launched on one
+    stream run in stream order. Cancelling the future before the call runs means it never runs.
+
+    ``stream``: as :func:`keep_alive_until` (a cuda.core ``Stream``, a cuda.bindings ``CUstream``, an object
+    with ``__cuda_stream__``, an int). A stream that is capturing a graph is refused (use
+    :func:`add_host_node`). Raises :class:`DriverError` if the driver is missing or the launch fails
+    (nothing is launched then). After :func:`cuda_reclaim.close` (and at exit) nothing runs: a call whose
+    host function CUDA has not run by then is cancelled (its future too, and its references are released),
+    and a launch after close returns an already-cancelled future. Starts the automatic drain, lazily.
+    Safe from a finalizer, on any thread.
+    """
+    if not callable(fn):
+        raise TypeError(f"launch_host_func() needs a callable, not {type(fn).__name__}")
+    handle = stream_handle(stream, "launch_host_func")
+    future = _future_type()()
+    if _reclaim._launch_host_call(handle, future, fn, args, kwargs or None):
+        _auto.note_handover()  # only once something was launched
+    return future
+
+
+def _node_handle(node):
+    if isinstance(node, int) and not isinstance(node, bool):
+        return _checked_int(node, "dependency")
+    core_graph = getattr(sys.modules.get("cuda.core"), "graph", None)
+    node_type = getattr(core_graph, "GraphNode", None)
+    if _is(node, node_type):
+        if node.handle is None:
+            raise ValueError("a graph's entry node is not a node of the graph: pass no dependency instead")
+        return _checked_int(int(node.handle), "GraphNode.handle")
+    if _is(node, _driver_type("CUgraphNode")):
+        return _checked_int(int(node), "CUgraphNode")
+    raise TypeError(
+        "add_host_node() dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode "
+        f"or int handles; got {type(node).__name__}"
+    )
+
+
+def add_host_node(graph, fn, /, *args, dependencies=()):
+    """Add a host node to ``graph`` that calls ``fn(*args)`` each time it runs; return the node's handle.
+
+    The node fires on every launch of every executable graph instantiated from ``graph``; each firing only
+    hands one call to the reclaim queue (no Python reference count changes on CUDA's thread: a native
+    count keeps ``fn`` and ``args`` alive until every call handed over has run and the graph is gone). The
+    calls run in drains, as for :func:`launch_host_func`; an exception goes to ``sys.unraisablehook``.
+    ``graph``: a cuda.core ``GraphDefinition``, a ``GraphBuilder`` after ``end_building()`` (its
+    ``graph_definition``), a cuda.bindings ``CUgraph`` or an int. ``dependencies``: nodes of that graph
+    (cuda.core ``GraphNode``, ``CUgraphNode`` or int handles) that must finish first. Returns the new
+    ``CUgraphNode`` as an int (usable as a dependency). Raises :class:`DriverError` as :func:`keep_alive`
+    does. Starts the automatic drain, lazily. Safe from a finalizer, on any thread.
+    """
+    if not callable(fn):
+        raise TypeError(f"add_host_node() needs a callable, not {type(fn).__name__}")
+    if isinstance(dependencies, (str, bytes)) or not hasattr(dependencies, "__iter__"):
+        raise TypeError("add_host_node() dependencies must be an iterable of graph nodes")
+    nodes = tuple(_node_handle(node) for node in dependencies)
+    kind, handle = graph_target(graph)
+    if kind == "capture":
+        raise ValueError(
+            "add_host_node() needs the graph itself: call end_building() on the GraphBuilder first, or add "
+            "the node to a GraphDefinition (while capturing, launch_host_func is refused and cuda.core's "
+            "GraphBuilder.callback runs Python on CUDA's thread)"
+        )
+    node = _reclaim._add_host_node(handle, nodes, fn, args)
+    _auto.note_handover()
+    return node
+
+
+#: Keys of :func:`source_stats` (and of :func:`cuda_reclaim.stats`), in order.
+SOURCE_COUNTERS = (
+    "graph_user_objects",
+    "stream_host_functions",
+    "host_calls",
+    "host_node_calls",
+    "attached_to_cuda",
+    "handed_back_by_cuda",
+    "held_by_cuda",
+)
+
+
 def source_stats():
-    """Pushes by source: graph user objects, stream host functions (see :func:`cuda_reclaim.stats`)."""
+    """Pushes by source and what CUDA still holds (see :func:`cuda_reclaim.stats`)."""
     counts = _reclaim._source_stats()
-    return {"graph_user_objects": counts["graph_user_objects"], "stream_host_functions": counts["stream_host_functions"]}
+    return {key: counts[key] for key in SOURCE_COUNTERS}

@@ -1,9 +1,9 @@
 # Type stubs for the extension module cuda_reclaim._reclaim (bindings/reclaim_module.cc,
-# bindings/graph_functions.cc). //tests/packaging:typing_test runs mypy.stubtest against the built module,
+# bindings/graph_functions.cc, bindings/host_calls.cc). //tests/packaging:typing_test runs mypy.stubtest against the built module,
 # so a function added, removed or renamed there must be changed here too.
 
-from collections.abc import Callable
-from typing import Final
+from concurrent.futures import Future
+from typing import Any, Callable, Final
 
 ABI_VERSION: Final[int]
 STATS_KEYS: Final[tuple[str, ...]]
@@ -33,3 +33,11 @@ def _keep_alive_capture(custream: int, payload: object, /) -> None: ...
 def _keep_alive_stream(custream: int, payload: object, /) -> None: ...
 def _source_stats() -> dict[str, int]: ...
 def _driver_info() -> dict[str, str | int]: ...
+
+# Python calls from CUDA (bindings/host_calls.cc); cuda_reclaim.launch_host_func / add_host_node call these.
+def _launch_host_call(
+    custream: int, future: Future[Any], fn: Callable[..., object], args: tuple[object, ...],
+    kwargs: dict[str, object] | None, /,
+) -> bool: ...
+def _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn: Callable[..., object], args: tuple[object, ...], /) -> int: ...
+def _call_stats() -> dict[str, int]: ...

@@ -1,16 +1,27 @@
-"""Drain the reclaim queue from an asyncio event loop.
+"""Drain the reclaim queue from an asyncio event loop, and await points in CUDA streams.
 
 ``install(loop)`` registers the wake-up fd with ``loop.add_reader``: the loop wakes only when work
 arrives (no polling) and drains in bounded batches between its other callbacks. Loops without
 ``add_reader`` (e.g. the Windows proactor) get a periodic timer instead. Works with uvloop.
+
+``await stream_reached(stream)`` resumes once the stream has passed the point where it was called (all
+work enqueued before it is done); ``await run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run
+in a drain once the stream gets there. Both ride on :func:`cuda_reclaim.launch_host_func`: CUDA's thread
+only pushes, a drain completes a ``concurrent.futures.Future``, and the loop learns of it through
+``call_soon_threadsafe`` (from the drain thread) or at once (from its own reader's drain). No polling, no
+thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
+references go when CUDA hands the call back, or at close.
 """
 
 import asyncio as _asyncio
+import threading as _threading
 import weakref
 
+from . import _auto
+from . import _graph
 from . import _reclaim
 
-__all__ = ["DrainHandle", "install"]
+__all__ = ["DrainHandle", "install", "run_when_reached", "stream_reached"]
 
 _installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle
 
@@ -85,3 +96,88 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     handle._start()
     _installed[loop] = handle
     return handle
+
+
+# --- awaiting stream points ---------------------------------------------------------------------------
+
+
+def _reached():
+    return None
+
+
+def _copy_outcome(source, destination):
+    """On the loop: give `destination` the outcome of the finished concurrent future `source`."""
+    if destination.done():  # the await was cancelled meanwhile
+        return
+    if source.cancelled():
+        destination.cancel()
+        return
+    error = source.exception()
+    if error is not None:
+        destination.set_exception(error)
+    else:
+        destination.set_result(source.result())
+
+
+def _on_loop(future, loop):
+    """An asyncio future of `loop` that follows the concurrent.futures.Future `future`.
+
+    Cancelling it cancels `future` (a call that has not started never runs). The outcome reaches the loop
+    through call_soon_threadsafe from another thread (the drain thread), or call_soon when the drain runs
+    on the loop's own thread (its reader): no wake-up write then. A loop that is closed by the time the
+    call completes gets nothing (nobody awaits any more).
+    """
+    waiter = loop.create_future()
+    loop_thread = _threading.get_ident()  # we are on the loop's thread: called from a coroutine
+
+    def cancel_call(done):
+        if done.cancelled():
+            future.cancel()
+
+    def deliver(finished):
+        try:
+            if _threading.get_ident() == loop_thread:
+                loop.call_soon(_copy_outcome, finished, waiter)
+            else:
+                loop.call_soon_threadsafe(_copy_outcome, finished, waiter)
+        except RuntimeError:  # the loop is closed
+            pass
+
+    waiter.add_done_callback(cancel_call)
+    future.add_done_callback(deliver)
+    return waiter
+
+
+def _make_sure_something_drains(loop):
+    # With the automatic drain thread, it runs the calls and wakes the loop. Without it ("gc" or "off"),
+    # only the loop itself can be relied on: drain from its reader.
+    if _auto.get_auto_drain() != "thread":
+        install(loop)
+
+
+async def stream_reached(stream):
+    """Resume once ``stream`` has passed this point: every piece of work enqueued on it before is done.
+
+    ``stream``: a cuda.core ``Stream``, a cuda.bindings ``CUstream``, an object with ``__cuda_stream__``,
+    or an int. Costs one host function on the stream (which only pushes on CUDA's thread) and no thread
+    or polling here. With the automatic drain off (or "gc"), the running loop's drain is installed
+    (:func:`install`), since something must drain for the wait to end. Cancellation-safe. Raises
+    :class:`cuda_reclaim.DriverError` as :func:`cuda_reclaim.launch_host_func` does; after
+    :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
+    """
+    loop = _asyncio.get_running_loop()
+    _make_sure_something_drains(loop)
+    await _on_loop(_graph.launch_host_func(stream, _reached), loop)
+
+
+async def run_when_reached(stream, fn, /, *args, **kwargs):
+    """Return ``fn(*args, **kwargs)``, called once ``stream`` has passed this point.
+
+    ``fn`` runs in a drain (the automatic drain thread, or this loop's reader drain), never on CUDA's
+    thread, in stream order with the other calls of the stream; its result or exception comes back here.
+    For code that must run on the loop's thread, ``await stream_reached(stream)`` and then call it.
+    Cancelling the await before the call starts means it never runs.
+    """
+    loop = _asyncio.get_running_loop()
+    _make_sure_something_drains(loop)
+    return await _on_loop(_graph.launch_host_func(stream, fn, *args, **kwargs), loop)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the manylinux wheel for one Python here (bindings/build_wheels.sh: pip and setuptools, the wheel a
 # package index would get, not Bazel's development wheel) and copies a self-contained GPU-test bundle to
-# DEST: that wheel, run_gpu_tests.sh and the pytest files it needs. Checks that the wheel's manylinux
-# tag allows the target machine's glibc (default 2.39, Ubuntu 24.04).
+# DEST: that wheel, run_gpu_tests.sh, the pytest files it needs and the GPU benchmarks it runs after them
+# (bench/gpu_callbacks_bench.py, bench/gpu_graph_bench.py), and examples/callbacks_asyncio.py, which a GPU
+# test runs. Checks that the wheel's manylinux tag allows
+# the target machine's glibc (default 2.39, Ubuntu 24.04).
 # Usage: tests/gpu/make_bundle.sh DEST [PYTHON] [TARGET_GLIBC]     (PYTHON: default the newest 3.12 found)
 set -euo pipefail
 dest="$1"
@@ -19,11 +21,14 @@ trap 'rm -rf "${wheels}"' EXIT
 bash bindings/build_wheels.sh --out "${wheels}" "${python}"
 tag="$("${python}" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 wheel="$(ls "${wheels}"/cuda_reclaim-*-"${tag}"-"${tag}"-manylinux_*_x86_64.whl)"
-rm -rf "${dest}" && mkdir -p "${dest}/tests/children"
+rm -rf "${dest}" && mkdir -p "${dest}/tests/children" "${dest}/bench" "${dest}/examples"
 cp "${wheel}" tests/gpu/run_gpu_tests.sh "${dest}/"
-cp tests/python/conftest.py tests/python/test_gpu_graph.py tests/python/kernels.cu bench/exit_report.py \
-  "${dest}/tests/"
-cp tests/python/children/exit_with_running_kernel.py "${dest}/tests/children/"
+cp tests/python/conftest.py tests/python/test_gpu_graph.py tests/python/test_gpu_callbacks.py \
+  tests/python/kernels.cu bench/exit_report.py "${dest}/tests/"
+cp tests/python/children/exit_with_running_kernel.py tests/python/children/exit_with_pending_callbacks.py \
+  "${dest}/tests/children/"
+cp bench/gpu_callbacks_bench.py bench/gpu_graph_bench.py "${dest}/bench/"
+cp examples/callbacks_asyncio.py "${dest}/examples/"
 # manylinux_2_34_x86_64 → 2.34: the oldest glibc the wheel runs on.
 needed="$(basename "${wheel}" | sed -E 's/.*-manylinux_([0-9]+)_([0-9]+)_x86_64\.whl$/\1.\2/')"
 echo "the wheel needs glibc ${needed} or newer (target ${target_glibc})"
@@ -31,4 +36,4 @@ if [ "$(printf '%s\n%s\n' "${needed}" "${target_glibc}" | sort -V | tail -1)" !=
   echo "the wheel needs glibc ${needed}, newer than the target's glibc ${target_glibc}" >&2
   exit 1
 fi
-ls -la "${dest}" "${dest}/tests"
+ls -la "${dest}" "${dest}/tests" "${dest}/bench" "${dest}/examples"

@@ -47,6 +47,19 @@ struct FakeCuda {
     return get<CUstream(CUgraph)>("fake_cuda_capturing_stream")(graph);
   }
   CUstream failing_stream() const { return get<CUstream()>("fake_cuda_failing_stream")(); }
+  void* instantiate(CUgraph graph) const { return get<void*(CUgraph)>("fake_cuda_graph_instantiate")(graph); }
+  void launch(void* exec, CUstream stream) const {
+    get<void(void*, CUstream)>("fake_cuda_graph_launch")(exec, stream);
+  }
+  void exec_destroy(void* exec) const { get<void(void*)>("fake_cuda_graph_exec_destroy")(exec); }
+  int host_node_count(CUgraph graph) const { return get<int(CUgraph)>("fake_cuda_graph_host_node_count")(graph); }
+  void start_threads(int count) const { get<void(int)>("fake_cuda_start_threads")(count); }
+  void hold(CUstream stream, bool hold) const {
+    get<void(CUstream, int)>("fake_cuda_stream_hold")(stream, hold ? 1 : 0);
+  }
+  int synchronize(CUstream stream, int timeout_ms) const {
+    return get<int(CUstream, int)>("fake_cuda_stream_synchronize")(stream, timeout_ms);
+  }
 };
 
 }  // namespace reclaim_test

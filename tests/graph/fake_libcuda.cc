@@ -1,20 +1,37 @@
 // tests/graph/fake_libcuda.cc — a stand-in libcuda.so.1 for tests on machines without a GPU.
 //
 // Loaded through CUDA_RECLAIM_LIBCUDA (Python) or load_driver(path) (GoogleTest), it implements just the
-// entry points graph/ resolves, with graphs, user objects and streams as plain host objects, and lets the
-// test choose what fails and when destructors run. Its controls are the fake_cuda_* functions below
-// (ctypes or dlsym). Load-time behaviour comes from the environment, read at each cuDriverGetVersion /
-// cuGetProcAddress call: FAKE_CUDA_VERSION (default 13000), FAKE_CUDA_HIDE (one entry point to hide),
-// FAKE_CUDA_INIT_ERROR (a CUresult for cuInit to return), FAKE_CUDA_NO_PROC_ADDRESS_V2=1 (behave as a
-// driver without cuGetProcAddress_v2: the v1 one is used).
+// entry points graph/ resolves, with graphs, user objects, host nodes, executable graphs and streams as
+// plain host objects, and lets the test choose what fails and when destructors and host functions run.
+// Its controls are the fake_cuda_* functions below (ctypes or dlsym). Load-time behaviour comes from the
+// environment, read at each cuDriverGetVersion / cuGetProcAddress call: FAKE_CUDA_VERSION (default 13000),
+// FAKE_CUDA_HIDE (one entry point to hide), FAKE_CUDA_INIT_ERROR (a CUresult for cuInit to return),
+// FAKE_CUDA_NO_PROC_ADDRESS_V2=1 (behave as a driver without cuGetProcAddress_v2: the v1 one is used).
+//
+// Streams: every handle is a stream with a FIFO of work (host functions, host-node firings of launched
+// executable graphs, "kernels" that only take time). Work runs either when the test says so
+// (fake_cuda_run_host_functions: everything runnable, on a fresh thread that is joined) or, once
+// fake_cuda_start_threads(n) was called, on n persistent "CUDA threads" that run each stream's work in
+// order, one item at a time, possibly on a different thread for each item (as CUDA may), until the process
+// is gone: they keep running through Py_Finalize and exit(), like CUDA's own threads. A held stream
+// (fake_cuda_stream_hold) runs nothing until released. All state is allocated once and never destroyed,
+// so those threads never meet a destroyed object at exit.
 
 #include <cuda.h>
 
 // cuda.h maps cuGetProcAddress to cuGetProcAddress_v2; a driver exports both, under their own names.
 #undef cuGetProcAddress
 
+#include <pthread.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -27,20 +44,69 @@ struct FakeUserObject {
   int references;
 };
 
-struct FakeGraph {
-  std::vector<FakeUserObject*> objects;  // one entry per reference the graph owns
-};
-
 struct Call {
   CUhostFn fn;
   void* data;
 };
 
-std::mutex g_mutex;
-bool g_defer_destructors = false;  // release: run destructors now (false) or at fake_cuda_run_deferred()
-std::vector<Call> g_deferred;      // destructors and host functions waiting for a "CUDA thread"
-std::vector<Call> g_host_functions;
-FakeGraph g_failing_graph;  // cuGraphRetainUserObject fails on this one
+struct FakeGraph;
+
+struct FakeNode {
+  FakeGraph* graph;
+  Call call;
+};
+
+struct FakeGraph {
+  std::vector<FakeUserObject*> objects;  // one entry per reference the graph owns
+  std::vector<FakeNode*> nodes;          // host nodes in the order added (a valid topological order)
+};
+
+// An executable graph: its own reference to each of the graph's user objects, and a copy of its host
+// nodes. As in CUDA, destroying it while launches are still queued defers the release of its references
+// until the last of them completes (on the thread that completes it).
+struct FakeExec {
+  std::vector<FakeUserObject*> objects;
+  std::vector<Call> nodes;
+  int launches_in_flight = 0;
+  bool destroyed = false;
+};
+
+// One item of a stream's work.
+struct Work {
+  enum Kind { kHostFunction, kSleep, kLaunchDone } kind;
+  Call call;             // kHostFunction
+  unsigned sleep_us;     // kSleep: a "kernel" that only takes time
+  FakeExec* exec;        // kLaunchDone: one launch of `exec` has finished
+};
+
+struct FakeStream {
+  std::deque<Work> work;
+  bool held = false;
+  bool busy = false;  // a thread is running the head item
+};
+
+// Everything mutable, allocated once and never destroyed (see the header comment).
+struct State {
+  std::mutex mutex;
+  std::condition_variable changed;  // work added, a stream released, an item finished
+  bool defer_destructors = false;   // release: run destructors now (false) or at fake_cuda_run_deferred()
+  std::vector<Call> deferred;       // destructors waiting for a "CUDA thread"
+  std::map<CUstream, FakeStream> streams;
+  int threads = 0;                  // persistent CUDA threads started
+  unsigned long long items_run = 0;  // host functions and host-node firings run so far
+};
+
+State& state() {
+  static State* const instance = [] {
+    auto* created = new State;
+    // A fork child must not inherit the mutex locked by a CUDA thread that does not exist there.
+    pthread_atfork([] { state().mutex.lock(); }, [] { state().mutex.unlock(); }, [] { state().mutex.unlock(); });
+    return created;
+  }();
+  return *instance;
+}
+
+FakeGraph g_failing_graph;  // cuGraphRetainUserObject fails on this one (never destroyed: trivial members)
 // Streams are handles; these two are special: one is capturing into g_capture_graph, one fails launches.
 FakeGraph* g_capture_graph = nullptr;
 const CUstream kCapturingStream = reinterpret_cast<CUstream>(0xCA97);
@@ -56,36 +122,93 @@ bool hidden(const char* symbol) {
   return hide != nullptr && std::strcmp(hide, symbol) == 0;
 }
 
-// Takes the calls waiting in `pending` and runs them on another thread (joined), as CUDA's thread would;
-// returns how many ran.
-int run_on_thread(std::vector<Call>& pending) {
-  std::vector<Call> calls;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    calls.swap(pending);
-  }
-  std::thread([&calls] {
-    for (const Call& call : calls) call.fn(call.data);
-  }).join();
-  return static_cast<int>(calls.size());
-}
-
-// Drops `count` references; runs (or defers) the destructor at zero. Called with g_mutex NOT held, so a
-// destructor may call back into the fake.
+// Drops `count` references; runs (or defers) the destructor at zero. Called with the state's mutex NOT
+// held, so a destructor may call back into the fake.
 void release(FakeUserObject* object, int count) {
+  State& s = state();
   bool destroy = false;
   bool defer = false;
   {
-    std::lock_guard<std::mutex> lock(g_mutex);
+    std::lock_guard<std::mutex> lock(s.mutex);
     object->references -= count;
     destroy = object->references == 0;
-    defer = g_defer_destructors;
-    if (destroy && defer) g_deferred.push_back(Call{object->destroy, object->ptr});
+    defer = s.defer_destructors;
+    if (destroy && defer) s.deferred.push_back(Call{object->destroy, object->ptr});
   }
   if (destroy) {
     if (!defer) object->destroy(object->ptr);
     delete object;
   }
+}
+
+void release_exec(FakeExec* exec) {
+  for (FakeUserObject* object : exec->objects) release(object, 1);
+  delete exec;
+}
+
+// Runs one work item; the mutex is not held. Returns true for a host function or node firing.
+bool run(const Work& work) {
+  switch (work.kind) {
+    case Work::kHostFunction:
+      work.call.fn(work.call.data);
+      return true;
+    case Work::kSleep:
+      usleep(work.sleep_us);
+      return false;
+    case Work::kLaunchDone: {
+      bool release_now = false;
+      {
+        std::lock_guard<std::mutex> lock(state().mutex);
+        release_now = --work.exec->launches_in_flight == 0 && work.exec->destroyed;
+      }
+      if (release_now) release_exec(work.exec);
+      return false;
+    }
+  }
+  return false;
+}
+
+// A stream whose head item may run now (not held, not busy), or null. Mutex held.
+FakeStream* runnable(State& s) {
+  for (auto& entry : s.streams) {
+    FakeStream& stream = entry.second;
+    if (!stream.held && !stream.busy && !stream.work.empty()) return &stream;
+  }
+  return nullptr;
+}
+
+// Takes the head item of `stream`, runs it without the mutex, then marks the stream free again.
+bool run_head(State& s, FakeStream* stream, std::unique_lock<std::mutex>& lock) {
+  Work work = stream->work.front();
+  stream->work.pop_front();
+  stream->busy = true;
+  lock.unlock();
+  const bool counted = run(work);
+  lock.lock();
+  stream->busy = false;
+  if (counted) ++s.items_run;
+  s.changed.notify_all();
+  return counted;
+}
+
+void cuda_thread() {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    FakeStream* stream = runnable(s);
+    if (stream == nullptr) {
+      s.changed.wait(lock);
+      continue;
+    }
+    run_head(s, stream, lock);
+  }
+}
+
+void add_work(CUstream handle, const Work& work) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.streams[handle].work.push_back(work);
+  s.changed.notify_all();
 }
 
 CUresult CUDAAPI fake_init(unsigned int) {
@@ -98,6 +221,7 @@ CUresult CUDAAPI fake_get_error_name(CUresult error, const char** name) {
     case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return CUDA_SUCCESS;
     case CUDA_ERROR_NO_DEVICE: *name = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
     case CUDA_ERROR_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return CUDA_SUCCESS;
     default: *name = nullptr; return CUDA_ERROR_INVALID_VALUE;
   }
 }
@@ -124,7 +248,7 @@ CUresult CUDAAPI fake_graph_retain_user_object(CUgraph graph, CUuserObject objec
   if (fake == nullptr || fake == &g_failing_graph || user_object == nullptr || count == 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  std::lock_guard<std::mutex> lock(g_mutex);
+  std::lock_guard<std::mutex> lock(state().mutex);
   if (flags != CU_GRAPH_USER_OBJECT_MOVE) user_object->references += static_cast<int>(count);
   for (unsigned int i = 0; i < count; ++i) fake->objects.push_back(user_object);
   return CUDA_SUCCESS;
@@ -132,8 +256,27 @@ CUresult CUDAAPI fake_graph_retain_user_object(CUgraph graph, CUuserObject objec
 
 CUresult CUDAAPI fake_launch_host_func(CUstream stream, CUhostFn fn, void* data) {
   if (stream == kFailingStream || fn == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_host_functions.push_back(Call{fn, data});
+  add_work(stream, Work{Work::kHostFunction, Call{fn, data}, 0, nullptr});
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI fake_graph_add_host_node(CUgraphNode* out, CUgraph graph, const CUgraphNode* dependencies,
+                                          size_t count, const CUDA_HOST_NODE_PARAMS* params) {
+  auto* fake = reinterpret_cast<FakeGraph*>(graph);
+  if (out == nullptr || fake == nullptr || params == nullptr || params->fn == nullptr ||
+      (count != 0 && dependencies == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::lock_guard<std::mutex> lock(state().mutex);
+  for (size_t i = 0; i < count; ++i) {
+    auto* dependency = reinterpret_cast<FakeNode*>(dependencies[i]);
+    if (std::find(fake->nodes.begin(), fake->nodes.end(), dependency) == fake->nodes.end()) {
+      return CUDA_ERROR_INVALID_VALUE;  // not a node of this graph
+    }
+  }
+  auto* node = new FakeNode{fake, Call{params->fn, params->userData}};
+  fake->nodes.push_back(node);
+  *out = reinterpret_cast<CUgraphNode>(node);
   return CUDA_SUCCESS;
 }
 
@@ -174,6 +317,7 @@ void* lookup(const char* symbol, int version) {
       {"cuUserObjectRelease", 11030, reinterpret_cast<void*>(fake_user_object_release)},
       {"cuGraphRetainUserObject", 11030, reinterpret_cast<void*>(fake_graph_retain_user_object)},
       {"cuLaunchHostFunc", 10000, reinterpret_cast<void*>(fake_launch_host_func)},
+      {"cuGraphAddHostNode", 10000, reinterpret_cast<void*>(fake_graph_add_host_node)},
       {"cuStreamGetCaptureInfo", 11030, reinterpret_cast<void*>(fake_capture_info_v2)},
       {"cuStreamGetCaptureInfo", 12030, reinterpret_cast<void*>(fake_capture_info_v3)},
   };
@@ -215,7 +359,7 @@ __attribute__((visibility("default"))) CUresult cuGetProcAddress(const char* sym
   return *pfn != nullptr ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 }
 
-// --- test controls ----------------------------------------------------------------------------------
+// --- test controls: graphs ------------------------------------------------------------------------------
 
 // A new empty graph.
 __attribute__((visibility("default"))) CUgraph fake_cuda_graph_create() {
@@ -232,23 +376,134 @@ __attribute__((visibility("default"))) CUgraph fake_cuda_failing_graph() {
 __attribute__((visibility("default"))) void fake_cuda_graph_destroy(CUgraph graph) {
   auto* fake = reinterpret_cast<FakeGraph*>(graph);
   if (fake == g_capture_graph) g_capture_graph = nullptr;
-  for (FakeUserObject* object : fake->objects) release(object, 1);
+  std::vector<FakeUserObject*> objects;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    objects.swap(fake->objects);
+    for (FakeNode* node : fake->nodes) delete node;
+  }
+  for (FakeUserObject* object : objects) release(object, 1);
   delete fake;
+}
+
+// Host nodes in `graph` so far.
+__attribute__((visibility("default"))) int fake_cuda_graph_host_node_count(CUgraph graph) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return static_cast<int>(reinterpret_cast<FakeGraph*>(graph)->nodes.size());
+}
+
+// An executable graph made from `graph` (cuGraphInstantiate): one more reference to each of its user
+// objects, a copy of its host nodes.
+__attribute__((visibility("default"))) void* fake_cuda_graph_instantiate(CUgraph graph) {
+  auto* fake = reinterpret_cast<FakeGraph*>(graph);
+  auto* exec = new FakeExec;
+  std::lock_guard<std::mutex> lock(state().mutex);
+  for (FakeUserObject* object : fake->objects) {
+    ++object->references;
+    exec->objects.push_back(object);
+  }
+  for (FakeNode* node : fake->nodes) exec->nodes.push_back(node->call);
+  return exec;
+}
+
+// Launches `exec` on `stream` (cuGraphLaunch): its host nodes fire in order when the stream gets there.
+__attribute__((visibility("default"))) void fake_cuda_graph_launch(void* exec, CUstream stream) {
+  auto* fake = static_cast<FakeExec*>(exec);
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  FakeStream& target = s.streams[stream];
+  for (const Call& call : fake->nodes) target.work.push_back(Work{Work::kHostFunction, call, 0, nullptr});
+  ++fake->launches_in_flight;
+  target.work.push_back(Work{Work::kLaunchDone, Call{nullptr, nullptr}, 0, fake});
+  s.changed.notify_all();
+}
+
+// Destroys `exec` (cuGraphExecDestroy): its user-object references go now, or, with launches still queued,
+// when the last of them completes.
+__attribute__((visibility("default"))) void fake_cuda_graph_exec_destroy(void* exec) {
+  auto* fake = static_cast<FakeExec*>(exec);
+  bool release_now = false;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    fake->destroyed = true;
+    release_now = fake->launches_in_flight == 0;
+  }
+  if (release_now) release_exec(fake);
 }
 
 // 1: user-object destructors whose count reaches zero wait for fake_cuda_run_deferred(); 0: they run
 // inside the release, on the caller's thread.
 __attribute__((visibility("default"))) void fake_cuda_defer_destructors(int defer) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_defer_destructors = defer != 0;
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().defer_destructors = defer != 0;
 }
 
 // Runs deferred destructors on another thread (joined); returns how many ran.
-__attribute__((visibility("default"))) int fake_cuda_run_deferred() { return run_on_thread(g_deferred); }
+__attribute__((visibility("default"))) int fake_cuda_run_deferred() {
+  std::vector<Call> calls;
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    calls.swap(state().deferred);
+  }
+  std::thread([&calls] {
+    for (const Call& call : calls) call.fn(call.data);
+  }).join();
+  return static_cast<int>(calls.size());
+}
 
-// Runs launched host functions on another thread (joined), as the stream reaching them; returns how many.
+// --- test controls: streams -----------------------------------------------------------------------------
+
+// Runs every runnable work item (host functions, host-node firings, ...) of every stream that is not held,
+// in each stream's order, on another thread (joined), as the streams reaching them; returns how many host
+// functions and node firings ran.
 __attribute__((visibility("default"))) int fake_cuda_run_host_functions() {
-  return run_on_thread(g_host_functions);
+  int count = 0;
+  std::thread([&count] {
+    State& s = state();
+    std::unique_lock<std::mutex> lock(s.mutex);
+    while (FakeStream* stream = runnable(s)) count += run_head(s, stream, lock) ? 1 : 0;
+  }).join();
+  return count;
+}
+
+// Starts `count` more persistent CUDA threads (see the header comment); they are never stopped.
+__attribute__((visibility("default"))) void fake_cuda_start_threads(int count) {
+  {
+    std::lock_guard<std::mutex> lock(state().mutex);
+    state().threads += count;
+  }
+  for (int i = 0; i < count; ++i) std::thread(cuda_thread).detach();
+}
+
+// 1: the stream runs nothing until released with 0 (like a long kernel at its head).
+__attribute__((visibility("default"))) void fake_cuda_stream_hold(CUstream stream, int hold) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.streams[stream].held = hold != 0;
+  s.changed.notify_all();
+}
+
+// Queues a "kernel" on `stream` that takes `microseconds` on the CUDA thread that runs it.
+__attribute__((visibility("default"))) void fake_cuda_stream_sleep(CUstream stream, unsigned microseconds) {
+  add_work(stream, Work{Work::kSleep, Call{nullptr, nullptr}, microseconds, nullptr});
+}
+
+// Waits until `stream` has nothing queued or running (cuStreamSynchronize); needs CUDA threads (or another
+// thread calling fake_cuda_run_host_functions). Returns 0, or 1 if `timeout_ms` passed first.
+__attribute__((visibility("default"))) int fake_cuda_stream_synchronize(CUstream stream, int timeout_ms) {
+  State& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  const bool done = s.changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+    FakeStream& target = s.streams[stream];
+    return target.work.empty() && !target.busy;
+  });
+  return done ? 0 : 1;
+}
+
+// Host functions and node firings run so far (by CUDA threads and fake_cuda_run_host_functions).
+__attribute__((visibility("default"))) unsigned long long fake_cuda_items_run() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().items_run;
 }
 
 // A stream handle that reports an active capture into `graph` (null: capturing nothing).

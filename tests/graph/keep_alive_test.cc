@@ -8,12 +8,14 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cleanup/reclaim_queue.h"
+#include "graph/counters.h"
 #include "tests/graph/fake_driver.h"
 
 namespace reclaim {
@@ -37,6 +39,7 @@ class KeepAliveTest : public ::testing::Test {
     fake_.defer_destructors(false);
     drain();  // start empty
     before_ = source_counters();
+    held_before_ = graph_counters();
   }
   void TearDown() override { fake_.defer_destructors(false); }
 
@@ -55,9 +58,21 @@ class KeepAliveTest : public ::testing::Test {
     return d;
   }
 
+  // attached_to_cuda, handed_back_by_cuda and held_by_cuda since SetUp, with the hold law checked.
+  GraphCounters held_delta() const {
+    const GraphCounters now = graph_counters();
+    GraphCounters d;
+    d.attached_to_cuda = now.attached_to_cuda - held_before_.attached_to_cuda;
+    d.handed_back_by_cuda = now.handed_back_by_cuda - held_before_.handed_back_by_cuda;
+    d.held_by_cuda = now.held_by_cuda - held_before_.held_by_cuda;
+    EXPECT_EQ(now.attached_to_cuda, now.handed_back_by_cuda + now.held_by_cuda) << "the hold law";
+    return d;
+  }
+
   Driver driver_;
   FakeCuda fake_;
   SourceCounters before_;
+  GraphCounters held_before_;
   int payload_ = 7;
   int other_ = 8;
 };
@@ -69,7 +84,11 @@ TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
   EXPECT_EQ(result.error, CUDA_SUCCESS);
   EXPECT_EQ(result.call, nullptr);
   EXPECT_TRUE(drain().empty()) << "alive while the graph is";
+  EXPECT_EQ(held_delta().held_by_cuda, 1u);
+  EXPECT_EQ(held_delta().attached_to_cuda, 1u);
   fake_.graph_destroy(graph);
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
+  EXPECT_EQ(held_delta().handed_back_by_cuda, 1u);
   EXPECT_EQ(drain(), std::vector<int*>{&payload_});
   EXPECT_EQ(delta().graph_user_objects, 1u);
   EXPECT_EQ(delta().stream_host_functions, 0u);
@@ -99,6 +118,10 @@ TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpush
   EXPECT_TRUE(drain().empty()) << "the destructor ran but must not push a payload the caller gets back";
   EXPECT_EQ(delta().withdrawn, 1u);
   EXPECT_EQ(delta().graph_user_objects, 0u);
+  const GraphCounters held = held_delta();
+  EXPECT_EQ(held.attached_to_cuda, 0u) << "given back: never CUDA's";
+  EXPECT_EQ(held.held_by_cuda, 0u);
+  EXPECT_EQ(held.handed_back_by_cuda, 0u);
 }
 
 TEST_F(KeepAliveTest, FailedRetainWithLaterDestructorLeavesThePayloadInFlight) {
@@ -107,7 +130,10 @@ TEST_F(KeepAliveTest, FailedRetainWithLaterDestructorLeavesThePayloadInFlight) {
   EXPECT_EQ(result.handover, Handover::kInFlight) << "CUDA still holds it: the caller must not touch it";
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
   EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(held_delta().held_by_cuda, 1u) << "in flight: still CUDA's";
   EXPECT_EQ(fake_.run_deferred(), 1);
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
+  EXPECT_EQ(held_delta().handed_back_by_cuda, 1u);
   EXPECT_EQ(drain(), std::vector<int*>{&payload_}) << "pushed exactly once, by the destructor";
   EXPECT_EQ(delta().withdrawn, 0u);
   EXPECT_EQ(delta().graph_user_objects, 1u);
@@ -155,7 +181,10 @@ TEST_F(KeepAliveTest, HostFunctionPushesWhenTheStreamReachesIt) {
   const AttachResult result = retain_until_stream(driver_.api, nullptr, &payload_);
   EXPECT_EQ(result.handover, Handover::kAttached);
   EXPECT_TRUE(drain().empty()) << "alive until the stream gets there";
+  EXPECT_EQ(held_delta().held_by_cuda, 1u);
   EXPECT_EQ(fake_.run_host_functions(), 1);
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
+  EXPECT_EQ(held_delta().handed_back_by_cuda, 1u);
   EXPECT_EQ(drain(), std::vector<int*>{&payload_});
   EXPECT_EQ(delta().stream_host_functions, 1u);
   EXPECT_EQ(delta().graph_user_objects, 0u);
@@ -167,6 +196,8 @@ TEST_F(KeepAliveTest, FailedHostFunctionLaunchReturnsThePayload) {
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(fake_.run_host_functions(), 0);
   EXPECT_TRUE(drain().empty());
+  EXPECT_EQ(held_delta().attached_to_cuda, 0u);
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
 }
 
 TEST_F(KeepAliveTest, CapturingStreamIsRefusedForHostFunctionsThatWouldRunAtEveryLaunch) {
@@ -210,6 +241,25 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
   EXPECT_EQ(static_cast<int>(pushed) + returned.load(), kThreads * kRounds);
   EXPECT_EQ(delta().graph_user_objects, pushed);
   EXPECT_EQ(delta().withdrawn, static_cast<std::uint64_t>(returned.load()));
+  const GraphCounters held = held_delta();
+  EXPECT_EQ(held.held_by_cuda, 0u);
+  EXPECT_EQ(held.attached_to_cuda, pushed) << "every pushed payload was attached, every returned one was not";
+  EXPECT_EQ(held.handed_back_by_cuda, pushed);
+}
+
+TEST_F(KeepAliveTest, ReportHookAddsWhatCudaStillHoldsBeforeTheLawsVerdict) {
+  CUgraph graph = fake_.graph_create();
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
+  char line[512];
+  const std::string report(line, format_report(global_queue().snapshot(), line, sizeof line));
+  const GraphCounters now = graph_counters();
+  const std::string fields = " attached_to_cuda=" + std::to_string(now.attached_to_cuda) +
+                             " handed_back_by_cuda=" + std::to_string(now.handed_back_by_cuda) +
+                             " held_by_cuda=" + std::to_string(now.held_by_cuda) + " conserved=";
+  EXPECT_NE(report.find(fields), std::string::npos) << report;
+  EXPECT_GE(now.held_by_cuda, 1u);
+  fake_.graph_destroy(graph);
+  drain();
 }
 
 }  // namespace

@@ -6,6 +6,7 @@ about an ignore that silences nothing, so a stub that accepted the misuse fails 
 """
 
 import asyncio
+from concurrent.futures import Future
 from typing import Literal
 
 from typing_extensions import assert_type
@@ -54,6 +55,30 @@ def keep_alive_on_cuda(graph: object, stream: int, kernel_args: bytes) -> None:
     except cuda_reclaim.DriverError as error:
         assert_type(error, cuda_reclaim.DriverError)
         print(f"no usable CUDA driver: {error}")
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def callbacks_from_cuda(graph: object, stream: int) -> None:
+    assert_type(cuda_reclaim.HOLD_KEYS, tuple[str, ...])
+    assert_type(cuda_reclaim.CALL_KEYS, tuple[str, ...])
+    future = cuda_reclaim.launch_host_func(stream, add, 1, b=2)
+    assert_type(future, Future[int])
+    assert_type(future.result(timeout=1.0), int)
+    node = cuda_reclaim.add_host_node(graph, print, "fired", dependencies=[])
+    assert_type(node, int)
+    cuda_reclaim.add_host_node(graph, print, dependencies=[node])
+    cuda_reclaim.launch_host_func(stream)  # type: ignore[call-arg]
+    cuda_reclaim.add_host_node(graph, "print")  # type: ignore[arg-type]
+
+
+async def await_streams(stream: object) -> int:
+    assert_type(await reclaim_asyncio.stream_reached(stream), None)
+    result = await reclaim_asyncio.run_when_reached(stream, len, "abc")
+    assert_type(result, int)
+    return result
 
 
 async def serve() -> None:

@@ -19,7 +19,9 @@ class Payload:
 
 def test_stats_are_plain_ints_with_the_documented_keys(drained):
     stats = cuda_reclaim.stats()
-    assert tuple(stats) == cuda_reclaim.STATS_KEYS + cuda_reclaim.SOURCE_KEYS
+    assert tuple(stats) == (
+        cuda_reclaim.STATS_KEYS + cuda_reclaim.SOURCE_KEYS + cuda_reclaim.HOLD_KEYS + cuda_reclaim.CALL_KEYS
+    )
     assert all(type(value) is int for value in stats.values())
     assert conserved(stats)
 

@@ -1,0 +1,388 @@
+"""bench/gpu_callbacks_bench.py — Python callbacks from CUDA: cuda-reclaim's launch_host_func (CUDA's thread
+only pushes; the call runs in a drain) against CuPy's Stream.launch_host_func (the callback runs on CUDA's
+thread and takes the GIL there).
+
+Needs a GPU, cuda.core 1.x (kernels, streams, events), cuda-reclaim installed, and a C compiler (cc or gcc:
+a two-line native host function that stamps CLOCK_MONOTONIC, for the host-side timings). CuPy is optional
+(without it only cuda-reclaim's rows are measured). Where the GPU or cuda.core is missing it prints
+``SKIP: <why>`` and exits 0.
+
+Measurements, each over N callbacks (default 200), every callback behind its own 0.5 ms spin kernel on the
+stream, and the whole batch held behind a 100 ms gate kernel so that enqueueing is over before it starts:
+
+1. stall — CUDA events recorded just before and just after each host function: how long the host function
+   holds the stream up (CUDA's host-function round trip plus the callback's time on CUDA's thread). p50,
+   p99 and the batch's total (first event to last). The issue's measurement.
+2. occupancy and latency — a native host function stamps CLOCK_MONOTONIC just before and just after each
+   measured host function: the time CUDA's callback thread spends on it (after - before), and the latency
+   from the stream reaching the point to the Python function starting (its own time.monotonic_ns()).
+3. second stream — stream 1 gets N Python callbacks (none / CuPy / cuda-reclaim), stream 2 gets N native
+   host functions with events around them, both behind 0.5 ms kernels, the main thread busy in bytecode
+   (holding the GIL): the stall of stream 2's host functions, i.e. what a GIL-taking callback on one stream
+   costs every other stream's host functions.
+
+Main thread modes: ``idle`` (sleeping in 1 ms steps: the GIL is free), ``busy`` (pure-Python loop: the GIL
+is contended), ``asyncio`` (an event loop running 1 ms chunks of bytecode between awaits, with
+cuda_reclaim.asyncio.install(): cuda-reclaim's calls run on the loop's own thread from its reader).
+
+Variants: ``native`` (a native host function that does nothing Python: CUDA's own floor), ``cupy``,
+``reclaim``. Target (the issue's): reclaim's p99 stall with the main thread busy is at most 1.5x its idle p99.
+
+    python bench/gpu_callbacks_bench.py [--callbacks 200] [--kernel-ms 0.5] [--json OUT]
+"""
+
+import argparse
+import asyncio
+import ctypes
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+STAMP_SOURCE = r"""
+#include <stdint.h>
+#include <time.h>
+void stamp(void* slot) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  *(int64_t*)slot = (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+"""
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < (long long)cycles) {}
+}
+"""
+
+MODES = ("idle", "busy", "asyncio")
+
+
+def skip(reason):
+    print(f"SKIP: {reason}")
+    sys.exit(0)
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    return ordered[max(0, int(round(q / 100.0 * len(ordered))) - 1)]
+
+
+def summary(values, scale=1.0):
+    values = [v * scale for v in values if v is not None]
+    if not values:
+        return {"n": 0, "p50": None, "p99": None, "max": None, "mean": None}
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values),
+            "mean": sum(values) / len(values)}
+
+
+def build_stamp_library(directory):
+    """The native stamp host function, compiled here; None without a C compiler."""
+    compiler = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        return None
+    source = os.path.join(directory, "stamp.c")
+    library = os.path.join(directory, "libstamp.so")
+    with open(source, "w") as f:
+        f.write(STAMP_SOURCE)
+    result = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", library, source], capture_output=True)
+    if result.returncode != 0:
+        print(f"note: {compiler} failed, no host-side timings: {result.stderr.decode()[-300:]}")
+        return None
+    return ctypes.CDLL(library)
+
+
+class Bench:
+    def __init__(self, args):
+        try:
+            from cuda.core import Device, EventOptions, LaunchConfig, Program, ProgramOptions, launch
+        except ImportError as error:
+            skip(f"cuda.core is not installed ({error})")
+        try:
+            import cuda_reclaim
+            import cuda_reclaim.asyncio as reclaim_asyncio
+        except ImportError as error:
+            skip(f"cuda_reclaim is not installed ({error})")
+        if not hasattr(cuda_reclaim, "launch_host_func"):
+            skip("this cuda_reclaim has no launch_host_func")
+        try:
+            self.device = Device()
+            self.device.set_current()
+        except Exception as error:  # noqa: BLE001 - no driver, no device: no GPU here
+            skip(f"no usable GPU: {error!r}")
+        try:
+            import cupy
+
+            self.cupy = cupy
+        except ImportError:
+            self.cupy = None
+            print("note: CuPy is not installed; only cuda-reclaim's rows are measured")
+        self.reclaim = cuda_reclaim
+        self.reclaim_asyncio = reclaim_asyncio
+        self.args = args
+        self.launch = launch
+        self.config = LaunchConfig(grid=1, block=1)
+        try:
+            self.timing = EventOptions(timing_enabled=True)
+        except TypeError:  # older cuda.core spelling
+            self.timing = EventOptions(enable_timing=True)
+        options = ProgramOptions(arch=f"sm_{self.device.arch}")
+        self.spin = Program(SPIN_SOURCE, code_type="c++", options=options).compile("cubin").get_kernel("spin")
+        self.cycles_per_ms = int(self.device.properties.clock_rate)  # kHz = cycles per ms
+        self.libcuda = ctypes.CDLL("libcuda.so.1")
+        self.libcuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+        self.libcuda.cuLaunchHostFunc.restype = ctypes.c_int
+        self.tmp = tempfile.mkdtemp(prefix="cuda-reclaim-bench-")
+        self.stamp_library = build_stamp_library(self.tmp)
+        self.stamp = (ctypes.cast(self.stamp_library.stamp, ctypes.c_void_p).value
+                      if self.stamp_library is not None else None)
+        self.dummy = ctypes.c_int64(0)
+        self.cupy_streams = {}
+
+    # --- building blocks ------------------------------------------------------------------------------
+
+    def kernel(self, stream, ms):
+        self.launch(stream, self.config, self.spin, ctypes.c_ulonglong(int(self.cycles_per_ms * ms)))
+
+    def native(self, stream, slot_address):
+        if self.stamp is None:
+            raise RuntimeError("no native host function without a C compiler")
+        result = self.libcuda.cuLaunchHostFunc(int(stream.handle), self.stamp, slot_address)
+        if result != 0:
+            raise RuntimeError(f"cuLaunchHostFunc failed: CUresult {result}")
+
+    def python_callback(self, variant, stream, fn, i, futures):
+        if variant == "reclaim":
+            futures.append(self.reclaim.launch_host_func(stream, fn, i))
+        elif variant == "cupy":
+            self.cupy_stream(stream).launch_host_func(fn, i)
+        elif variant == "native":
+            self.native(stream, ctypes.addressof(self.dummy))
+        else:
+            raise ValueError(variant)
+
+    def cupy_stream(self, stream):
+        """CuPy's view of a cuda.core stream (one wrapper per stream, made once)."""
+        handle = int(stream.handle)
+        wrapper = self.cupy_streams.get(handle)
+        if wrapper is None:
+            wrapper = self.cupy_streams[handle] = self.cupy.cuda.ExternalStream(handle, self.device.device_id)
+        return wrapper
+
+    def wait(self, mode, done):
+        """Waits until done() with the main thread in `mode` (idle: GIL free; busy: bytecode)."""
+        if mode == "idle":
+            while not done():
+                time.sleep(0.001)
+        elif mode == "busy":
+            x = 0
+            while not done():
+                for _ in range(2000):
+                    x += 1
+        elif mode == "asyncio":
+            async def main():
+                handle = self.reclaim_asyncio.install()
+                try:
+                    while not done():
+                        end = time.perf_counter() + 0.001
+                        while time.perf_counter() < end:  # 1 ms of bytecode, then the loop's turn
+                            pass
+                        await asyncio.sleep(0)
+                finally:
+                    handle.cancel()
+
+            loop = asyncio.new_event_loop()
+            try:
+                loop.run_until_complete(main())
+            finally:
+                loop.close()
+
+    # --- passes ---------------------------------------------------------------------------------------
+
+    def pass_stall(self, variant, mode):
+        """Events around each host function; returns per-callback stalls (ms) and the batch total (ms)."""
+        n, kernel_ms = self.args.callbacks, self.args.kernel_ms
+        stream = self.device.create_stream()
+        ran = [None] * n
+        futures = []
+
+        def fn(i):
+            ran[i] = time.monotonic_ns()
+
+        self.kernel(stream, 100.0)  # the gate: enqueueing is over before the measured part starts
+        events = []
+        for i in range(n):
+            self.kernel(stream, kernel_ms)
+            before = stream.record(options=self.timing)
+            self.python_callback(variant, stream, fn, i, futures)
+            after = stream.record(options=self.timing)
+            events.append((before, after))
+        last = events[-1][1]
+        python = variant != "native"
+        self.wait(mode, lambda: last.is_done() and (not python or all(r is not None for r in ran)))
+        stream.sync()
+        stalls = [after - before for before, after in events]
+        total = events[-1][1] - events[0][0]
+        return stalls, total
+
+    def pass_timing(self, variant, mode):
+        """Native stamps around each host function: CUDA thread occupancy and start latency (ns)."""
+        n, kernel_ms = self.args.callbacks, self.args.kernel_ms
+        stream = self.device.create_stream()
+        before = (ctypes.c_int64 * n)()
+        after = (ctypes.c_int64 * n)()
+        ran = [None] * n
+        futures = []
+
+        def fn(i):
+            ran[i] = time.monotonic_ns()
+
+        self.kernel(stream, 100.0)
+        for i in range(n):
+            self.kernel(stream, kernel_ms)
+            self.native(stream, ctypes.addressof(before) + 8 * i)
+            self.python_callback(variant, stream, fn, i, futures)
+            self.native(stream, ctypes.addressof(after) + 8 * i)
+        done = stream.record()
+        python = variant != "native"
+        self.wait(mode, lambda: done.is_done() and (not python or all(r is not None for r in ran)))
+        stream.sync()
+        occupancy = [after[i] - before[i] for i in range(n)]
+        latency = [ran[i] - before[i] for i in range(n)] if python else []
+        return occupancy, latency
+
+    def pass_second_stream(self, first_variant):
+        """Stream 2's native host-function stalls (ms) while stream 1 runs `first_variant` callbacks and
+        the main thread is busy in bytecode."""
+        n, kernel_ms = self.args.callbacks, self.args.kernel_ms
+        first, second = self.device.create_stream(), self.device.create_stream()
+        ran = [None] * n
+        futures = []
+
+        def fn(i):
+            ran[i] = time.monotonic_ns()
+
+        self.kernel(first, 100.0)
+        self.kernel(second, 100.0)
+        events = []
+        for i in range(n):
+            self.kernel(first, kernel_ms)
+            if first_variant != "none":
+                self.python_callback(first_variant, first, fn, i, futures)
+            self.kernel(second, kernel_ms)
+            before = second.record(options=self.timing)
+            self.native(second, ctypes.addressof(self.dummy))
+            after = second.record(options=self.timing)
+            events.append((before, after))
+        end_first = first.record()
+        last = events[-1][1]
+        python = first_variant not in ("none", "native")
+        self.wait("busy", lambda: last.is_done() and end_first.is_done()
+                  and (not python or all(r is not None for r in ran)))
+        first.sync()
+        second.sync()
+        return [after - before for before, after in events]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--callbacks", type=int, default=200, help="callbacks per pass")
+    parser.add_argument("--kernel-ms", type=float, default=0.5, help="spin kernel ahead of each callback")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    if args.callbacks < 10:
+        parser.error("--callbacks must be at least 10")
+
+    bench = Bench(args)
+    reclaim = bench.reclaim
+    reclaim.set_auto_drain("thread")
+    variants = ["native", "reclaim"] + (["cupy"] if bench.cupy is not None else [])
+    if bench.stamp is None:
+        variants.remove("native")
+    device_name = bench.device.name
+    print(f"GPU: {device_name}; Python {platform.python_version()}; cuda-reclaim {reclaim.__version__}; "
+          f"switch interval {sys.getswitchinterval() * 1e3:.1f} ms; {args.callbacks} callbacks per pass, "
+          f"each behind a {args.kernel_ms} ms kernel")
+
+    # Warm-up: first launches, the drain thread, CuPy's stream wrapper.
+    for variant in variants:
+        bench.pass_stall(variant, "idle")
+
+    rows = []
+    for mode in MODES:
+        for variant in variants:
+            if mode == "asyncio":
+                # cuda-reclaim's calls run on the loop's thread, from its reader (no drain thread).
+                reclaim.set_auto_drain("off" if variant == "reclaim" else "thread")
+            stalls, total = bench.pass_stall(variant, mode)
+            row = {"variant": variant, "mode": mode, "stall_ms": summary(stalls), "total_ms": total}
+            if bench.stamp is not None:
+                occupancy, latency = bench.pass_timing(variant, mode)
+                row["cuda_thread_us"] = summary(occupancy, 1e-3)
+                row["latency_us"] = summary(latency, 1e-3)
+            rows.append(row)
+            reclaim.set_auto_drain("thread")
+
+    second = []
+    if bench.stamp is not None:
+        for first_variant in ["none"] + [v for v in variants if v != "native"]:
+            stalls = bench.pass_second_stream(first_variant)
+            second.append({"first_stream": first_variant, "stall_ms": summary(stalls)})
+
+    def fmt(value, digits=3):
+        return "–" if value is None else f"{value:.{digits}f}"
+
+    print("\n#### Stall of the stream per host function (CUDA events around it), ms")
+    print("| variant | main thread | p50 | p99 | max | 200 callbacks total |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        s = row["stall_ms"]
+        print(f"| {row['variant']} | {row['mode']} | {fmt(s['p50'])} | {fmt(s['p99'])} | {fmt(s['max'])} | "
+              f"{fmt(row['total_ms'], 1)} ms |")
+    if bench.stamp is not None:
+        print("\n#### CUDA's callback thread per callback, and latency from the stream reaching it to the "
+              "Python function starting, µs")
+        print("| variant | main thread | thread p50 | thread p99 | latency p50 | latency p99 |")
+        print("|---|---|---|---|---|---|")
+        for row in rows:
+            o, l = row["cuda_thread_us"], row["latency_us"]
+            print(f"| {row['variant']} | {row['mode']} | {fmt(o['p50'], 1)} | {fmt(o['p99'], 1)} | "
+                  f"{fmt(l['p50'], 1)} | {fmt(l['p99'], 1)} |")
+        print("\n#### Stream 2's native host functions while stream 1 runs Python callbacks, main thread "
+              "busy, ms")
+        print("| stream 1 callbacks | p50 | p99 | max |")
+        print("|---|---|---|---|")
+        for row in second:
+            s = row["stall_ms"]
+            print(f"| {row['first_stream']} | {fmt(s['p50'])} | {fmt(s['p99'])} | {fmt(s['max'])} |")
+
+    by = {(row["variant"], row["mode"]): row for row in rows}
+    target = None
+    if ("reclaim", "idle") in by and ("reclaim", "busy") in by:
+        idle = by[("reclaim", "idle")]["stall_ms"]["p99"]
+        busy = by[("reclaim", "busy")]["stall_ms"]["p99"]
+        target = {"idle_p99_ms": idle, "busy_p99_ms": busy, "ratio": busy / idle if idle else None,
+                  "met": bool(idle) and busy <= 1.5 * idle}
+        print(f"\ntarget: reclaim busy p99 {busy:.3f} ms vs idle p99 {idle:.3f} ms = "
+              f"{target['ratio']:.2f}x (at most 1.5x: {'met' if target['met'] else 'NOT met'})")
+    stats = reclaim.stats()
+    print(f"stats: {stats}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device_name, "python": platform.python_version(),
+                       "cuda_reclaim": reclaim.__version__, "callbacks": args.callbacks,
+                       "kernel_ms": args.kernel_ms, "switch_interval_ms": sys.getswitchinterval() * 1e3,
+                       "rows": rows, "second_stream": second, "target": target, "stats": stats}, f, indent=1)
+    shutil.rmtree(bench.tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+// bindings/host_calls.h — Python calls that CUDA triggers, run by the drains: stream host calls
+// (cuda_reclaim.launch_host_func) and graph host nodes (cuda_reclaim.add_host_node). See docs/callbacks.md.
+//
+// What travels through the queue is a Python object of a private type, pushed by a graph/ trampoline that
+// touches nothing but atomics: a _HostCall (one per launch; carries the function, its arguments and the
+// concurrent.futures.Future) or a _HostNode (one per node; pushed once per firing, kept alive by a native
+// count). The release action of every drain (release_queued_item) tells them from plain references by
+// their type and runs the call there, on the draining thread, with the GIL.
+//
+// Ordering: the calls of one stream run in stream order (graph/host_calls.h's CallOrder gives each call
+// its place when CUDA runs it; a call that arrives early waits in its stream's parked set).
+// After close() nothing runs: what CUDA never handed back is cancelled (its future, its references).
+
+#pragma once
+
+#include <Python.h>
+
+namespace reclaim_bindings {
+
+// The release action for one queued item: runs a host call (or parks it until the calls before it on its
+// stream have run) or a host-node call, or Py_DECREFs a plain reference. Steals the queue's reference.
+// Exceptions of a call go to its future (host calls) or to sys.unraisablehook (host nodes).
+// Requires an attached thread state (GIL); re-entrant (a call may drain again).
+void release_queued_item(PyObject* item);
+
+// After close()'s final drain: cancels every host call not run yet (CUDA never handed it back, or it
+// waits for a call that never will be): its future is cancelled, its function and arguments released;
+// only the small item CUDA still points to stays (never touched again). Counted in calls_cancelled.
+// Requires an attached thread state (GIL) in a live, non-finalizing interpreter; re-entrant.
+void cancel_outstanding_calls();
+
+// In a fork child: the parent runs the calls it launched; here they are cancelled (as at close) and the
+// streams' orders start afresh.
+// Fork child, single-threaded, GIL held.
+void forget_calls_after_fork();
+
+// Adds _launch_host_call, _add_host_node and _call_stats to the module. Returns 0, or -1 with an
+// exception set.
+// Requires an attached thread state (GIL).
+int add_host_call_functions(PyObject* module);
+
+}  // namespace reclaim_bindings

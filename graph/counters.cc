@@ -1,0 +1,72 @@
+// graph/counters.cc — see counters.h.
+
+#include "graph/counters.h"
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+
+#include "cleanup/reclaim_queue.h"
+
+namespace reclaim {
+namespace graph {
+namespace {
+
+// One relaxed atomic per row of the table, written by attach calls (any thread) and trampolines (CUDA's
+// threads), read by graph_counters() and the report hook. Zero-initialized static storage, never destroyed.
+#define RECLAIM_GRAPH_COUNTER_ATOMIC(name, in_report, meaning) std::atomic<std::uint64_t> g_##name{0};
+RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_ATOMIC)
+#undef RECLAIM_GRAPH_COUNTER_ATOMIC
+
+// Hands cleanup/'s report the fields of this table, once this library is loaded: the exit report of a
+// program that links graph/ then says what CUDA still holds. (A constructor of this file: it is linked in
+// whenever anything attaches, since every attach updates these counters.)
+__attribute__((constructor)) void install_report_fields() { set_report_fields(format_report_fields); }
+
+}  // namespace
+
+GraphCounters graph_counters() noexcept {
+  GraphCounters counters;
+#define RECLAIM_GRAPH_COUNTER_LOAD(name, in_report, meaning) \
+  counters.name = g_##name.load(std::memory_order_relaxed);
+  RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_LOAD)
+#undef RECLAIM_GRAPH_COUNTER_LOAD
+  return counters;
+}
+
+void note_attach_begin() noexcept { g_held_by_cuda.fetch_add(1, std::memory_order_relaxed); }
+
+void note_attach_end(bool taken) noexcept {
+  if (taken) {
+    g_attached_to_cuda.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    g_held_by_cuda.fetch_sub(1, std::memory_order_relaxed);
+  }
+}
+
+void note_handed_back() noexcept {
+  g_handed_back_by_cuda.fetch_add(1, std::memory_order_relaxed);
+  g_held_by_cuda.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void note_host_call_push() noexcept { g_host_calls.fetch_add(1, std::memory_order_relaxed); }
+
+void note_host_node_push() noexcept { g_host_node_calls.fetch_add(1, std::memory_order_relaxed); }
+
+std::size_t format_report_fields(char* buffer, std::size_t size) noexcept {
+  if (buffer == nullptr || size == 0) return 0;
+  const GraphCounters counters = graph_counters();
+  std::size_t used = 0;
+  buffer[0] = '\0';
+#define RECLAIM_GRAPH_COUNTER_FORMAT(name, in_report, meaning)                                           \
+  if ((in_report) && used < size) {                                                                      \
+    const int written = std::snprintf(buffer + used, size - used, " " #name "=%" PRIu64, counters.name); \
+    if (written > 0) used += static_cast<std::size_t>(written);                                          \
+  }
+  RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_FORMAT)
+#undef RECLAIM_GRAPH_COUNTER_FORMAT
+  return used < size ? used : size - 1;
+}
+
+}  // namespace graph
+}  // namespace reclaim

@@ -1,0 +1,75 @@
+// graph/counters.h — what CUDA still holds, and the pushes of host calls and host nodes, as one table.
+//
+// Every counter here is a process-lifetime atomic in graph/counters.cc (trivially destructible: nothing
+// runs on them at exit, when CUDA may still fire trampolines). The table is the one place that names
+// them: the snapshot struct, the Python dict of cuda_reclaim.stats() and the exit report's fields are all
+// expanded from it.
+//
+// The hold law, exact whenever no attach call and no trampoline is in flight:
+//
+//     attached_to_cuda == handed_back_by_cuda + held_by_cuda
+//
+// held_by_cuda is a gauge of its own (raised before each attach's driver call, lowered by a failed
+// attach or by the trampoline that hands the payload back), so the law can fail; the other two only grow.
+// What is still held at exit is what CUDA never gave back: an executable graph never destroyed, a host
+// function behind work that was still running, a host node's graph still alive.
+
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace reclaim {
+namespace graph {
+
+// X(name, in_exit_report, meaning)
+#define RECLAIM_GRAPH_COUNTERS(X)                                                                         \
+  X(attached_to_cuda, true,                                                                               \
+    "payloads CUDA took: keep_alive user objects, keep_alive_until host functions, launch_host_func "     \
+    "calls, add_host_node functions")                                                                     \
+  X(handed_back_by_cuda, true,                                                                            \
+    "payloads CUDA gave back: trampolines that handed them to the queue (queued, leaked after close or "   \
+    "rejected), host-node payloads whose user object is gone")                                            \
+  X(held_by_cuda, true, "attached and not yet handed back (a gauge; the other counters only grow)")       \
+  X(host_calls, false, "pushes by launch_host_func host functions (one per call)")                        \
+  X(host_node_calls, false, "pushes by host-node firings (one per firing of a node in a launched graph)")
+
+struct GraphCounters {
+#define RECLAIM_GRAPH_COUNTER_FIELD(name, in_report, meaning) std::uint64_t name = 0;
+  RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_FIELD)
+#undef RECLAIM_GRAPH_COUNTER_FIELD
+};
+
+// A copy of every counter of the table (relaxed loads; consistent at quiescence).
+// Any thread; never touches Python; never blocks.
+GraphCounters graph_counters() noexcept;
+
+// --- updates, for graph/'s own attach functions and trampolines -------------------------------------------
+
+// Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
+// before the call returns never makes the gauge negative.
+// Any thread; never touches Python; never blocks.
+void note_attach_begin() noexcept;
+
+// After the driver call: `taken` (kAttached or kInFlight) counts the payload as attached; otherwise it is
+// back with the caller and no longer held.
+// Any thread; never touches Python; never blocks.
+void note_attach_end(bool taken) noexcept;
+
+// A trampoline handed its payload back (whatever the queue did with it).
+// Any thread; never touches Python; never blocks.
+void note_handed_back() noexcept;
+
+// One push by a host-call trampoline / a host-node firing (accepted by the queue).
+// Any thread; never touches Python; never blocks.
+void note_host_call_push() noexcept;
+void note_host_node_push() noexcept;
+
+// Writes the exit report's fields of the table (" attached_to_cuda=N handed_back_by_cuda=N
+// held_by_cuda=N") into `buffer`; the report hook graph/ gives cleanup/ (reclaim::set_report_fields) at
+// load time. Returns the length written.
+// Any thread; never touches Python; never blocks; never allocates.
+std::size_t format_report_fields(char* buffer, std::size_t size) noexcept;
+
+}  // namespace graph
+}  // namespace reclaim

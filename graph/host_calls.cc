@@ -1,0 +1,90 @@
+// graph/host_calls.cc — see host_calls.h.
+
+#include "graph/host_calls.h"
+
+#include "cleanup/reclaim.h"
+#include "graph/counters.h"
+#include "graph/internal.h"
+
+namespace reclaim {
+namespace graph {
+
+AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
+  if (slot == nullptr || slot->payload == nullptr || slot->order == nullptr) {
+    return internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete host call");
+  }
+  return internal::launch_unless_capturing(
+      api, stream, host_call_function, slot,
+      "cuLaunchHostFunc (the stream is capturing a graph: add a host node to the graph instead)");
+}
+
+void host_call_function(void* data) noexcept {
+  auto* slot = static_cast<HostCallSlot*>(data);
+  internal::note_host_function_thread();
+  CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
+  slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
+  const int status = internal::push_payload(slot->payload);
+  if (internal::accepted(status)) {
+    note_host_call_push();
+  } else if (status == RECLAIM_REJECTED) {
+    order->rejected.fetch_add(1, std::memory_order_relaxed);
+  }
+  note_handed_back();
+}
+
+HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
+                             std::size_t dependency_count, HostNodeSlot* slot) noexcept {
+  HostNodeResult result;
+  if (slot == nullptr || slot->payload == nullptr) {
+    result.attach = internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+    return result;
+  }
+  // The payload first, so that the node never exists without it: a firing always finds a live slot.
+  result.attach = internal::retain_with_destructor(api, graph, slot, host_node_destructor);
+  if (result.attach.handover != Handover::kAttached) return result;
+  const CUDA_HOST_NODE_PARAMS params = {host_node_function, slot};
+  CUgraphNode node = nullptr;
+  result.node_error = api.graph_add_host_node(&node, graph, dependencies, dependency_count, &params);
+  if (result.node_error == CUDA_SUCCESS) result.node = node;
+  return result;
+}
+
+void host_node_function(void* data) noexcept {
+  auto* slot = static_cast<HostNodeSlot*>(data);
+  internal::note_host_function_thread();
+  // The user object holds one reference for as long as the graph can fire, so this never starts from 0.
+  slot->native_refs.fetch_add(1, std::memory_order_relaxed);
+  const int status = internal::push_payload(slot->payload);
+  if (internal::accepted(status)) {
+    note_host_node_push();
+  } else if (status == RECLAIM_REJECTED) {
+    slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
+  }
+}
+
+void host_node_destructor(void* data) noexcept {
+  auto* slot = static_cast<HostNodeSlot*>(data);
+  internal::note_destructor_thread();
+  if (internal::consume_withdrawn(slot)) {
+    internal::note_withdrawn();  // back with the failed attach's caller
+    return;
+  }
+  note_handed_back();
+  // Last: no firing left to run, so nobody else will release the payload. (User objects outlive every
+  // launch of the graphs that hold them, so no firing can follow.)
+  if (slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    void* const payload = slot->payload;  // read before the push: after it, the slot may be freed
+    if (internal::accepted(internal::push_payload(payload))) internal::note_user_object_push();
+  }
+}
+
+bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept {
+  return slot->native_refs.load(std::memory_order_acquire) == 0;
+}
+
+bool host_node_call_done(HostNodeSlot* slot) noexcept {
+  return slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
+}
+
+}  // namespace graph
+}  // namespace reclaim

@@ -1,0 +1,110 @@
+// graph/host_calls.h — Python calls from CUDA without Python on CUDA's thread: stream host calls
+// (cuLaunchHostFunc, one call per launch) and graph host nodes (cuGraphAddHostNode, one call per firing).
+//
+// The trampolines here only push a payload pointer into the process-wide queue (cleanup/) and update
+// atomics; the layer above (bindings/) recognises the payload when a drain releases it and runs the call
+// there, in a context it knows to be safe. The slots below live inside the payload (bindings/ embeds them
+// in its Python objects), so a trampoline never allocates: it writes into memory that the payload's
+// reference keeps alive.
+
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "graph/driver.h"
+#include "graph/keep_alive.h"
+
+namespace reclaim {
+namespace graph {
+
+// --- stream host calls ------------------------------------------------------------------------------------
+
+// The order in which CUDA ran the host calls of one stream. The queue does not keep the order of pushes
+// made through different producer slots (CUDA may run one stream's host functions on several threads), so
+// each call takes a place here when CUDA runs it, and the owner runs the calls of a stream by place.
+// Owned by the layer above, which keeps it alive until every host call pointing to it has run its
+// trampoline (or for good, if one never runs).
+struct CallOrder {
+  // fetch_add (relaxed) by host_call_function. CUDA runs a stream's host functions one after the other,
+  // each after the previous one returned, so the places follow stream order.
+  std::atomic<std::uint64_t> fired{0};
+  // fetch_add (relaxed) by host_call_function when the queue rejected its push (out of memory): that place
+  // never arrives, so the owner stops waiting for missing places of this stream. Published to the drain
+  // that sees a later call of the stream through the queue's push/dequeue pair.
+  std::atomic<std::uint64_t> rejected{0};
+};
+
+// One stream host call, embedded in its payload.
+struct HostCallSlot {
+  void* payload = nullptr;     // pushed into the queue when the host function runs; never null
+  CallOrder* order = nullptr;  // must outlive the host function
+  std::uint64_t place = 0;     // written by host_call_function before its push; read after the dequeue
+};
+
+// cuLaunchHostFunc(stream, host_call_function, slot): when the stream reaches this point, the slot takes its
+// place and slot->payload is pushed. Refuses a capturing stream (kReturned,
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): captured, it would become a graph node that pushes the same
+// payload at every launch. Steals the payload's reference unless the result is kReturned. Counts the
+// attach (counters.h).
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept;
+
+// The CUhostFn (public so that tests can fire it as CUDA would): takes a place, pushes the payload, counts.
+// Any thread; never touches Python; never blocks.
+void host_call_function(void* slot) noexcept;
+
+// --- graph host nodes -------------------------------------------------------------------------------------
+
+// One host node's payload, embedded in it. The node fires once per launch of every executable graph made
+// from the graph; each firing pushes the same payload pointer, so the payload's lifetime is a native count
+// rather than Python references (no Python refcount changes on CUDA's thread).
+struct HostNodeSlot {
+  void* payload = nullptr;  // pushed once per firing, and once more if the user object goes last
+  // 1 for the graph's user object + 1 per firing pushed and not yet run. fetch_add (relaxed) by a firing
+  // (the user object's reference keeps it above zero meanwhile); fetch_sub (acq_rel) by the owner after a
+  // call ran, by a firing whose push the queue rejected, and by the user object's destructor. Whoever
+  // takes it to zero releases the payload: the owner at once, the destructor by pushing it one last time.
+  std::atomic<std::uint64_t> native_refs{1};
+};
+
+struct HostNodeResult {
+  // How the payload was handed over to the graph (a user object, as keep_alive): kAttached also when only
+  // the node could not be added, since the payload then stays with the graph until CUDA destroys it.
+  AttachResult attach;
+  CUgraphNode node = nullptr;            // the new node; null when it was not added
+  CUresult node_error = CUDA_SUCCESS;    // cuGraphAddHostNode's result, when it was called
+};
+
+// Retains `slot` on `graph` as a user object whose destructor is host_node_destructor (so the payload
+// lives as long as the graph and everything made from it), then adds a host node calling
+// host_node_function(slot) after `dependencies`. Steals the payload's reference unless the attach result
+// is kReturned. A node that cannot be added after a successful retain leaves the payload attached.
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
+                             std::size_t dependency_count, HostNodeSlot* slot) noexcept;
+
+// The host node's CUhostFn: one more native reference, one push of the payload.
+// Any thread; never touches Python; never blocks.
+void host_node_function(void* slot) noexcept;
+
+// The user object's destructor: drops the graph's native reference; pushes the payload one last time if
+// no firing is left to run.
+// Any thread; never touches Python; never blocks.
+void host_node_destructor(void* slot) noexcept;
+
+// For the owner, when a drain releases a host node's payload: true if this entry is the final one pushed
+// by the destructor (no native reference left: release the payload), false if it is a firing's call.
+// Any thread; never touches Python; never blocks.
+bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept;
+
+// For the owner, after it ran one firing's call: drops that native reference; true when it was the last
+// one (the user object is gone too), so the owner releases the payload itself.
+// Any thread; never touches Python; never blocks.
+bool host_node_call_done(HostNodeSlot* slot) noexcept;
+
+}  // namespace graph
+}  // namespace reclaim

@@ -1,0 +1,78 @@
+"""The fake libcuda (tests/graph/fake_libcuda.cc) from Python: its path, its controls with their ctypes
+signatures, and a runner for child interpreters that use it as their driver."""
+
+import ctypes
+import os
+import subprocess
+
+import pytest
+
+from conftest import run_child
+
+PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph", "fake_libcuda.so")
+
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "fake_cuda_graph_create": (ctypes.c_void_p, []),
+    "fake_cuda_graph_destroy": (None, [ctypes.c_void_p]),
+    "fake_cuda_failing_graph": (ctypes.c_void_p, []),
+    "fake_cuda_graph_host_node_count": (ctypes.c_int, [ctypes.c_void_p]),
+    "fake_cuda_graph_instantiate": (ctypes.c_void_p, [ctypes.c_void_p]),
+    "fake_cuda_graph_launch": (None, [ctypes.c_void_p, ctypes.c_void_p]),
+    "fake_cuda_graph_exec_destroy": (None, [ctypes.c_void_p]),
+    "fake_cuda_defer_destructors": (None, [ctypes.c_int]),
+    "fake_cuda_run_deferred": (ctypes.c_int, []),
+    "fake_cuda_run_host_functions": (ctypes.c_int, []),
+    "fake_cuda_start_threads": (None, [ctypes.c_int]),
+    "fake_cuda_stream_hold": (None, [ctypes.c_void_p, ctypes.c_int]),
+    "fake_cuda_stream_sleep": (None, [ctypes.c_void_p, ctypes.c_uint]),
+    "fake_cuda_stream_synchronize": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "fake_cuda_items_run": (ctypes.c_ulonglong, []),
+    "fake_cuda_capturing_stream": (ctypes.c_void_p, [ctypes.c_void_p]),
+    "fake_cuda_failing_stream": (ctypes.c_void_p, []),
+}
+
+
+def load(path=PATH):
+    """The fake driver's controls, as a ctypes library with signatures set."""
+    fake = ctypes.CDLL(path)
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        function = getattr(fake, name)
+        function.restype = restype
+        function.argtypes = argtypes
+    return fake
+
+
+# Run at the start of every child: the package, the fake's controls as `fake`, a payload class `P`, the
+# automatic drain off unless the test turns it on.
+PRELUDE = f"""
+import sys, threading, time, weakref
+sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
+import fake_cuda
+import cuda_reclaim
+from cuda_reclaim import _reclaim
+fake = fake_cuda.load({PATH!r})
+cuda_reclaim.set_auto_drain("off")
+class P: pass
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.001)
+"""
+
+HANG_LIMIT = 120
+
+
+def run(code, *, expect_ok=True, timeout=HANG_LIMIT, **env):
+    """Run PRELUDE + code in a child whose driver is the fake; fail on a hang (and, by default, on a non-zero
+    exit). Returns the CompletedProcess."""
+    if not os.path.exists(PATH):
+        pytest.skip(f"fake driver not built: {PATH}")
+    try:
+        result = run_child(PRELUDE + code, env={"CUDA_RECLAIM_LIBCUDA": PATH, **env}, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        pytest.fail(f"the child hung (no exit within {expired.timeout} s); output so far:\n{expired.stdout}")
+    if expect_ok:
+        assert result.returncode == 0, result.stdout + result.stderr
+    return result

@@ -1,0 +1,206 @@
+"""cuda_reclaim.asyncio.stream_reached / run_when_reached against the fake libcuda: an idle loop (asyncio
+and uvloop) is woken by the queue's fd or by the drain thread, with no polling; stream order; exceptions;
+cancellation (the call never runs, nothing leaks, nothing runs twice); close."""
+
+import os
+
+import pytest
+
+import fake_cuda
+
+LOOPS = [
+    pytest.param("asyncio.new_event_loop", id="asyncio"),
+    pytest.param("uvloop.new_event_loop", id="uvloop"),
+]
+
+# A fake CUDA thread, and the loop under test; `run(main)` runs a coroutine function on it and closes it.
+SETUP = """
+import asyncio, gc, warnings
+import cuda_reclaim.asyncio as reclaim_asyncio
+fake.fake_cuda_start_threads(1)
+def run(main, factory):
+    loop = factory()
+    try:
+        return loop.run_until_complete(main())
+    finally:
+        loop.close()
+"""
+
+
+def loop_factory(name):
+    """The factory's expression for the child, with its import."""
+    if name.startswith("uvloop"):
+        pytest.importorskip("uvloop", reason="uvloop is not installed for this Python")
+        return "__import__('uvloop').new_event_loop"
+    return name
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+@pytest.mark.parametrize("mode", ["off", "thread"])
+def test_an_idle_loop_resumes_when_the_stream_gets_there(factory, mode):
+    factory = loop_factory(factory)
+    fake_cuda.run(
+        SETUP
+        + f"""
+cuda_reclaim.set_auto_drain({mode!r})
+stream = 0x9100
+async def main():
+    loop = asyncio.get_running_loop()
+    fake.fake_cuda_stream_sleep(stream, 50000)     # a 50 ms "kernel" ahead of the point
+    started = loop.time()
+    # Nothing else is scheduled: only the fd (mode off: the loop's reader) or the drain thread's
+    # call_soon_threadsafe (mode thread) can wake the loop.
+    await asyncio.wait_for(reclaim_asyncio.stream_reached(stream), 30)
+    waited = loop.time() - started
+    assert waited >= 0.04, waited
+    value = await asyncio.wait_for(reclaim_asyncio.run_when_reached(stream, lambda a, b=0: a + b, 40, b=2), 30)
+    return value
+assert run(main, {factory}) == 42
+s = cuda_reclaim.stats()
+assert s["calls_run"] == 2 and s["calls_outstanding"] == 0, s
+"""
+    )
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_awaits_on_one_stream_resume_in_stream_order_and_exceptions_come_back(factory):
+    factory = loop_factory(factory)
+    fake_cuda.run(
+        SETUP
+        + f"""
+fake.fake_cuda_start_threads(3)
+stream = 0x9200
+async def main():
+    order = []
+    async def wait(i):
+        await reclaim_asyncio.run_when_reached(stream, order.append, i)
+    await asyncio.gather(*(wait(i) for i in range(500)))
+    assert order == list(range(500)), order[:20]
+    def fails():
+        raise KeyError("in the callback")
+    try:
+        await reclaim_asyncio.run_when_reached(stream, fails)
+    except KeyError as error:
+        assert error.__traceback__ is not None
+    else:
+        raise AssertionError("the exception did not come back")
+    return "ok"
+assert run(main, {factory}) == "ok"
+"""
+    )
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_cancelled_await_never_runs_the_call_and_leaks_nothing(factory):
+    factory = loop_factory(factory)
+    result = fake_cuda.run(
+        SETUP
+        + f"""
+stream = 0x9300
+ran = []
+refs = []
+async def main():
+    fake.fake_cuda_stream_hold(stream, 1)      # the stream is busy: the call waits in CUDA
+    arg = P(); refs.append(weakref.ref(arg))
+    task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, ran.append, arg))
+    del arg
+    reached = asyncio.ensure_future(reclaim_asyncio.stream_reached(stream))
+    await asyncio.sleep(0)
+    task.cancel(); reached.cancel()
+    for cancelled in (task, reached):
+        try:
+            await cancelled
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("not cancelled")
+    fake.fake_cuda_stream_hold(stream, 0)
+    await asyncio.wait_for(reclaim_asyncio.stream_reached(stream), 30)  # the stream passed both
+    for _ in range(100):                        # the drain that took the cancelled calls may still run
+        if cuda_reclaim.stats()["calls_outstanding"] == 0:
+            break
+        await asyncio.sleep(0.01)
+cuda_reclaim.set_auto_drain("thread")
+run(main, {factory})
+gc.collect()
+assert ran == [], "a cancelled call never runs"
+assert refs[0]() is None, "its references went once CUDA handed the call back"
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 2 and s["calls_run"] == 1 and s["calls_outstanding"] == 0, s
+print("clean")
+"""
+    )
+    assert "Task exception was never retrieved" not in result.stderr, result.stderr
+    assert "exception calling callback" not in result.stderr, result.stderr
+
+
+def test_a_call_that_completes_after_its_loop_closed_is_dropped_quietly():
+    result = fake_cuda.run(
+        SETUP
+        + """
+stream = 0x9400
+cuda_reclaim.set_auto_drain("thread")
+fake.fake_cuda_stream_hold(stream, 1)
+async def main():
+    asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, int, 7))
+    await asyncio.sleep(0)
+run(main, asyncio.new_event_loop)                 # closes the loop with the await pending
+fake.fake_cuda_stream_hold(stream, 0)
+wait_until(lambda: cuda_reclaim.stats()["calls_run"] == 1)
+print("done")
+"""
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_after_close_an_await_is_cancelled():
+    fake_cuda.run(
+        SETUP
+        + """
+cuda_reclaim.close()
+async def main():
+    try:
+        await reclaim_asyncio.stream_reached(0x9500)
+    except asyncio.CancelledError:
+        return "cancelled"
+assert run(main, asyncio.new_event_loop) == "cancelled"
+assert cuda_reclaim.stats()["attached_to_cuda"] == 0
+"""
+    )
+
+
+def test_with_the_automatic_drain_off_the_first_await_installs_the_loops_drain():
+    fake_cuda.run(
+        SETUP
+        + """
+async def main():
+    loop = asyncio.get_running_loop()
+    assert reclaim_asyncio._installed.get(loop) is None
+    await asyncio.wait_for(reclaim_asyncio.stream_reached(0x9600), 30)
+    handle = reclaim_asyncio._installed.get(loop)
+    assert handle is not None and handle.mode == "reader" and handle.drained >= 1
+    from cuda_reclaim import _auto
+    assert not _auto.is_thread_running()
+run(main, asyncio.new_event_loop)
+"""
+    )
+
+
+def find_example():
+    """examples/callbacks_asyncio.py, from the repository (or Bazel's runfiles) layout or the GPU bundle's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "..", "..", "examples"), os.path.join(here, "..", "examples")):
+        path = os.path.normpath(os.path.join(candidate, "callbacks_asyncio.py"))
+        if os.path.exists(path):
+            return path
+    pytest.skip("examples/callbacks_asyncio.py is not next to the tests")
+
+
+def test_the_asyncio_example_says_there_is_no_gpu_and_exits_0():
+    from conftest import run_child_script
+
+    result = run_child_script(find_example(), env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"})
+    if "No GPU present" not in result.stdout:
+        pytest.skip("a GPU is present: the example runs for real in test_gpu_callbacks.py")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
