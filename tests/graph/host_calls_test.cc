@@ -47,7 +47,7 @@ class HostCallsTest : public ::testing::Test {
 
   std::vector<void*> drain() {
     Released released;
-    global_queue().drain(&Released::record, &released);
+    own_process_queue()->drain(&Released::record, &released);
     return released.items;
   }
 

@@ -251,7 +251,7 @@ TEST_F(KeepAliveTest, ReportHookAddsWhatCudaStillHoldsBeforeTheLawsVerdict) {
   CUgraph graph = fake_.graph_create();
   ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
   char line[512];
-  const std::string report(line, format_report(global_queue().snapshot(), line, sizeof line));
+  const std::string report(line, format_report(own_process_queue()->snapshot(), line, sizeof line));
   const GraphCounters now = graph_counters();
   const std::string fields = " attached_to_cuda=" + std::to_string(now.attached_to_cuda) +
                              " handed_back_by_cuda=" + std::to_string(now.handed_back_by_cuda) +
