@@ -226,7 +226,7 @@ class Bench:
             events.append((before, after))
         last = events[-1][1]
         python = variant != "native"
-        self.wait(mode, lambda: last.is_done() and (not python or all(r is not None for r in ran)))
+        self.wait(mode, lambda: last.is_done and (not python or all(r is not None for r in ran)))
         stream.sync()
         stalls = [after - before for before, after in events]
         total = events[-1][1] - events[0][0]
@@ -252,7 +252,7 @@ class Bench:
             self.native(stream, ctypes.addressof(after) + 8 * i)
         done = stream.record()
         python = variant != "native"
-        self.wait(mode, lambda: done.is_done() and (not python or all(r is not None for r in ran)))
+        self.wait(mode, lambda: done.is_done and (not python or all(r is not None for r in ran)))
         stream.sync()
         occupancy = [after[i] - before[i] for i in range(n)]
         latency = [ran[i] - before[i] for i in range(n)] if python else []
@@ -284,7 +284,7 @@ class Bench:
         end_first = first.record()
         last = events[-1][1]
         python = first_variant not in ("none", "native")
-        self.wait("busy", lambda: last.is_done() and end_first.is_done()
+        self.wait("busy", lambda: last.is_done and end_first.is_done
                   and (not python or all(r is not None for r in ran)))
         first.sync()
         second.sync()

@@ -105,7 +105,7 @@ def test_the_call_runs_after_the_kernel_in_a_drain_never_on_cudas_thread(device,
     cuda_has_run_host_functions_since(device)
     assert not future.done(), "behind the 1 s kernel"
     assert future.result(timeout=30) == 42
-    assert kernel_done.is_done(), "the call ran after the work before it"
+    assert kernel_done.is_done, "the call ran after the work before it"
     cuda_thread = _reclaim._source_stats()["last_host_function_thread"]
     print(f"host function on {cuda_thread:#x}; call ran on {ran_on[0]:#x}")
     assert cuda_thread not in (0, threading.main_thread().ident)
@@ -208,7 +208,7 @@ def test_asyncio_awaits_a_stream_point(device, spin, loop_kind, mode):
         started = loop.time()
         await asyncio.wait_for(reclaim_asyncio.stream_reached(stream), 30)
         waited = loop.time() - started
-        assert kernel_done.is_done(), "resumed only once the stream had passed the kernel"
+        assert kernel_done.is_done, "resumed only once the stream had passed the kernel"
         order = []
 
         async def one(i):
