@@ -65,7 +65,8 @@ def set_auto_drain(mode):
     ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
     Returns the previous mode. Switching away from ``"thread"`` stops the drain thread and, unless called
-    on that thread (from a finalizer it runs), waits for it to finish the release in progress.
+    on that thread or from a finalizer that interrupted cuda_reclaim on this one, waits for it to finish
+    the release in progress.
     Safe from a finalizer, on any thread.
     """
     global _mode
@@ -139,13 +140,18 @@ def _retire_locked():
 
 
 def _join_retired(limit=None):
-    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them).
+    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
+    neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
+    main-thread drain of CPython 3.13+ runs between any two bytecodes, e.g. inside note_handover()), and
+    the thread it would join may be waiting for _lock in a finalizer of its own.
 
     With `limit` (seconds), give up after that long: a thread still inside a finalizer stays retired and
     is joined by a later call. Returns True when none is left.
     """
     if _on_drain_thread():
         return True
+    if _lock._is_owned():  # RLock's own test, the one threading.Condition uses
+        return not _retired
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         with _lock:
