@@ -39,6 +39,34 @@ def run_child(code, *, env=None, timeout=60, args=()):
     return _run([*args, "-c", textwrap.dedent(code)], env, timeout)
 
 
+def gpu_device_or_reason():
+    """(a current cuda.core Device, None), or (None, why there is no usable GPU)."""
+    from cuda_reclaim import _reclaim
+
+    info = _reclaim._driver_info()
+    if info["status"] != "ok":
+        return None, f"no usable CUDA driver: {info['message']}"
+    try:
+        from cuda.core import Device
+    except ImportError as error:
+        return None, f"cuda.core is not installed: {error}"
+    try:
+        device = Device()
+        device.set_current()
+    except Exception as error:  # noqa: BLE001 - any driver failure means no usable GPU
+        return None, f"no usable GPU: {error!r}"
+    return device, None
+
+
+@pytest.fixture(scope="module")
+def device():
+    """The GPU for the tests marked gpu; skips them, saying why, where there is none."""
+    found, reason = gpu_device_or_reason()
+    if found is None:
+        pytest.skip(reason)
+    return found
+
+
 @pytest.fixture
 def drained():
     """Start and end a test with nothing queued and the auto drain off (restored afterwards)."""

@@ -27,30 +27,6 @@ pytestmark = pytest.mark.gpu
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")
 
 
-def _gpu_or_reason():
-    info = _reclaim._driver_info()
-    if info["status"] != "ok":
-        return None, f"no usable CUDA driver: {info['message']}"
-    try:
-        from cuda.core import Device
-    except ImportError as error:
-        return None, f"cuda.core is not installed: {error}"
-    try:
-        device = Device()
-        device.set_current()
-    except Exception as error:  # noqa: BLE001 - any driver failure means no usable GPU
-        return None, f"no usable GPU: {error!r}"
-    return device, None
-
-
-@pytest.fixture(scope="module")
-def device():
-    found, reason = _gpu_or_reason()
-    if found is None:
-        pytest.skip(reason)
-    return found
-
-
 @pytest.fixture(scope="module")
 def spin(device):
     from cuda.core import Program, ProgramOptions
