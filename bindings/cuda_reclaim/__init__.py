@@ -102,7 +102,7 @@ def close():
     """Close the queue and release everything queued before the close; later hand-overs are counted as
     ``leaked_after_close`` and never touched. Idempotent.
 
-    Stops the automatic drain for good first (waiting for the drain thread's release in progress, unless
+    Stops the automatic drain for good first (waiting up to 2 s for the drain thread's release in progress, unless
     called on that thread). The close comes before the final drain so that a reference handed over while
     it runs ends in exactly one place: queued before the close (released here) or after (counted).
     Returns the number of references released by this call. The atexit hook calls it for you.

@@ -65,8 +65,8 @@ def set_auto_drain(mode):
     ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
     Returns the previous mode. Switching away from ``"thread"`` stops the drain thread and, unless called
-    on that thread or from a finalizer that interrupted cuda_reclaim on this one, waits for it to finish
-    the release in progress.
+    on that thread or from a finalizer that interrupted cuda_reclaim on this one, waits (up to 2 s) for it
+    to finish the release in progress.
     Safe from a finalizer, on any thread.
     """
     global _mode
@@ -139,14 +139,22 @@ def _retire_locked():
     _worker = _thread = None
 
 
-def _join_retired(limit=None):
+# How long set_auto_drain() and close() wait for a stopped drain thread. A finalizer runs wherever the
+# interpreter happens to be, holding whatever that code holds (the import lock while a module imports, a
+# library's lock), and the drain thread may be waiting for exactly that (os.fork() waits for the import
+# lock): past the limit the caller goes on and the thread, already told to stop, leaves by itself when
+# its release returns; a later call joins it.
+_JOIN_LIMIT_SECONDS = 2.0
+
+
+def _join_retired(limit=_JOIN_LIMIT_SECONDS):
     """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
     neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
     main-thread drain of CPython 3.13+ runs between any two bytecodes, e.g. inside note_handover()), and
     the thread it would join may be waiting for _lock in a finalizer of its own.
 
-    With `limit` (seconds), give up after that long: a thread still inside a finalizer stays retired and
-    is joined by a later call. Returns True when none is left.
+    Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
+    retired and is joined by a later call. Returns True when none is left.
     """
     if _on_drain_thread():
         return True
