@@ -25,12 +25,26 @@ __attribute__((constructor)) void install_report_fields() { set_report_fields(fo
 
 }  // namespace
 
+namespace {
+
+// Re-reads snapshot attempts allow themselves while attaches or trampolines are in flight.
+constexpr int kSnapshotAttempts = 64;
+
+}  // namespace
+
 GraphCounters graph_counters() noexcept {
+  // A trampoline updates two counters (handed back, then held) and an attach two more (held, then
+  // attached): a reader between the two would see the law broken by one, though nothing is. Re-read until
+  // the law holds; bounded, so it never blocks (under a storm of trampolines the last read stands). The
+  // exit report is taken while CUDA's thread may still be running trampolines.
   GraphCounters counters;
+  for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
 #define RECLAIM_GRAPH_COUNTER_LOAD(name, in_report, meaning) \
-  counters.name = g_##name.load(std::memory_order_relaxed);
-  RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_LOAD)
+  counters.name = g_##name.load(std::memory_order_seq_cst);
+    RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_LOAD)
 #undef RECLAIM_GRAPH_COUNTER_LOAD
+    if (counters.attached_to_cuda == counters.handed_back_by_cuda + counters.held_by_cuda) break;
+  }
   return counters;
 }
 

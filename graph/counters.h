@@ -40,7 +40,9 @@ struct GraphCounters {
 #undef RECLAIM_GRAPH_COUNTER_FIELD
 };
 
-// A copy of every counter of the table (relaxed loads; consistent at quiescence).
+// A copy of every counter of the table, re-read (a bounded number of times) until the hold law holds, so
+// that a snapshot taken while trampolines run (the exit report) does not catch one between its two
+// updates; exact at quiescence.
 // Any thread; never touches Python; never blocks.
 GraphCounters graph_counters() noexcept;
 
