@@ -51,8 +51,11 @@ def assert_clean_exit(result, last_line="done"):
 def test_finalizer_on_the_drain_thread_hands_over_while_the_thread_is_stopped(ending, count):
     script = "reliability_hand_over_while_stopping.py"
     report = assert_clean_exit(run_scenario_script(script, ending, str(count), env={"CUDA_RECLAIM_REPORT": "1"}))
-    # Every Parent and every Child it handed over before the close was released.
-    assert report["released"] == 2 * count
+    # Every Parent was handed over before the close, so each was released (by the drain thread or by the
+    # close itself); each Child was either released too, or handed over by a finalizer that the close's
+    # own final drain ran, after the close, and then counted as leaked: exactly one of the two.
+    assert report["released"] >= count
+    assert report["released"] + report["leaked_after_close"] == 2 * count
 
 
 def test_finalizer_on_the_drain_thread_toggles_keeps_alive_and_closes_while_exiting():

@@ -57,7 +57,10 @@ class Actor:
         elif action == "close":
             cuda_reclaim.close()
         elif action == "fork":
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except RuntimeError:  # "can't fork at interpreter shutdown": a daemon thread's finalizer, late
+                return
             if pid == 0:
                 os._exit(0 if law_holds(cuda_reclaim.stats()) else 7)
             _, status = os.waitpid(pid, 0)
