@@ -26,20 +26,6 @@ using python_compat::restore_exception;
 using python_compat::save_exception;
 using python_compat::SavedException;
 
-// Set (exchange, acq_rel) by the drain loop when it schedules the main-thread drain; cleared (release) by
-// that drain when it runs, or at once if scheduling failed. Coalesces: at most one call in CPython's queue.
-std::atomic<bool> g_main_thread_drain_scheduled{false};
-
-// Budget of one main-thread drain: bounded so the main thread is interrupted briefly; the drain thread
-// releases the rest.
-constexpr std::size_t kMainThreadDrainBudget = 4096;
-
-[[maybe_unused]] int main_thread_drain(void*) {
-  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
-  (void)drain_safely(kMainThreadDrainBudget);
-  return 0;
-}
-
 }  // namespace
 
 namespace {
@@ -78,19 +64,6 @@ Py_ssize_t close_safely() {
   cancel_outstanding_calls();
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
-}
-
-void nudge_main_thread() noexcept {
-#if PY_VERSION_HEX >= 0x030D0000
-  if (g_main_thread_drain_scheduled.exchange(true, std::memory_order_acq_rel)) return;
-  if (Py_AddPendingCall(main_thread_drain, nullptr) != 0) {
-    g_main_thread_drain_scheduled.store(false, std::memory_order_release);  // queue full: drain thread only
-  }
-#endif
-}
-
-void forget_main_thread_drain_after_fork() noexcept {
-  g_main_thread_drain_scheduled.store(false, std::memory_order_release);
 }
 
 }  // namespace reclaim_bindings

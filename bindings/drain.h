@@ -42,17 +42,6 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger = false);
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 
-// CPython 3.13+: schedules one bounded drain on the main thread (Py_AddPendingCall), coalesced so that at
-// most one is queued; earlier versions: nothing (a pending call added from another thread does not
-// reliably interrupt a busy main thread there). Called by the drain loop when work arrives, so a main
-// thread busy in bytecode releases within microseconds instead of after the GIL switch interval.
-// Any thread; needs no thread state; never blocks. Never called from the producer path.
-void nudge_main_thread() noexcept;
-
-// Forgets a main-thread drain scheduled in the parent (the child's pending-call queue does not have it).
-// Fork child only; not thread-safe.
-void forget_main_thread_drain_after_fork() noexcept;
-
 // Adds the DrainWorker type (the automatic drain loop) to the module. Returns 0, or -1 with an exception.
 // Requires an attached thread state (GIL).
 int add_drain_worker_type(PyObject* module);

@@ -4,7 +4,9 @@
 // owns the lifecycle, this file owns the protocol):
 //
 //   wait   — GIL released, poll(2) on the queue's wake-up fd, the queue's closed fd and this worker's own
-//            stop fd; on CPython 3.13+ a wake-up for work also schedules one main-thread drain;
+//            stop fd. (No main-thread drain through Py_AddPendingCall: a pending call runs between any two
+//            bytecodes, also inside threading's own locked sections, and a finalizer that sets an Event
+//            while the main thread waits on it deadlocks the main thread with itself.)
 //   drain  — release everything queued, keeping the wake-up signal set (linger) when it found work, so
 //            producers on CUDA's thread skip the eventfd write while traffic continues;
 //   linger — sleep kLingerMilliseconds on the stop fd (GIL released), then drain again; the first drain
@@ -93,7 +95,6 @@ PyObject* worker_run(PyObject* object, PyObject*) {
     bool woke;
     Py_BEGIN_ALLOW_THREADS
     woke = queue().wait_for_work_or(self->stop_fd, -1);
-    if (woke && !stopping(self) && queue().maybe_pending()) nudge_main_thread();
     Py_END_ALLOW_THREADS
     if (!woke || stopping(self)) continue;  // EINTR, or stopped: the loop condition decides
     // Drain while work keeps arriving; the first drain that finds nothing settles the signal (also a

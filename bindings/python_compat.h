@@ -3,8 +3,7 @@
 // Every PY_VERSION_HEX test of our C++ code about which C API to call lives here, so that moving the
 // oldest supported version or adding a new one is one edit. (The capsule's public C header,
 // cuda_reclaim/cuda_reclaim.h, stays self-contained for other projects and keeps its own test; module
-// slots that exist only on newer versions stay next to the slot table, and the 3.13+ main-thread nudge
-// next to its reason in drain.cc.)
+// slots that exist only on newer versions stay next to the slot table.)
 //
 // Header-only, C++; include after <Python.h>.
 
