@@ -150,8 +150,8 @@ _JOIN_LIMIT_SECONDS = 2.0
 def _join_retired(limit=_JOIN_LIMIT_SECONDS):
     """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
     neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
-    main-thread drain of CPython 3.13+ runs between any two bytecodes, e.g. inside note_handover()), and
-    the thread it would join may be waiting for _lock in a finalizer of its own.
+    garbage collector runs finalizers at any allocation, e.g. inside note_handover()), and the thread it
+    would join may be waiting for _lock in a finalizer of its own.
 
     Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
     retired and is joined by a later call. Returns True when none is left.
