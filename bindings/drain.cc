@@ -2,8 +2,6 @@
 
 #include "bindings/drain.h"
 
-#include <atomic>
-
 #include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
 
@@ -26,9 +24,6 @@ using python_compat::restore_exception;
 using python_compat::save_exception;
 using python_compat::SavedException;
 
-}  // namespace
-
-namespace {
 // Set once by bind_queue() at module init (the GIL serializes it); never changes afterwards.
 reclaim::ReclaimQueue* g_queue = nullptr;
 }  // namespace
