@@ -1,6 +1,11 @@
-// cleanup/queue_storage.h — private to //cleanup: what a ReclaimQueue stores its pointers in. The
-// moodycamel queue and the fixed set of producer slots in front of it (see reclaim_queue.h's header
-// comment for why slots). Replaced, never freed, after fork (ReclaimQueue::reset_after_fork_in_child).
+// cleanup/queue_storage.h — private to //cleanup: where a ReclaimQueue keeps its pointers.
+//
+// Two parts with different lifetimes:
+//   - ProducerSlot: the queue's fixed set of producer slots (see reclaim_queue.h for why slots). A slot
+//     lives as long as its queue, and carries the push counters of the pushes made through it, so that
+//     the steady-state push touches one cache line that no other thread writes.
+//   - QueueStorage: the moodycamel queue itself. Replaced by trim() (the old one is freed once no thread can
+//     reach it) and by the fork reset (the old one is abandoned, never freed).
 #pragma once
 
 #include <pthread.h>
@@ -36,80 +41,88 @@ struct QueueTraits : moodycamel::ConcurrentQueueDefaultTraits {
 
 using PointerQueue = moodycamel::ConcurrentQueue<void*, QueueTraits>;
 
+struct QueueStorage {
+  explicit QueueStorage(std::size_t reserved_capacity) : queue(reserved_capacity) {}
+  PointerQueue queue;
+};
 
-// Where a thread starts looking for a free producer slot: a hash of its pthread handle, so that a thread
-// keeps finding the same slot (its producer stays warm) and concurrent threads spread out. No
-// thread-local storage: a thread's first TLS access in a dlopen'ed library may allocate.
-inline std::size_t preferred_slot(std::size_t slot_count) noexcept {
+// Where a thread starts looking for a free producer slot: a hash of its thread pointer (the address of
+// its thread control block, unique among live threads; what pthread_self() returns on glibc, without the
+// call), so that a thread keeps finding the same slot (its producer stays warm) and concurrent threads
+// spread out. No thread-local storage: a thread's first TLS access in a dlopen'ed library may allocate.
+// `mask` is the slot count minus one (the count is a power of two: a mask, not a division).
+inline std::size_t preferred_slot(std::size_t mask) noexcept {
+#if !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
+  std::uint64_t h = reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
+#else
   std::uint64_t h = static_cast<std::uint64_t>(::pthread_self());
+#endif
   h ^= h >> 33;
   h *= 0xff51afd7ed558ccdULL;
   h ^= h >> 33;
-  return static_cast<std::size_t>(h % slot_count);
+  return static_cast<std::size_t>(h) & mask;
 }
 
+// Adds one to a counter that only the holder of its slot writes: a plain load and store, no
+// read-modify-write (readers only ever load it).
+inline void bump(std::atomic<std::uint64_t>& counter) noexcept {
+  counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 
-// One producer slot: a moodycamel explicit producer that at most one thread uses at a time.
+// One producer slot: a moodycamel explicit producer that at most one thread uses at a time, and the
+// counters of the pushes made through it. Cache-line aligned: a pushing thread owns the line.
 struct alignas(64) ProducerSlot {
-  // Taken with exchange(acquire) by a pushing thread, given back with store(release) after its enqueue:
+  // Taken with exchange(seq_cst) by a pushing thread, given back with store(release) after its enqueue:
   // the next holder sees the producer exactly as the last one left it (explicit producers are
-  // single-threaded).
+  // single-threaded). The exchange is also the push's one full barrier: close(), trim() and the drain
+  // that clears the wake-up signal read `held` after their own seq_cst store, so either they see the
+  // slot held (and wait for it, or re-arm) or the pushing thread sees their store (see reclaim_queue.cc).
   std::atomic<bool> held{false};
-  // Written only by the thread holding `held`: the token is created on the slot's first use.
-  bool has_token = false;
-  // Set (relaxed) once the slot's producer exists; read by producer_use() for diagnostics.
-  std::atomic<bool> used{false};
+  // Pushes through this slot admitted while the queue was open (queued or rejected), counted before
+  // the enqueue; and pushes that found the queue closed. Written only by the holder (bump), read by
+  // snapshot(), close() and the fork reset.
+  std::atomic<std::uint64_t> admitted{0};
+  std::atomic<std::uint64_t> leaked{0};
+  // The storage whose queue this slot's token (producer) belongs to; null: no token. Written only by the
+  // holder (or by trim() while it holds the slot, or by the fork reset); read by producer_use().
+  std::atomic<QueueStorage*> token_owner{nullptr};
   alignas(moodycamel::ProducerToken) unsigned char token_bytes[sizeof(moodycamel::ProducerToken)];
 
   moodycamel::ProducerToken& token() noexcept {
     return *std::launder(reinterpret_cast<moodycamel::ProducerToken*>(token_bytes));
   }
-};
 
-struct ReclaimQueue::Storage {
-  Storage(std::size_t reserved_capacity, ProducerSlot* slot_array, std::size_t count)
-      : queue(reserved_capacity), slots(slot_array), slot_count(count) {}
-  // Tokens go before the queue that owns their producers (tests destroy queues; production never does).
-  ~Storage() {
-    for (std::size_t i = 0; i < slot_count; ++i) {
-      if (slots[i].has_token) slots[i].token().~ProducerToken();
-      slots[i].~ProducerSlot();
-    }
-    std::free(slots);
+  // Makes this slot's producer one of `storage`'s (creating it on first use, or after a trim replaced
+  // the storage). False when the producer cannot be allocated (the push is then rejected; a later one
+  // tries again). Only the holder calls it; `storage` and the slot's previous owner are both alive.
+  bool bind_to(QueueStorage* storage) noexcept {
+    if (token_owner.load(std::memory_order_relaxed) == storage) return true;
+    return rebind_to(storage);
   }
 
-  // Stores `item` through a free producer slot; false when storage could not grow (allocation failure).
-  bool enqueue(void* item) noexcept {
-    const std::size_t start = preferred_slot(slot_count);
-    for (std::size_t probe = 0; probe < slot_count; ++probe) {
-      ProducerSlot& slot = slots[(start + probe) % slot_count];
-      if (slot.held.load(std::memory_order_relaxed) || slot.held.exchange(true, std::memory_order_acquire)) {
-        continue;
-      }
-      bool stored = false;
-      if (!slot.has_token) {
-        auto* token = new (slot.token_bytes) moodycamel::ProducerToken(queue);
-        if (token->valid()) {
-          slot.has_token = true;
-          slot.used.store(true, std::memory_order_relaxed);
-        } else {
-          token->~ProducerToken();  // out of memory: this push is rejected; a later one tries again
-        }
-      }
-      if (slot.has_token) stored = queue.enqueue(slot.token(), item);
-      slot.held.store(false, std::memory_order_release);
-      return stored;
+  // bind_to()'s rare path, out of line: first use, or the storage was replaced.
+  __attribute__((noinline)) bool rebind_to(QueueStorage* storage) noexcept {
+    QueueStorage* owner = token_owner.load(std::memory_order_relaxed);
+    if (owner != nullptr) token().~ProducerToken();  // its queue is still alive: trim() frees it later
+    token_owner.store(nullptr, std::memory_order_relaxed);
+    auto* fresh = new (token_bytes) moodycamel::ProducerToken(storage->queue);
+    if (!fresh->valid()) {
+      fresh->~ProducerToken();
+      return false;
     }
-    // Every slot is held at this instant: this thread's own implicit producer (created once per such
-    // thread). Never waits for a slot: a holder may be preempted, and push() must not block.
-    overflow_pushes.fetch_add(1, std::memory_order_relaxed);
-    return queue.enqueue(item);
+    token_owner.store(storage, std::memory_order_relaxed);
+    return true;
   }
 
-  PointerQueue queue;
-  ProducerSlot* const slots;
-  const std::size_t slot_count;
-  std::atomic<std::uint64_t> overflow_pushes{0};  // relaxed; pushes that found every slot held
+  // Drops the token without touching the queue it belongs to (the fork reset: that queue is abandoned).
+  void forget_token() noexcept { token_owner.store(nullptr, std::memory_order_relaxed); }
+
+  // Destroys the token if it belongs to `storage` (before `storage` is freed). Holder only.
+  void unbind_from(const QueueStorage* storage) noexcept {
+    if (token_owner.load(std::memory_order_relaxed) != storage) return;
+    token().~ProducerToken();
+    token_owner.store(nullptr, std::memory_order_relaxed);
+  }
 };
 
 }  // namespace reclaim

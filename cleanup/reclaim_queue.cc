@@ -3,6 +3,7 @@
 #include "cleanup/reclaim_queue.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -24,7 +25,7 @@ namespace reclaim {
 namespace {
 
 // Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
-constexpr std::size_t kDrainBatch = 128;
+constexpr std::size_t kDrainBatch = 256;
 
 // Re-reads snapshot() allows itself while pushes are in flight.
 constexpr int kSnapshotAttempts = 64;
@@ -56,64 +57,180 @@ void set_queue_allocator_for_testing(AllocateFn allocate) noexcept {
   g_allocate.store(allocate, std::memory_order_relaxed);
 }
 
-ReclaimQueue::Storage* ReclaimQueue::make_storage(const QueueOptions& options) noexcept {
+// A drain, close or counter read inside the storage: counted in readers_, so that trim() never frees a
+// storage someone is reading. Waits (yielding) while a trim replaces it: a trim runs no callback and its
+// only wait is for a producer slot's holder, who never blocks, so the wait is short.
+struct StorageReader {
+  explicit StorageReader(const ReclaimQueue& queue) noexcept : readers(queue.readers_) {
+    for (;;) {
+      const std::uint64_t before = readers.fetch_add(1, std::memory_order_acquire);
+      if ((before & ReclaimQueue::kTrimming) == 0) return;
+      readers.fetch_sub(1, std::memory_order_relaxed);
+      while ((readers.load(std::memory_order_acquire) & ReclaimQueue::kTrimming) != 0) sched_yield();
+    }
+  }
+  ~StorageReader() { readers.fetch_sub(1, std::memory_order_release); }
+  StorageReader(const StorageReader&) = delete;
+  StorageReader& operator=(const StorageReader&) = delete;
+
+  std::atomic<std::uint64_t>& readers;
+};
+
+namespace {
+
+std::size_t round_up_to_power_of_two(std::size_t n) noexcept {
+  std::size_t p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// The output iterator of a bulk dequeue: stores each pointer into the batch and asks the CPU to fetch the
+// cache line it points to, so that the release action (which will touch it: Py_DECREF writes the object's
+// header) finds it there. The fetches overlap with the copy, whose own loads from the queue's blocks are
+// what a drain waits for; a batch of lines fits in the first-level cache. A prefetch never faults, and the
+// owner's pointers point at live objects.
+struct PrefetchingWriter {
+  // The batch's address as an integer, and an index: GCC lets a store of any pointer type alias any
+  // object of pointer type, so a `void**` member would be reloaded and re-stored around every pointer
+  // copied (moodycamel takes the iterator by reference); integers stay in registers.
+  std::uintptr_t batch_address;
+  std::size_t index;
+  PrefetchingWriter& operator*() noexcept { return *this; }
+  PrefetchingWriter& operator=(void* item) noexcept {
+    __builtin_prefetch(item, 1);
+    reinterpret_cast<void**>(batch_address)[index] = item;
+    return *this;
+  }
+  PrefetchingWriter& operator++() noexcept {
+    ++index;
+    return *this;
+  }
+  PrefetchingWriter operator++(int) noexcept {
+    PrefetchingWriter before = *this;
+    ++index;
+    return before;
+  }
+};
+
+// Takes up to `want` pointers off `queue` into `batch`; returns how many.
+std::size_t dequeue_batch(PointerQueue& queue, void** batch, std::size_t want) noexcept {
+  return queue.try_dequeue_bulk(PrefetchingWriter{reinterpret_cast<std::uintptr_t>(batch), 0}, want);
+}
+
+// Adapts a one-pointer release action to the batch form.
+struct EachItem {
+  ReleaseFn release;
+  void* context;
+};
+
+void release_each(ReleaseBatch* batch, void* context) {
+  const EachItem* each = static_cast<const EachItem*>(context);
+  while (batch->next < batch->count) {
+    void* item = batch->items[batch->next++];
+    each->release(item, each->context);
+  }
+}
+
+}  // namespace
+
+ReclaimQueue::Storage* ReclaimQueue::make_storage(std::size_t reserved_capacity) noexcept {
   // Construction allocates the block pool through QueueTraits::malloc (std::malloc in production); a
   // queue that cannot reserve at start-up is not worth running with.
-  const std::size_t slot_count = options.producer_slots == 0 ? 1 : options.producer_slots;
-  // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
-  void* slot_memory = nullptr;
-  if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * slot_count) != 0) {
-    slot_memory = nullptr;
-  }
   void* memory = std::malloc(sizeof(Storage));
-  if (memory == nullptr || slot_memory == nullptr) die("cannot allocate the reclaim queue");
-  auto* slots = static_cast<ProducerSlot*>(slot_memory);
-  for (std::size_t i = 0; i < slot_count; ++i) new (&slots[i]) ProducerSlot();
-  return new (memory) Storage(options.reserved_capacity, slots, slot_count);
+  if (memory == nullptr) die("cannot allocate the reclaim queue");
+  return new (memory) Storage(reserved_capacity);
 }
 
 ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
-    : storage_(make_storage(options)),
+    : storage_(make_storage(options.reserved_capacity)),
       options_(options),
+      slots_(nullptr),
+      slot_mask_(round_up_to_power_of_two(options.producer_slots == 0 ? 1 : options.producer_slots) - 1),
       wakeup_fd_(make_eventfd()),
-      closed_fd_(make_eventfd()) {}
+      closed_fd_(make_eventfd()) {
+  // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
+  void* slot_memory = nullptr;
+  if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * (slot_mask_ + 1)) != 0) {
+    die("cannot allocate the reclaim queue's producer slots");
+  }
+  slots_ = static_cast<ProducerSlot*>(slot_memory);
+  for (std::size_t i = 0; i <= slot_mask_; ++i) new (&slots_[i]) ProducerSlot();
+}
 
 ReclaimQueue::~ReclaimQueue() {
-  storage_->~Storage();
-  std::free(storage_);
+  Storage* storage = storage_.load(std::memory_order_relaxed);
+  // Tokens go before the queue that owns their producers.
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    slots_[i].unbind_from(storage);
+    slots_[i].~ProducerSlot();
+  }
+  std::free(slots_);
+  storage->~Storage();
+  std::free(storage);
   ::close(wakeup_fd_);
   ::close(closed_fd_);
 }
 
-PushStatus ReclaimQueue::push(void* item) noexcept {
-  if (item == nullptr) return PushStatus::kInvalidArgument;
-
-  const std::uint64_t admission = push_admissions_.fetch_add(1, std::memory_order_seq_cst);
-  if ((admission & kClosedBit) != 0) {
-    // Counted by the admission itself (see leaked_in()), and not as a completion: close() waits for the
-    // pushes admitted before it, and a late push finishing first must not stand in for one of them.
+// Inlined into push(): the steady-state path is one function.
+__attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_slot(ProducerSlot& slot, void* item) noexcept {
+  // Everything below is ordered after the slot exchange (seq_cst). A close() or trim() that stored before
+  // it is seen here; one that stores after it finds the slot held and waits for it to be given back.
+  if ((push_admissions_.load(std::memory_order_seq_cst) & kClosedBit) != 0) {
+    bump(slot.leaked);
+    slot.held.store(false, std::memory_order_release);
     return PushStatus::kLeakedAfterClose;
   }
-  PushStatus status;
-  if (storage_->enqueue(item)) {
-    status = PushStatus::kQueued;
-  } else {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    status = PushStatus::kRejected;
-  }
-  // Release: close() acquires this count and must then see the item in the queue.
-  push_completions_.fetch_add(1, std::memory_order_release);
-
-  if (status == PushStatus::kQueued) signal_edge();
-  return status;
+  // Read before the enqueue: a drain that clears the signal after this load finds the slot held or the
+  // item (it reads `held` and then the queue after its store), and re-arms the signal itself.
+  const bool already_signaled = signaled_.load(std::memory_order_seq_cst);
+  Storage* storage = storage_.load(std::memory_order_seq_cst);
+  // Counted before the enqueue (like an admission): a drain can never release an item not yet counted.
+  bump(slot.admitted);
+  const bool stored = slot.bind_to(storage) && storage->queue.enqueue(slot.token(), item);
+  if (!stored) rejected_.fetch_add(1, std::memory_order_relaxed);
+  // Release: whoever sees the slot free (close, trim, a clearing drain) also sees the item and counters.
+  slot.held.store(false, std::memory_order_release);
+  if (!stored) return PushStatus::kRejected;
+  if (!already_signaled) raise_signal();
+  return PushStatus::kQueued;
 }
 
-void ReclaimQueue::signal_edge() noexcept {
-  // Pairs with the fence in clear_signal_if_empty(): either we see signaled_ == false (and write), or
-  // the drain that cleared it sees our item and signals again.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (signaled_.load(std::memory_order_relaxed)) return;  // common case: already readable, no RMW.
-  if (signaled_.exchange(true, std::memory_order_acq_rel)) return;
+PushStatus ReclaimQueue::push(void* item) noexcept {
+  if (item == nullptr) return PushStatus::kInvalidArgument;
+  const std::size_t start = preferred_slot(slot_mask_);
+  for (std::size_t probe = 0; probe <= slot_mask_; ++probe) {
+    ProducerSlot& slot = slots_[(start + probe) & slot_mask_];
+    // No load before the exchange: the preferred slot is almost always free, and a load of the line the
+    // previous push just stored to only adds a stall before the exchange that must come anyway.
+    if (slot.held.exchange(true, std::memory_order_seq_cst)) continue;
+    return push_through_slot(slot, item);
+  }
+  // Every slot is held at this instant. Never waits for a slot: a holder may be preempted, and push()
+  // must not block.
+  return push_overflow(item);
+}
+
+PushStatus ReclaimQueue::push_overflow(void* item) noexcept {
+  overflow_pushes_.fetch_add(1, std::memory_order_relaxed);
+  // The admission plays the part of the slot exchange: close() and trim() wait for the admitted ones.
+  const std::uint64_t admission = push_admissions_.fetch_add(1, std::memory_order_seq_cst);
+  if ((admission & kClosedBit) != 0) {
+    // Counted by the admission itself (overflow_leaked_in()), and not as a completion: close() waits for
+    // the pushes admitted before it, and a late push finishing first must not stand in for one of them.
+    return PushStatus::kLeakedAfterClose;
+  }
+  const bool already_signaled = signaled_.load(std::memory_order_seq_cst);
+  // This thread's own implicit producer (created once per such thread).
+  const bool stored = storage_.load(std::memory_order_seq_cst)->queue.enqueue(item);
+  if (!stored) rejected_.fetch_add(1, std::memory_order_relaxed);
+  push_completions_.fetch_add(1, std::memory_order_release);
+  if (!stored) return PushStatus::kRejected;
+  if (!already_signaled) raise_signal();
+  return PushStatus::kQueued;
+}
+
+void ReclaimQueue::raise_signal() noexcept {
+  if (signaled_.exchange(true, std::memory_order_acq_rel)) return;  // another push won the edge
   const std::uint64_t one = 1;
   // An eventfd write of 1 cannot block unless the counter is near 2^64; EINTR cannot happen (non-blocking).
   if (::write(wakeup_fd_, &one, sizeof one) == sizeof one) {
@@ -129,60 +246,91 @@ void ReclaimQueue::notify() noexcept {
   }
 }
 
+bool ReclaimQueue::push_may_be_in_flight() const noexcept {
+  // A slot's `held` covers a push from before its signal check to after its enqueue.
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    if (slots_[i].held.load(std::memory_order_acquire)) return true;
+  }
+  const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
+  if ((admissions & kClosedBit) != 0) return false;  // closed: no drain needs a wake-up any more
+  return push_completions_.load(std::memory_order_acquire) != admissions;
+}
+
+std::size_t ReclaimQueue::stored_count() const noexcept {
+  std::size_t count = storage_.load(std::memory_order_seq_cst)->queue.size_approx();
+  const Storage* retired = retired_.load(std::memory_order_relaxed);
+  if (retired != nullptr) count += retired->queue.size_approx();
+  return count;
+}
+
 void ReclaimQueue::clear_signal_if_empty() noexcept {
-  if (storage_->queue.size_approx() != 0) return;  // still pending: stay readable.
+  if (stored_count() != 0) return;  // still pending: stay readable.
   clear_signal();
 }
 
 void ReclaimQueue::clear_signal() noexcept {
   std::uint64_t count;
   (void)::read(wakeup_fd_, &count, sizeof count);  // EAGAIN when already clear: fine.
-  signaled_.store(false, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  // A push that saw signaled_ == true just before we cleared it did not write; re-arm for it.
-  if (storage_->queue.size_approx() != 0) signal_edge();
+  signaled_.store(false, std::memory_order_seq_cst);
+  // A push that read signaled_ == true before the store above skipped its write: it still holds its slot
+  // (seen here) or its item is in the queue (seen below, after the acquire of its slot's release). Either
+  // way, re-arm for it.
+  if (push_may_be_in_flight() || stored_count() != 0) raise_signal();
 }
 
-void ReclaimQueue::end_linger() noexcept { clear_signal(); }
+void ReclaimQueue::end_linger() noexcept {
+  const StorageReader reader(*this);
+  clear_signal();
+}
 
 void ReclaimQueue::note_pending(std::uint64_t seen) const noexcept {
   std::uint64_t highest = max_pending_.load(std::memory_order_relaxed);
   while (seen > highest &&
          !max_pending_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
   }
+  highest = pending_since_trim_.load(std::memory_order_relaxed);
+  while (seen > highest &&
+         !pending_since_trim_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
+  }
 }
 
 void ReclaimQueue::linger_if_empty() noexcept {
-  if (storage_->queue.size_approx() != 0) return;  // still pending: stay readable.
+  if (stored_count() != 0) return;  // still pending: stay readable.
   // The fd stops being readable (an event loop watching it goes quiet), but signaled_ stays true, so
   // pushes skip the write until the lingering caller's next drain clears it as usual.
   std::uint64_t count;
   (void)::read(wakeup_fd_, &count, sizeof count);
 }
 
-std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::size_t max_items,
+std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std::size_t max_items,
                                       bool linger) {
-  note_pending(storage_->queue.size_approx());
+  // The caller is a reader: neither storage changes until it leaves. A storage a failed trim() retired is
+  // emptied first.
+  Storage* const retired = retired_.load(std::memory_order_relaxed);
+  PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
+  note_pending(stored_count());
   void* batch[kDrainBatch];
   std::size_t total = 0;
   while (total < max_items) {
     const std::size_t want = max_items - total < kDrainBatch ? max_items - total : kDrainBatch;
-    const std::size_t got = storage_->queue.try_dequeue_bulk(batch, want);
+    std::size_t got = retired != nullptr ? dequeue_batch(retired->queue, batch, want) : 0;
+    PointerQueue& queue = got != 0 ? retired->queue : current;
+    if (got == 0) got = dequeue_batch(current, batch, want);
     if (got == 0) break;
     // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
     // neither bucket for longer than the dequeue itself.
     released_.fetch_add(got, std::memory_order_relaxed);
     if (total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
     total += got;
-    std::size_t done = 0;
+    ReleaseBatch items{batch, got, 0};
     try {
-      for (; done < got; ++done) release(batch[done], context);
+      release(&items, context);
     } catch (...) {
       // The item being released counts as released (its owner's action ran); the rest are still ours.
-      const std::size_t rest = got - done - 1;
-      if (rest != 0 && storage_->queue.enqueue_bulk(batch + done + 1, rest)) {
+      const std::size_t rest = items.next < got ? got - items.next : 0;
+      if (rest != 0 && queue.enqueue_bulk(batch + items.next, rest)) {
         released_.fetch_sub(rest, std::memory_order_relaxed);
-        signal_edge();
+        raise_signal();
       }
       throw;
     }
@@ -195,23 +343,42 @@ std::size_t ReclaimQueue::release_all(ReleaseFn release, void* context, std::siz
   return total;
 }
 
-std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
+std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items) {
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signaled_.load(std::memory_order_acquire)) return 0;
+  const StorageReader reader(*this);
   return release_all(release, context, max_items, /*linger=*/false);
 }
 
-std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std::size_t max_items) {
+std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items) {
   if (!signaled_.load(std::memory_order_acquire)) return 0;
+  const StorageReader reader(*this);
   return release_all(release, context, max_items, /*linger=*/true);
 }
 
-std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
-  // Sets the closed bit and publishes the admission count at that moment in one step (admitted_at_close_
-  // is stored before the CAS that releases it), so whoever sees the bit can derive the leaks from it.
-  // Closers take turns: otherwise a racing closer that lost the CAS could store its stale count into
-  // admitted_at_close_ after the winner's CAS. Owner side only; pushes never wait on this flag. A later
-  // closer that finds the bit set reads the first closer's count (published by the flag's release).
+std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
+  EachItem each{release, context};
+  return drain(release_each, &each, max_items);
+}
+
+std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std::size_t max_items) {
+  EachItem each{release, context};
+  return drain_and_linger(release_each, &each, max_items);
+}
+
+void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept {
+  // Pushes never block, so each wait is a few instructions unless the pushing thread was preempted.
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    while (slots_[i].held.load(std::memory_order_acquire)) sched_yield();
+  }
+  while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
+}
+
+std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context) {
+  // Sets the closed bit and publishes the slot-less admission count at that moment in one step
+  // (admitted_at_close_ is stored before the CAS that releases it). Closers take turns: otherwise a
+  // racing closer that lost the CAS could store its stale count into admitted_at_close_ after the
+  // winner's CAS. Owner side only; pushes never wait on this flag.
   while (closing_.test_and_set(std::memory_order_acquire)) sched_yield();
   std::uint64_t current = push_admissions_.load(std::memory_order_acquire);
   while ((current & kClosedBit) == 0) {
@@ -221,23 +388,111 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
       break;
     }
   }
-  // Only pushes admitted while open complete (late ones are leaks), so wait for exactly those.
-  const std::uint64_t admitted = admitted_at_close_.load(std::memory_order_relaxed);
+  const std::uint64_t overflow_admitted = admitted_at_close_.load(std::memory_order_relaxed);
   closing_.clear(std::memory_order_release);
   // Wakes every waiter, now and later (never read): a drain(timeout) blocked on an open queue returns.
   const std::uint64_t one = 1;
   (void)!::write(closed_fd_, &one, sizeof one);
-  // Pushes admitted before the closed bit never block, so this wait is a few instructions unless their
-  // thread was preempted mid-push.
-  while (push_completions_.load(std::memory_order_acquire) < admitted) sched_yield();
-  return release != nullptr ? release_all(release, context, SIZE_MAX, /*linger=*/false) : 0;
+  // A push that took its slot before the bit was set may still be enqueueing; one that took it after
+  // sees the bit (its slot exchange and our CAS are both seq_cst) and only counts a leak. Wait for the
+  // first kind: after that, every push admitted while open is in the queue.
+  wait_for_pushes_in_flight(overflow_admitted);
+  if (release == nullptr) return 0;
+  const StorageReader reader(*this);
+  return release_all(release, context, SIZE_MAX, /*linger=*/false);
 }
 
-std::uint64_t ReclaimQueue::leaked_in(std::uint64_t admissions) const noexcept {
-  std::uint64_t leaked = leaked_before_reopen_.load(std::memory_order_relaxed);
+std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context) { return close_with(release, context); }
+
+std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
+  if (release == nullptr) return close_with(nullptr, nullptr);
+  EachItem each{release, context};
+  return close_with(release_each, &each);
+}
+
+void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr); }
+
+bool ReclaimQueue::trim_would_help() const noexcept {
+  if (pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity) return true;
+  note_pending(pending());  // a burst no drain has seen yet
+  return pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity;
+}
+
+bool ReclaimQueue::move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept {
+  void* batch[kDrainBatch];
+  for (std::size_t got; (got = dequeue_batch(from->queue, batch, kDrainBatch)) != 0;) {
+    if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
+      (void)from->queue.enqueue_bulk(batch, got);  // out of memory: back where it was (no new block)
+      return false;
+    }
+  }
+  return true;
+}
+
+void ReclaimQueue::free_storage(Storage* storage) noexcept {
+  storage->~Storage();
+  std::free(storage);
+}
+
+TrimStatus ReclaimQueue::trim() noexcept {
+  if (is_closed()) return TrimStatus::kNotNeeded;
+  if (retired_.load(std::memory_order_relaxed) == nullptr && !trim_would_help()) return TrimStatus::kNotNeeded;
+  // Only when no reader is in the storage (possibly this very thread, from a release action: waiting
+  // for it would wait forever) and no other trim runs.
+  std::uint64_t idle = 0;
+  if (!readers_.compare_exchange_strong(idle, kTrimming, std::memory_order_acquire,
+                                        std::memory_order_relaxed)) {
+    return TrimStatus::kBusy;
+  }
+  // Normally: a fresh storage replaces the current one, whose pending pointers move over. After a trim
+  // that ran out of memory while moving: the storage it retired is emptied into the current one.
+  Storage* source = retired_.load(std::memory_order_relaxed);
+  Storage* target = storage_.load(std::memory_order_relaxed);
+  if (source == nullptr) {
+    target = make_storage(options_.reserved_capacity);
+    source = storage_.exchange(target, std::memory_order_seq_cst);
+  }
+  // Pushes that loaded `source` still hold their slot, or are slot-less pushes in flight. Taking every
+  // slot in turn waits for the first kind and drops the slots' producers of `source` (their tokens must
+  // go before its queue); slot-less pushes admitted after the exchange load `target`.
+  const std::uint64_t overflow_admitted = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
+  ProducerSlot* mover = nullptr;
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    ProducerSlot& slot = slots_[i];
+    while (slot.held.exchange(true, std::memory_order_seq_cst)) sched_yield();
+    slot.unbind_from(source);
+    if (mover == nullptr && slot.bind_to(target)) {
+      mover = &slot;  // kept: its producer carries what is still pending into `target`
+      continue;
+    }
+    slot.held.store(false, std::memory_order_release);
+  }
+  while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
+
+  // Nothing is released and no counter changes.
+  const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
+  if (mover != nullptr) mover->held.store(false, std::memory_order_release);
+  if (moved_all) {
+    retired_.store(nullptr, std::memory_order_relaxed);
+    pending_since_trim_.store(0, std::memory_order_relaxed);
+    free_storage(source);
+#if defined(__GLIBC__)
+    ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
+#endif
+  } else {
+    // Out of memory while moving: `source` keeps what is left and stays reachable (drains and counts
+    // read it) until a later trim empties it. Nothing is lost.
+    retired_.store(source, std::memory_order_relaxed);
+  }
+  readers_.fetch_and(~kTrimming, std::memory_order_release);
+  return moved_all ? TrimStatus::kTrimmed : TrimStatus::kBusy;
+}
+
+std::uint64_t ReclaimQueue::overflow_leaked_in(std::uint64_t admissions) const noexcept {
+  std::uint64_t leaked = overflow_leaked_before_reopen_.load(std::memory_order_relaxed);
   if ((admissions & kClosedBit) != 0) {
-    // Every admission after the close is a leak. The caller's load that saw the closed bit synchronizes
-    // with the close's CAS, so admitted_at_close_ is the value stored before it.
+    // Every slot-less admission after the close is a leak. The caller's load that saw the closed bit
+    // synchronizes with the close's CAS, so admitted_at_close_ is the value stored before it.
     leaked += (admissions & ~kClosedBit) - admitted_at_close_.load(std::memory_order_relaxed);
   }
   return leaked;
@@ -249,7 +504,10 @@ bool ReclaimQueue::is_closed() const noexcept {
   return (push_admissions_.load(std::memory_order_acquire) & kClosedBit) != 0;
 }
 
-std::size_t ReclaimQueue::pending() const noexcept { return storage_->queue.size_approx(); }
+std::size_t ReclaimQueue::pending() const noexcept {
+  const StorageReader reader(*this);
+  return stored_count();
+}
 
 int ReclaimQueue::wakeup_fd() const noexcept { return wakeup_fd_; }
 
@@ -267,42 +525,59 @@ bool ReclaimQueue::wait_for_work_or(int extra_fd, int timeout_ms) noexcept {
 
 ProducerUse ReclaimQueue::producer_use() const noexcept {
   ProducerUse use;
-  use.slot_count = storage_->slot_count;
-  for (std::size_t i = 0; i < storage_->slot_count; ++i) {
-    // has_token is written by slot holders; read here for diagnostics only, through the slot's flag.
-    ProducerSlot& slot = storage_->slots[i];
-    if (slot.used.load(std::memory_order_relaxed)) ++use.slots_used;
+  use.slot_count = slot_mask_ + 1;
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    if (slots_[i].token_owner.load(std::memory_order_relaxed) != nullptr) ++use.slots_used;
   }
-  use.overflow_pushes = storage_->overflow_pushes.load(std::memory_order_relaxed);
+  use.overflow_pushes = overflow_pushes_.load(std::memory_order_relaxed);
   return use;
 }
 
+ReclaimQueue::SlotTotals ReclaimQueue::slot_totals() const noexcept {
+  SlotTotals totals;
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    const ProducerSlot& slot = slots_[i];
+    // Acquire: a slot given back publishes its counters (and its item) with the release of `held`.
+    if (slot.held.load(std::memory_order_acquire)) totals.any_held = true;
+    totals.admitted += slot.admitted.load(std::memory_order_relaxed);
+    totals.leaked += slot.leaked.load(std::memory_order_relaxed);
+  }
+  return totals;
+}
+
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
-  // Leaks after close are derived from the same admissions load as `handed_over` (leaked_in), so a closed
-  // queue conserves exactly in every snapshot, however many late pushes are arriving: the exit report
-  // is taken while CUDA's thread may still be pushing. On an open queue a push is counted at admission
-  // and lands in the queue a moment later: re-read until no push was in flight across the reads.
-  // Bounded, so it never blocks: under a push storm the last attempt stands.
+  // Every late push (after close) bumps exactly one counter, its slot's `leaked` (or the slot-less
+  // admission word), and each is read once here and used for both handed_over and leaked_after_close:
+  // a closed queue conserves exactly in every snapshot, however many late pushes are arriving (the exit
+  // report is taken while CUDA's thread may still be pushing). On an open queue a push is counted before
+  // its enqueue: re-read until no push was in flight across the reads. Bounded, so it never blocks:
+  // under a push storm the last attempt stands.
+  const StorageReader reader(*this);
   CounterSnapshot counters;
   for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
+    const SlotTotals before = slot_totals();
     const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
-    const std::uint64_t admitted = admissions & ~kClosedBit;
-    // Acquire: the bucket updates of every completed push are visible to the reads below.
-    const std::uint64_t completed = push_completions_.load(std::memory_order_acquire);
+    const std::uint64_t overflow_admitted = admissions & ~kClosedBit;
+    // Acquire: the bucket updates of every completed slot-less push are visible to the reads below.
+    const std::uint64_t overflow_completed = push_completions_.load(std::memory_order_acquire);
     counters.rejected = rejected_.load(std::memory_order_relaxed);
-    counters.handed_over = admitted - counters.rejected;
+    counters.handed_over = before.admitted + before.leaked + overflow_admitted - counters.rejected;
     counters.released = released_.load(std::memory_order_relaxed);
-    counters.pending = storage_->queue.size_approx();
+    counters.pending = stored_count();
     note_pending(counters.pending);
-    counters.leaked_after_close = leaked_in(admissions);
+    counters.leaked_after_close = before.leaked + overflow_leaked_in(admissions);
     counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
-    // Orders the reads above before the re-check: a push admitted after it is in none of them.
+    // Orders the reads above before the re-check: a push that started after it is in none of them.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    const std::uint64_t admitted_after = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
-    // Closed: every push admitted before the close has completed once close() returned, and later ones
-    // are counted by the admission word alone, so this read is exact as it is.
-    const bool settled = (admissions & kClosedBit) != 0 || completed == admitted;
-    if (settled && admitted_after == admitted) break;
+    const SlotTotals after = slot_totals();
+    const std::uint64_t overflow_after = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
+    const bool closed = (admissions & kClosedBit) != 0;
+    // Closed: pushes admitted while open have all completed once close() returned, and the late ones
+    // are counted by the reads above alone, so the read is exact as it is.
+    const bool quiet = !before.any_held && !after.any_held && overflow_completed == overflow_admitted &&
+                       after.admitted == before.admitted && after.leaked == before.leaked &&
+                       overflow_after == overflow_admitted;
+    if (closed || quiet) break;
   }
   counters.nonempty_drains = nonempty_drains_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);
@@ -314,18 +589,28 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   // Only the forking thread exists now. Pushes that other parent threads had admitted may have stopped
   // anywhere inside the old storage, so it is left as it is (never freed, never read), and everything
   // accepted and not yet released or leaked becomes abandoned: derived from the counters rather than the
-  // old queue, so a push cut off between admission and enqueue is accounted for too.
+  // old queue, so a push cut off between its count and its enqueue is accounted for too.
   const std::uint64_t admissions = push_admissions_.load(std::memory_order_relaxed);
-  const std::uint64_t admitted = admissions & ~kClosedBit;
-  const std::uint64_t accepted = admitted - rejected_.load(std::memory_order_relaxed);
-  const std::uint64_t leaked = leaked_in(admissions);
-  const std::uint64_t gone = released_.load(std::memory_order_relaxed) + leaked;
+  const SlotTotals slots = slot_totals();
+  const std::uint64_t accepted =
+      slots.admitted + slots.leaked + (admissions & ~kClosedBit) - rejected_.load(std::memory_order_relaxed);
+  const std::uint64_t overflow_leaked = overflow_leaked_in(admissions);
+  const std::uint64_t gone = released_.load(std::memory_order_relaxed) + slots.leaked + overflow_leaked;
   abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
-  leaked_before_reopen_.store(leaked, std::memory_order_relaxed);  // reopening ends the derivation
-  push_admissions_.store(admitted, std::memory_order_relaxed);  // open again
-  push_completions_.store(admitted, std::memory_order_relaxed);  // cut-off pushes count as done
+  overflow_leaked_before_reopen_.store(overflow_leaked, std::memory_order_relaxed);  // ends the derivation
+  push_admissions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // open again
+  push_completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
   closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
-  storage_ = make_storage(options_);
+  readers_.store(0, std::memory_order_relaxed);  // readers and trims of parent threads are gone
+  // Slots a parent thread held at the fork are free in the child; every producer belongs to the
+  // abandoned storage, so the tokens are dropped without touching it.
+  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+    slots_[i].forget_token();
+    slots_[i].held.store(false, std::memory_order_relaxed);
+  }
+  retired_.store(nullptr, std::memory_order_relaxed);
+  storage_.store(make_storage(options_.reserved_capacity), std::memory_order_relaxed);
+  pending_since_trim_.store(0, std::memory_order_relaxed);
 
   // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds
   // behind them: the child's queue is open and empty whatever the parent's state.

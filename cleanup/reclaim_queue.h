@@ -9,11 +9,13 @@
 // (RECLAIM_COUNTERS); CounterSnapshot below is derived from that list. `pending` is read from the queue
 // itself, never derived from the other counters, so that a test of the law can fail.
 //
-// A push that races with close() ends in exactly one bucket. close() first sets the closed bit in the
-// same atomic word whose fetch_add admits each push; a push admitted before the bit (its fetch_add
-// precedes close's fetch_or) is waited for and then released by close()'s final drain; a push admitted
-// after it only increments leaked_after_close. There is no third outcome, so the exit report can always
-// say where every pointer went.
+// A push that races with close() ends in exactly one bucket. A push takes a producer slot (an atomic
+// exchange) and then reads the closed bit; close() sets the bit and then waits until every slot it finds
+// held is given back. Both steps are seq_cst, so either the push sees the bit and only counts a leak, or
+// close() sees the slot held and waits for the push to finish its enqueue before the final drain. There
+// is no third outcome, so the exit report can always say where every pointer went. The counters of
+// slot pushes live in the slots themselves (one writer each, summed by snapshot()), so a steady push
+// writes no line that another thread writes.
 //
 // Wake-up: an eventfd becomes readable on the empty→non-empty edge (one write per edge, coalesced), stays
 // readable while work is pending, and is cleared by the drain that empties the queue. The one exception
@@ -28,6 +30,10 @@
 // held at once (more threads inside push() at the same instant than there are slots) does a push fall
 // back to moodycamel's per-thread implicit producer.
 //
+// Memory: the storage reserves QueueOptions::reserved_capacity pointers up front; a burst beyond it adds
+// blocks, which the storage keeps for reuse until trim() replaces it with a fresh one (the drain thread
+// of bindings/ does so about a second after a burst).
+//
 // Memory ordering promised to users: everything a thread wrote before push(p) is visible to the thread
 // that runs release(p) (the queue's enqueue/dequeue pair synchronizes).
 
@@ -41,11 +47,34 @@
 
 namespace reclaim {
 
-// Release action supplied by the owner. Called once per pointer, on the thread that drains.
-// It should not throw, but it may unwind: CPython ends a thread that re-takes the GIL during finalization
-// with pthread_exit, whose forced unwind passes through here. drain() and close() let any unwind pass
-// (a noexcept frame would turn it into std::terminate) after putting the rest of their batch back.
+// Release actions supplied by the owner at each drain, called on the thread that drains, outside any
+// internal lock. Two forms:
+//   ReleaseFn       one pointer per call;
+//   ReleaseBatchFn  one batch per call (up to a few hundred pointers taken off the queue together): the
+//                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
+//                   batch). It releases batch->items[batch->next ... batch->count) in order and advances
+//                   `next` past each item *before* releasing it.
+// Either may push again or drain again (re-entrancy is safe). Neither should throw, but either may unwind:
+// CPython ends a thread that re-takes the GIL during finalization with pthread_exit, whose forced unwind
+// passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
+// std::terminate) after putting back the items the action had not reached (`next` onwards for a batch:
+// the item being released when it unwound counts as released).
 using ReleaseFn = void (*)(void* item, void* context);
+struct ReleaseBatch {
+  void* const* items;
+  std::size_t count;
+  std::size_t next;  // advanced by the release action past each item before it releases it
+};
+using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
+
+// What trim() did.
+enum class TrimStatus : int {
+  kTrimmed = 0,   // the storage was replaced by a fresh one of the reserved capacity; the old one is freed
+  kNotNeeded,     // the storage never grew beyond its reserved capacity since the last trim (or the queue
+                  // is closed): nothing to give back
+  kBusy,          // a drain, close or counter read is in flight (possibly the caller's own: trim() from a
+                  // release action) or another trim is running: try again later
+};
 
 enum class PushStatus : int {
   kQueued = RECLAIM_QUEUED,                      // stored; will be released by a drain or by close().
@@ -79,7 +108,7 @@ struct QueueOptions {
   std::size_t reserved_capacity = 64 * 1024;
   // Producer slots (see the header comment): how many threads can be inside push() at once before a push
   // falls back to a per-thread producer. Each slot used costs one producer record (about 2 KiB) plus the
-  // blocks it holds. At least 1.
+  // blocks it holds. At least 1; rounded up to a power of two.
   std::size_t producer_slots = 64;
 };
 
@@ -94,6 +123,9 @@ struct ProducerUse {
   std::size_t slots_used = 0;          // slots whose producer exists (each holds its blocks for reuse)
   std::uint64_t overflow_pushes = 0;   // pushes that found every slot held and used a per-thread producer
 };
+
+struct ProducerSlot;  // queue_storage.h
+struct QueueStorage;  // queue_storage.h
 
 class ReclaimQueue {
  public:
@@ -110,9 +142,10 @@ class ReclaimQueue {
 
   // Hands `item` over; the queue now owns it until a drain releases it (or it is counted as leaked or
   // rejected). Steals the pointer: the caller must not use it afterwards, whatever the status.
-  // Cost: two atomic RMWs on shared counters and one on a producer slot, one queue enqueue (no allocation
-  // while reserved capacity lasts, except the first use of a producer slot), one eventfd write on the
-  // empty→non-empty edge.
+  // Cost: one atomic exchange on a producer slot's own cache line (the push's only read-modify-write and
+  // only barrier), a few plain loads and stores on that line, one queue enqueue (no allocation while
+  // reserved capacity lasts, except the first use of a producer slot), one eventfd write on the
+  // empty→non-empty edge. No shared counter is written: the counters are summed by their readers.
   // Any thread; never touches Python; never blocks.
   PushStatus push(void* item) noexcept;
 
@@ -122,9 +155,14 @@ class ReclaimQueue {
   // atomic load. Clears the wake-up fd when it leaves the queue empty. Returns the number released.
   // If `release` unwinds, the item it was releasing counts as released, the rest of the batch goes back
   // to the queue (still pending, counted once), and the unwind continues to the caller.
-  // Any thread (several may drain at once); never blocks. The owner decides which threads are safe for
-  // `release` (for Python objects: a thread holding the GIL).
+  // While it copies a batch out of the queue it asks the CPU to prefetch the line each pointer points to
+  // (the release action is about to touch it); a prefetch never faults, whatever the pointer.
+  // Any thread (several may drain at once); never blocks, except for the moment a trim() on another
+  // thread replaces the storage. The owner decides which threads are safe for `release` (for Python
+  // objects: a thread holding the GIL).
   std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
+  // The same with a batch release action (see ReleaseBatchFn).
+  std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Like drain(), but when it released something and left the queue empty, it keeps the wake-up signal
   // set while making the fd unreadable: pushes that arrive meanwhile skip the eventfd write. The caller
@@ -134,6 +172,7 @@ class ReclaimQueue {
   // producer's (CUDA's) thread; lingering turns that into at most one write per linger period.
   // Any thread (several may drain at once); never blocks.
   std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
+  std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
   // the signal otherwise. A lingering caller that will not drain again (a drain thread that is stopping)
@@ -148,6 +187,22 @@ class ReclaimQueue {
   // Returns the number released by this call. An unwinding `release` is handled as in drain().
   // Any thread; never touches Python; may yield the CPU while admitted pushes finish.
   std::size_t close(ReleaseFn release, void* context);
+  std::size_t close(ReleaseBatchFn release, void* context);
+  // close() that releases nothing: what is queued stays pending and is reported as such.
+  void close_without_release() noexcept;
+
+  // Gives back the memory a burst left behind: when pending pointers once exceeded the reserved capacity
+  // since the last trim, replaces the storage with a fresh one of the reserved capacity, moves what is
+  // pending into it (nothing is released, nothing is lost, the counters do not change), and frees the old
+  // storage (and returns freed heap to the system where the allocator supports it). Pushes continue
+  // meanwhile, into the new storage; drains, closes and counter reads on other threads wait for it (it
+  // runs no callback, so it cannot wait for itself). Allocates.
+  // Any thread; never touches Python; may yield the CPU while a producer slot's holder finishes its push.
+  TrimStatus trim() noexcept;
+
+  // True when a trim() would give memory back (pending once exceeded the reserved capacity since the
+  // last trim). Any thread; never touches Python; never blocks.
+  bool trim_would_help() const noexcept;
 
   // Any thread; never touches Python; never blocks.
   bool is_closed() const noexcept;
@@ -200,50 +255,85 @@ class ReclaimQueue {
   void reset_after_fork_in_child() noexcept;
 
  private:
-  struct Storage;  // the moodycamel queue; replaced (never freed) after fork.
+  using Storage = QueueStorage;  // the moodycamel queue; replaced by trim() and by the fork reset.
+  friend struct StorageReader;
 
-  void signal_edge() noexcept;
+  PushStatus push_through_slot(ProducerSlot& slot, void* item) noexcept;
+  PushStatus push_overflow(void* item) noexcept;
+  void raise_signal() noexcept;
   void clear_signal_if_empty() noexcept;
   void clear_signal() noexcept;
+  bool push_may_be_in_flight() const noexcept;
+  // Pointers in the storage (and in a retired one), for a reader of the storage.
+  std::size_t stored_count() const noexcept;
+  struct SlotTotals {
+    std::uint64_t admitted = 0;
+    std::uint64_t leaked = 0;
+    bool any_held = false;
+  };
+  SlotTotals slot_totals() const noexcept;
+  // trim(): moves every pointer of `from` into `to` through `mover` (held by the caller); false when `to`
+  // could not grow (what was not moved stays in `from`).
+  static bool move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept;
+  static void free_storage(Storage* storage) noexcept;
   void linger_if_empty() noexcept;
   void note_pending(std::uint64_t seen) const noexcept;
-  // leaked_after_close for the value `admissions` of push_admissions_ (see admitted_at_close_).
-  std::uint64_t leaked_in(std::uint64_t admissions) const noexcept;
-  std::size_t release_all(ReleaseFn release, void* context, std::size_t max_items, bool linger);
-  static Storage* make_storage(const QueueOptions& options) noexcept;
+  // Leaks after close outside the slots, for the value `admissions` of push_admissions_.
+  std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
+  // Waits until no push is between its admission check and its enqueue (close, trim).
+  void wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept;
+  std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger);
+  std::size_t close_with(ReleaseBatchFn release, void* context);
+  static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
-  // Written only by construction and by reset_after_fork_in_child (single-threaded); read by all.
-  Storage* storage_;
+  // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after
+  // taking its slot, so it sees the new one or trim() waits for its slot) and by the fork reset.
+  std::atomic<Storage*> storage_;
+  // Written only by construction; read by all.
   QueueOptions options_;
+  ProducerSlot* slots_;   // slot_mask_ + 1 slots, allocated with the queue, never replaced
+  std::size_t slot_mask_;
   int wakeup_fd_;
   int closed_fd_;  // readable for good once close() has set the closed bit; wakes every waiter.
 
   static constexpr std::uint64_t kClosedBit = std::uint64_t{1} << 63;
+  static constexpr std::uint64_t kTrimming = std::uint64_t{1} << 63;  // in readers_
 
-  // Producer-side words, each on its own cache line so producers and the owner do not share lines.
-  // push_admissions_: bit 63 = closed (set by close() with fetch_or, seq_cst); low bits count pushes
-  // admitted (fetch_add by push(), seq_cst, so each push is ordered before or after the close).
+  // push_admissions_: bit 63 = closed (set by close() with a CAS, seq_cst). Every push loads it after
+  // taking its producer slot; the low bits count only the rare pushes that found every slot held
+  // (fetch_add, seq_cst, so each is ordered before or after the close), which pass no slot.
   alignas(64) std::atomic<std::uint64_t> push_admissions_{0};
-  // push_completions_: fetch_add(release) by push() when a push admitted while open is done (stored or
-  // rejected; a leak after close is not counted); close() loads it with acquire to wait for exactly the
-  // pushes admitted before it, then sees their items.
+  // push_completions_: fetch_add(release) when such a slot-less push admitted while open is done (stored
+  // or rejected); close() and trim() wait for exactly the ones admitted before them.
   alignas(64) std::atomic<std::uint64_t> push_completions_{0};
   // signaled_: true while the eventfd has been written and not yet cleared. Set by exchange on the
-  // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. seq_cst fences on
-  // both sides make "producer sees false" or "drain sees the item" hold (Dekker pattern).
+  // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. A push loads it after
+  // its slot exchange; the clearing drain stores false, then reads every slot's `held` and the queue's
+  // size: either the push saw false (and writes), or the drain sees its slot held or its item, and
+  // re-arms (Dekker pattern, with the push's one exchange as its barrier).
   alignas(64) std::atomic<bool> signaled_{false};
-  // admitted_at_close_: the admission count when close() set the closed bit; stored (relaxed) by
-  // close() just before the CAS that sets the bit, read by whoever has seen the bit. Pushes admitted
-  // after it are the leaks after close (leaked_in()), with no counter of their own to race with.
+  // readers_: bit 63 = a trim() is replacing the storage; low bits count drains, closes and counter reads
+  // inside the storage. A reader waits while the bit is set; trim() sets it only when no reader is in.
+  alignas(64) mutable std::atomic<std::uint64_t> readers_{0};
+  // A storage a trim() could not empty (out of memory while moving): drains and counts read it too,
+  // until a later trim() empties and frees it. Written only by trim() (readers excluded) and the fork
+  // reset; null almost always.
+  std::atomic<Storage*> retired_{nullptr};
+  // The highest pending seen since the last trim (raised with max_pending_): trim() gives memory back
+  // when it exceeded the reserved capacity.
+  mutable std::atomic<std::uint64_t> pending_since_trim_{0};
+  // admitted_at_close_: the slot-less admission count when close() set the closed bit; stored (relaxed)
+  // by close() just before the CAS that sets the bit, read by whoever has seen the bit.
   alignas(64) std::atomic<std::uint64_t> admitted_at_close_{0};
   // closing_: held (test_and_set acquire / clear release) by close() while it sets the closed bit, so
   // concurrent closers cannot interleave their admitted_at_close_ stores. Never touched by push().
   // Cleared by the fork reset: a closer of the parent may have held it at the moment of fork.
   std::atomic_flag closing_ = ATOMIC_FLAG_INIT;
-  // leaked_before_reopen_: leaks after earlier closes; written only by the fork reset (single-threaded).
-  std::atomic<std::uint64_t> leaked_before_reopen_{0};
+  // Slot-less leaks after earlier closes; written only by the fork reset (single-threaded).
+  std::atomic<std::uint64_t> overflow_leaked_before_reopen_{0};
   // Rare-path counters: written with relaxed fetch_add by whoever hits the path.
   std::atomic<std::uint64_t> rejected_{0};
+  std::atomic<std::uint64_t> overflow_pushes_{0};
   std::atomic<std::uint64_t> eventfd_writes_{0};
   // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.
   alignas(64) std::atomic<std::uint64_t> released_{0};

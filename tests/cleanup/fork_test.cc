@@ -107,7 +107,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
 
 TEST(ForkReset, ChildOfAClosedQueueIsOpen) {
   ReclaimQueue queue;
-  queue.close(nullptr, nullptr);
+  queue.close_without_release();
   queue.push(item_for(0));  // leaked after close
   const std::string failures = failures_in_child([&] {
     queue.reset_after_fork_in_child();
