@@ -8,12 +8,28 @@
 namespace reclaim_bindings {
 namespace {
 
-// The release action. Requires the GIL. A plain reference is Py_DECREF'd; a host call or host-node call
-// runs here (host_calls.h). A finalizer's exception goes to sys.unraisablehook (CPython does that itself
-// for __del__; this catches what a C-level dealloc leaves set) and never stops the drain.
-void release_reference(void* item, void*) {
-  release_queued_item(static_cast<PyObject*>(item));
-  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
+// The release action, one batch at a time. Requires the GIL. A plain reference is Py_DECREF'd; a host
+// call or host-node call runs here (host_calls.h). A finalizer's exception goes to sys.unraisablehook
+// (CPython does that itself for __del__; this catches what a C-level dealloc leaves set) and never stops
+// the drain. One tight loop per batch: the thread state is fetched once, the error indicator read from
+// it inline, and plain references (all but host calls) are Py_DECREF'd here without a call.
+void release_references(reclaim::ReleaseBatch* batch, void*) {
+  const PyThreadState* const thread = PyThreadState_Get();
+  const HostItemTypes host = host_item_types();
+  void* const* const items = batch->items;
+  const std::size_t count = batch->count;
+  // The index lives in a register; batch->next is only written (for an unwind), never read back.
+  for (std::size_t index = batch->next; index < count; ++index) {
+    batch->next = index + 1;
+    PyObject* const item = static_cast<PyObject*>(items[index]);
+    const PyTypeObject* const type = Py_TYPE(item);
+    if (type == host.host_call || type == host.host_node) {
+      release_queued_item(item);
+    } else {
+      Py_DECREF(item);
+    }
+    if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
+  }
 }
 
 // The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
@@ -40,8 +56,8 @@ bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const SavedException saved = save_exception();
-  const std::size_t released = linger ? queue().drain_and_linger(release_reference, nullptr, max_items)
-                                      : queue().drain(release_reference, nullptr, max_items);
+  const std::size_t released = linger ? queue().drain_and_linger(release_references, nullptr, max_items)
+                                      : queue().drain(release_references, nullptr, max_items);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
@@ -50,11 +66,11 @@ Py_ssize_t close_safely() {
   if (interpreter_finalizing()) {
     // Too late to release anything safely: close so later pushes count as leaked; queued ones stay
     // pending and are reported.
-    queue().close(nullptr, nullptr);
+    queue().close_without_release();
     return 0;
   }
   const SavedException saved = save_exception();
-  const std::size_t released = queue().close(release_reference, nullptr);
+  const std::size_t released = queue().close(release_references, nullptr);
   // What was queued before the close has run; the calls CUDA has not handed back never will run now.
   cancel_outstanding_calls();
   restore_exception(saved);

@@ -515,6 +515,8 @@ void release_queued_item(PyObject* item) {
   }
 }
 
+HostItemTypes host_item_types() noexcept { return HostItemTypes{g_host_call_type, g_host_node_type}; }
+
 void cancel_outstanding_calls() { cancel_all(); }
 
 void forget_calls_after_fork() {

@@ -23,6 +23,15 @@ namespace reclaim_bindings {
 // Requires an attached thread state (GIL); re-entrant (a call may drain again).
 void release_queued_item(PyObject* item);
 
+// The two private types whose objects release_queued_item() runs rather than Py_DECREFs (null before
+// add_host_call_functions()): a drain reads them once per batch and releases plain references inline.
+// Any thread; never blocks. The types never change once created.
+struct HostItemTypes {
+  const PyTypeObject* host_call;
+  const PyTypeObject* host_node;
+};
+HostItemTypes host_item_types() noexcept;
+
 // After close()'s final drain: cancels every host call not run yet (CUDA never handed it back, or it
 // waits for a call that never will be): its future is cancelled, its function and arguments released;
 // only the small item CUDA still points to stays (never touched again). Counted in calls_cancelled.

@@ -72,6 +72,18 @@ inline void restore_exception(SavedException saved) noexcept {
 #endif
 }
 
+// True when an exception is set on `thread` (this thread's state): PyErr_Occurred() without the call,
+// for a loop that checks after every release. The field is `current_exception` since 3.12 and
+// `curexc_type` before.
+// Requires an attached thread state (GIL); `thread` must be the calling thread's.
+inline bool exception_set(const PyThreadState* thread) noexcept {
+#if PY_VERSION_HEX >= 0x030C0000
+  return thread->current_exception != nullptr;
+#else
+  return thread->curexc_type != nullptr;
+#endif
+}
+
 }  // namespace reclaim_bindings::python_compat
 
 #endif  // CUDA_RECLAIM_BINDINGS_PYTHON_COMPAT_H_

@@ -113,6 +113,12 @@ PyObject* py_drain(PyObject*, PyObject* args, PyObject* kwargs) {
   // The common call, drain() with nothing queued: one atomic load, no parsing, no allocation (CPython
   // passes the empty-tuple singleton and no dict).
   if (PyTuple_GET_SIZE(args) == 0 && kwargs == nullptr && !queue().maybe_pending()) return PyLong_FromLong(0);
+  // The next most common call, drain(n) from a loop: no keyword parsing either.
+  if (kwargs == nullptr && PyTuple_GET_SIZE(args) == 1 && PyLong_CheckExact(PyTuple_GET_ITEM(args, 0))) {
+    std::size_t budget;
+    if (!parse_budget(PyTuple_GET_ITEM(args, 0), &budget)) return nullptr;
+    return PyLong_FromSsize_t(drain_safely(budget));
+  }
   static const char* kKeywords[] = {"max_items", "timeout", nullptr};
   PyObject* max_items = nullptr;
   PyObject* timeout = nullptr;
@@ -144,6 +150,15 @@ PyObject* py_wait(PyObject*, PyObject* args, PyObject* kwargs) {
 PyObject* py_pending(PyObject*, PyObject*) { return PyLong_FromSize_t(queue().pending()); }
 
 PyObject* py_is_closed(PyObject*, PyObject*) { return PyBool_FromLong(queue().is_closed()); }
+
+PyObject* py_trim(PyObject*, PyObject*) {
+  // Never runs Python; may wait for a producer slot's holder and calls the allocator: the GIL is released.
+  reclaim::TrimStatus status;
+  Py_BEGIN_ALLOW_THREADS
+  status = queue().trim();
+  Py_END_ALLOW_THREADS
+  return PyBool_FromLong(status == reclaim::TrimStatus::kTrimmed);
+}
 
 PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim_bindings::close_safely()); }
 
@@ -233,6 +248,14 @@ PyMethodDef kMethods[] = {
      "once the interpreter is finalizing."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
+    {"trim", py_trim, METH_NOARGS,
+     "trim($module, /)\n--\n\n"
+     "Give back the memory a burst left behind: when more references were pending since the last trim\n"
+     "than the reserved capacity, the queue moves what is pending into fresh storage of the reserved\n"
+     "capacity and frees the old one. Nothing is released or lost; counters do not change. Returns True\n"
+     "when memory was given back; False when there was nothing to give back or a drain was in progress\n"
+     "(from a finalizer, say): try again later. The automatic drain thread trims by itself about a\n"
+     "second after a burst."},
     {"close", py_close, METH_NOARGS,
      "close($module, /)\n--\n\n"
      "Close, then release everything queued before the close: later hand-overs are counted as\n"

@@ -25,7 +25,7 @@ from . import _auto
 from . import _graph
 from . import _reclaim
 from ._graph import DriverError, add_host_node, keep_alive, keep_alive_until, launch_host_func
-from ._reclaim import ABI_VERSION, fileno, is_closed, pending
+from ._reclaim import ABI_VERSION, fileno, is_closed, pending, trim
 from ._version import __version__
 
 __all__ = [
@@ -51,6 +51,7 @@ __all__ = [
     "pending",
     "set_auto_drain",
     "stats",
+    "trim",
 ]
 
 #: Keys of :func:`stats`, all plain ints, in the order of the C struct (defined once, in the C ABI

@@ -14,6 +14,7 @@ from ._reclaim import (
     fileno as fileno,
     is_closed as is_closed,
     pending as pending,
+    trim as trim,
 )
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "pending",
     "set_auto_drain",
     "stats",
+    "trim",
 ]
 
 __version__: Final[str]

@@ -1,0 +1,60 @@
+"""trim(): the memory a burst left behind is given back; nothing queued is lost or released by it."""
+
+import weakref
+
+import cuda_reclaim
+
+# Above the default reserved capacity (64 Ki references), so that the burst grows the queue.
+BURST = 100_000
+
+
+class Item:
+    pass
+
+
+def _counters():
+    stats = cuda_reclaim.stats()
+    return {key: stats[key] for key in ("handed_over", "released", "pending", "leaked_after_close")}
+
+
+def test_nothing_to_give_back_without_a_burst(drained):
+    cuda_reclaim.trim()  # whatever earlier tests left behind
+    cuda_reclaim.defer_release(Item())
+    assert cuda_reclaim.drain() == 1
+    assert cuda_reclaim.trim() is False
+
+
+def test_after_a_burst_pending_references_move_and_later_drains_release_them(drained):
+    shared = Item()
+    for _ in range(BURST):
+        cuda_reclaim.defer_release(shared)
+    assert cuda_reclaim.drain(BURST - 10) == BURST - 10
+    before = _counters()
+    assert cuda_reclaim.trim() is True
+    assert _counters() == before  # a trim releases nothing and counts nothing
+    assert cuda_reclaim.trim() is False  # given back already
+    last = Item()
+    alive = weakref.ref(last)
+    cuda_reclaim.defer_release(last)
+    del last
+    assert cuda_reclaim.drain() == 11
+    assert alive() is None
+    assert cuda_reclaim.conserved()
+
+
+class TrimsInFinalizer:
+    results = []
+
+    def __del__(self):
+        TrimsInFinalizer.results.append(cuda_reclaim.trim())
+
+
+def test_trim_from_a_finalizer_run_by_a_drain_returns_false_and_the_drain_goes_on(drained):
+    shared = Item()
+    for _ in range(BURST):
+        cuda_reclaim.defer_release(shared)
+    TrimsInFinalizer.results = []
+    cuda_reclaim.defer_release(TrimsInFinalizer())
+    assert cuda_reclaim.drain() == BURST + 1
+    assert TrimsInFinalizer.results == [False]  # busy: its own drain is in the storage
+    assert cuda_reclaim.trim() is True  # afterwards it can
