@@ -290,7 +290,8 @@ def _rss_bytes():
 
 
 def memory_child(strategy, n):
-    """In a fresh process: RSS before, after a burst of n pushes of one shared object, after draining."""
+    """In a fresh process: RSS before, after a burst of n pushes of one shared object, after draining, and
+    (cuda-reclaim) after cuda_reclaim.trim(); the anchors free their buffers as they drain."""
     cuda_reclaim.set_auto_drain("off")
     shared = object()
     objects = [shared] * n  # made before the baseline: only the strategy's memory is in the deltas
@@ -303,10 +304,20 @@ def memory_child(strategy, n):
         released += ext.pending_call_totals()[1] - before_released
         ext.free_nodes()
     drained = _rss_bytes()
+    trimmed = drained
+    if strategy == "cuda_reclaim":
+        trim_start = time.perf_counter_ns()
+        assert cuda_reclaim.trim(), "a burst beyond the reserved capacity leaves something to trim"
+        trim_ns = time.perf_counter_ns() - trim_start
+        trimmed = _rss_bytes()
     assert released == n, (strategy, released)
-    return {"section": "memory", "strategy": strategy, "n": n,
-            "bytes_per_pending": (burst - before) / n,
-            "burst_rss_delta": burst - before, "drained_rss_delta": drained - before}
+    row = {"section": "memory", "strategy": strategy, "n": n,
+           "bytes_per_pending": (burst - before) / n,
+           "burst_rss_delta": burst - before, "drained_rss_delta": drained - before,
+           "trimmed_rss_delta": trimmed - before}
+    if strategy == "cuda_reclaim":
+        row["trim_ns"] = trim_ns
+    return row
 
 
 def bench_memory(cfg):

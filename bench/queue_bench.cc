@@ -2,7 +2,11 @@
 // the anchor structures of bench/anchors.h, on fake pointers with a no-op release.
 //
 //   BM_Push/<strategy>/threads:N   producer cost per hand-over, N threads pushing at once (real time per
-//                                  push per thread; items_per_second is the total).
+//                                  push per thread; items_per_second is the total). N from --threads
+//                                  (default 1,2,4; the scaling run on a many-core host uses 1,2,4,8,16).
+//   BM_PushPart/<part>             the parts of a cuda-reclaim push measured alone, one thread: the atomic
+//                                  exchange on a private cache line (the barrier every strategy pays once)
+//                                  and a moodycamel explicit-producer enqueue (the storage).
 //   BM_Drain/<strategy>/<batch>    owner cost per released pointer (no-op release), vs a plain loop over
 //                                  an array (the limit); batch = the drain's max_items (0: all at once).
 //   BM_HeapBytes/<strategy>        heap bytes in use per pending pointer after a burst, and after draining
@@ -14,14 +18,18 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
 #include "bench/anchors.h"
 #include "benchmark/benchmark.h"
 #include "cleanup/reclaim_queue.h"
+#include "concurrentqueue/concurrentqueue.h"
 
 namespace {
 
@@ -31,10 +39,11 @@ using reclaim_bench::MutexVectorPool;
 using reclaim_bench::StackNode;
 
 // Sizes of a run; --quick (the smoke test) makes them tiny. Set in main() before any benchmark runs.
-std::int64_t g_pushes_per_thread = 1 << 20;  // ms per thread: long enough for the threads to overlap
+std::int64_t g_pushes_per_thread = 1 << 18;  // ms per thread: long enough for the threads to overlap
 std::size_t g_drain_items = 1 << 20;
 std::int64_t g_heap_items = 1000000;
-constexpr int kMaxThreads = 4;
+std::vector<int> g_thread_counts = {1, 2, 4};
+int g_max_threads = 4;
 
 void* fake_item(std::size_t i) { return reinterpret_cast<void*>((i + 1) * 16); }
 
@@ -48,10 +57,28 @@ auto count_release_item = [](void* item) { g_release(item, nullptr); };
 
 // One strategy = what a producer calls per hand-over and what the owner calls to release everything.
 // Each holds its structure for the life of the process (benchmarks reuse it between runs).
+// cuda-reclaim's drain hands the release action a batch at a time (as bindings/ does); the batch action
+// here makes the same per-item call as every other strategy.
+void count_release_batch(reclaim::ReleaseBatch* batch, void*) {
+  while (batch->next < batch->count) g_release(batch->items[batch->next++], nullptr);
+}
+
+// Every strategy gets its memory for the whole run up front: the stack its nodes, the mutex pools their
+// first growth (below), the queue a reserved capacity for every pointer a run can hold (twice over: a
+// run's threads need not land on the producer slots of the previous run, and a slot keeps its blocks).
+// So the timed pushes measure the steady state, never the first touch of fresh memory.
+reclaim::QueueOptions burst_reserve() {
+  reclaim::QueueOptions options;
+  options.reserved_capacity =
+      std::min<std::size_t>(reclaim::kMaxReservedCapacity,
+                            2 * static_cast<std::size_t>(g_max_threads) * static_cast<std::size_t>(g_pushes_per_thread));
+  return options;
+}
+
 struct ReclaimStrategy {
-  reclaim::ReclaimQueue queue;
+  reclaim::ReclaimQueue queue{burst_reserve()};
   void push(int, std::size_t i) { queue.push(fake_item(i)); }
-  std::size_t drain(std::size_t max_items) { return queue.drain(g_release, nullptr, max_items); }
+  std::size_t drain(std::size_t max_items) { return queue.drain(count_release_batch, nullptr, max_items); }
 };
 
 struct VectorStrategy {
@@ -71,7 +98,8 @@ struct DequeStrategy {
 struct StackStrategy {
   CoalescedStack stack;
   std::vector<StackNode> nodes = std::vector<StackNode>(
-      std::max<std::size_t>(kMaxThreads * static_cast<std::size_t>(g_pushes_per_thread), g_drain_items));
+      std::max<std::size_t>(static_cast<std::size_t>(g_max_threads) * static_cast<std::size_t>(g_pushes_per_thread),
+                            g_drain_items));
   void push(int thread, std::size_t i) {
     StackNode* node = &nodes[static_cast<std::size_t>(thread) * static_cast<std::size_t>(g_pushes_per_thread) + i];
     node->item = fake_item(i);
@@ -84,6 +112,22 @@ template <class Strategy>
 Strategy& instance() {
   static Strategy* const strategy = new Strategy();  // never destroyed: threads of later runs reuse it
   return *strategy;
+}
+
+// One untimed run per strategy before the timed ones, with the most threads: the mutex pools grow to the
+// run's size, the queue's producer slots get their producers and blocks.
+template <class Strategy>
+void warm_up() {
+  Strategy& strategy = instance<Strategy>();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < g_max_threads; ++t) {
+    threads.emplace_back([&strategy, t] {
+      for (std::int64_t i = 0; i < g_pushes_per_thread; ++i) strategy.push(t, static_cast<std::size_t>(i));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  while (strategy.drain(SIZE_MAX) != 0) {
+  }
 }
 
 // Producer cost: every thread pushes g_pushes_per_thread items; thread 0 drains after the stop barrier.
@@ -138,7 +182,7 @@ std::size_t heap_in_use() {
 template <class Strategy>
 void BM_HeapBytes(benchmark::State& state) {
   const std::size_t items = static_cast<std::size_t>(state.range(0));
-  double burst = 0, after = 0;
+  double burst = 0, after = 0, after_trim = 0;
   for (auto _ : state) {
     const std::size_t before = heap_in_use();
     auto strategy = std::make_unique<Strategy>();
@@ -163,27 +207,59 @@ void BM_HeapBytes(benchmark::State& state) {
       strategy->drain(count_release_item);
     }
     const std::size_t drained = heap_in_use();
+    std::size_t trimmed = drained;  // the anchors free their buffers as they drain
+    if constexpr (std::is_same<Strategy, reclaim::ReclaimQueue>::value) {
+      (void)strategy->trim();
+      trimmed = heap_in_use();
+    }
     burst = static_cast<double>(pending - before) / static_cast<double>(items);
     after = static_cast<double>(drained - before) / static_cast<double>(items);
+    after_trim = static_cast<double>(trimmed - before) / static_cast<double>(items);
   }
   state.counters["bytes_per_pending"] = burst;
   state.counters["bytes_per_item_after_drain"] = after;
+  state.counters["bytes_per_item_after_trim"] = after_trim;
+}
+
+// The parts of a push, alone. An exchange on a line no other thread touches (as a push's slot), then a
+// store giving it back: the one full barrier of a push, which the CAS stack's compare-exchange is too.
+void BM_PushPart_Exchange(benchmark::State& state) {
+  struct alignas(64) Flag {
+    std::atomic<bool> held{false};
+  };
+  static Flag flag;
+  for (auto _ : state) {
+    if (!flag.held.exchange(true, std::memory_order_seq_cst)) flag.held.store(false, std::memory_order_release);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+
+// A moodycamel explicit-producer enqueue with the thread's own token, nothing else: the storage.
+void BM_PushPart_Enqueue(benchmark::State& state) {
+  static moodycamel::ConcurrentQueue<void*>* const queue =
+      new moodycamel::ConcurrentQueue<void*>(2 * static_cast<std::size_t>(g_pushes_per_thread));
+  moodycamel::ProducerToken token(*queue);
+  std::size_t i = 0;
+  for (auto _ : state) queue->enqueue(token, fake_item(i++));
+  void* sink[256];
+  while (queue->try_dequeue_bulk(sink, 256) != 0) {
+  }
+  state.SetItemsProcessed(state.iterations());
 }
 
 void register_all() {
   const std::int64_t drain_iterations = 8;
   auto push = [](const char* name, auto* function) {
-    benchmark::RegisterBenchmark(name, function)
-        ->Iterations(g_pushes_per_thread)
-        ->Threads(1)
-        ->Threads(2)
-        ->Threads(4)
-        ->UseRealTime();
+    auto* bench = benchmark::RegisterBenchmark(name, function)->Iterations(g_pushes_per_thread)->UseRealTime();
+    for (int threads : g_thread_counts) bench->Threads(threads);
   };
   push("BM_Push/cuda_reclaim", BM_Push<ReclaimStrategy>);
   push("BM_Push/mutex_vector", BM_Push<VectorStrategy>);
   push("BM_Push/mutex_deque", BM_Push<DequeStrategy>);
   push("BM_Push/cas_stack", BM_Push<StackStrategy>);
+  benchmark::RegisterBenchmark("BM_PushPart/exchange", BM_PushPart_Exchange)->Iterations(g_pushes_per_thread);
+  benchmark::RegisterBenchmark("BM_PushPart/moodycamel_enqueue", BM_PushPart_Enqueue)->Iterations(g_pushes_per_thread);
 
   benchmark::RegisterBenchmark("BM_Drain/plain_loop/0", BM_Drain_PlainLoop)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/cuda_reclaim", BM_Drain<ReclaimStrategy>)
@@ -213,12 +289,29 @@ int main(int argc, char** argv) {
       g_pushes_per_thread = 1 << 12;
       g_drain_items = 1 << 14;
       g_heap_items = 10000;
+    } else if (std::strncmp(argv[i], "--threads=", 10) == 0) {
+      g_thread_counts.clear();
+      for (const char* p = argv[i] + 10; *p != '\0';) {
+        char* end = nullptr;
+        const long n = std::strtol(p, &end, 10);
+        if (end == p || n < 1 || n > 256) {
+          std::fprintf(stderr, "--threads: a comma-separated list of thread counts, 1 to 256\n");
+          return 2;
+        }
+        g_thread_counts.push_back(static_cast<int>(n));
+        p = *end == ',' ? end + 1 : end;
+      }
+      if (g_thread_counts.empty()) g_thread_counts.push_back(1);
     } else {
       args.push_back(argv[i]);
     }
   }
   int count = static_cast<int>(args.size());
+  g_max_threads = *std::max_element(g_thread_counts.begin(), g_thread_counts.end());
   register_all();
+  warm_up<ReclaimStrategy>();
+  warm_up<VectorStrategy>();
+  warm_up<DequeStrategy>();
   benchmark::Initialize(&count, args.data());
   if (benchmark::ReportUnrecognizedArguments(count, args.data())) return 1;
   benchmark::RunSpecifiedBenchmarks();

@@ -10,6 +10,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -19,6 +20,7 @@
 
 #include "bench/bench_strategies.h"
 #include "bench/probe_type.h"
+#include "bindings/python_compat.h"
 
 namespace {
 
@@ -238,14 +240,26 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// The release action bindings/ gives the queue (reclaim_module.cc's release_reference), reproduced for
-// the decomposition row of the drain table: a Py_DECREF called through a function pointer, then a check
-// for an exception left by a finalizer.
-void release_like_bindings(void* item, void*) {
-  Py_DECREF(static_cast<PyObject*>(item));
-  if (PyErr_Occurred()) PyErr_WriteUnraisable(nullptr);
+// The release action bindings/ gives the queue (bindings/drain.cc's release_references), reproduced for
+// the decomposition row of the drain table: one loop over a batch that tells host calls from plain
+// references by their type and checks the thread's error indicator inline after each release. Run over
+// the whole array in batches of the queue's size, it is the drain minus the queue.
+PyTypeObject* volatile g_host_types[2] = {nullptr, nullptr};  // never an object's type here
+
+void release_like_bindings(PyObject* const* items, std::size_t count) {
+  const PyThreadState* const thread = PyThreadState_Get();
+  const PyTypeObject* const host_call = g_host_types[0];
+  const PyTypeObject* const host_node = g_host_types[1];
+  for (std::size_t index = 0; index < count; ++index) {
+    PyObject* const item = items[index];
+    const PyTypeObject* const type = Py_TYPE(item);
+    if (type == host_call || type == host_node) continue;  // never taken: no host calls here
+    Py_DECREF(item);
+    if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
+  }
 }
-void (*volatile g_release_like_bindings)(void*, void*) = release_like_bindings;
+void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
+constexpr std::size_t kBindingsBatch = 256;  // the queue's batch (cleanup/reclaim_queue.cc)
 
 // decref_loop(objects, die, like_bindings=False) -> int: the physical limit of a drain, timed here: one
 // Py_DECREF per item over a plain array (with like_bindings: through bindings' release action instead).
@@ -267,7 +281,9 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
   }
   const std::int64_t start = now_ns();
   if (like_bindings) {
-    for (PyObject* item : items) g_release_like_bindings(item, nullptr);
+    for (std::size_t first = 0; first < items.size(); first += kBindingsBatch) {
+      g_release_like_bindings(items.data() + first, std::min(kBindingsBatch, items.size() - first));
+    }
   } else {
     for (PyObject* item : items) Py_DECREF(item);
   }

@@ -218,10 +218,13 @@ def memory_tables(r):
         row = r.find("memory", strategy=strategy)
         if row is None:
             continue
+        trimmed = row.get("trimmed_rss_delta", row["drained_rss_delta"])
+        trim = f"{trimmed / 2**20:.1f} MiB" + (f" (trim() {fmt_ns(row['trim_ns'])})" if "trim_ns" in row else " (nothing to trim)")
         rows.append([ANCHORS[strategy], f"{row['n']:,}", f"{row['bytes_per_pending']:.1f}",
-                     f"{row['burst_rss_delta'] / 2**20:.1f} MiB", f"{row['drained_rss_delta'] / 2**20:.1f} MiB"])
+                     f"{row['burst_rss_delta'] / 2**20:.1f} MiB", f"{row['drained_rss_delta'] / 2**20:.1f} MiB",
+                     trim])
     python = table(["strategy", "pending refs", "RSS bytes per pending ref", "RSS after the burst",
-                    "RSS after draining"], rows)
+                    "RSS after draining", "RSS after trim()"], rows)
     rows = []
     pointers = None
     for strategy in QUEUE_STRATEGIES_CPP:
@@ -230,9 +233,10 @@ def memory_tables(r):
             continue
         pointers = int(bench["run_name"].split("/")[2])
         rows.append([ANCHORS[strategy], f"{bench['bytes_per_pending']:.2f}",
-                     f"{bench['bytes_per_item_after_drain']:.2f}"])
+                     f"{bench['bytes_per_item_after_drain']:.2f}",
+                     f"{bench.get('bytes_per_item_after_trim', bench['bytes_per_item_after_drain']):.2f}"])
     cpp = table([f"strategy (C++, {count(pointers)} pointers, one thread)", "heap bytes per pending pointer",
-                 "heap bytes per pointer still held after draining"], rows)
+                 "heap bytes per pointer still held after draining", "… after trim()"], rows)
     return python, cpp
 
 
