@@ -33,16 +33,19 @@ def short_lived_threads(path):
         return f"Results: `{path}`.\n\n" + f.read().strip()
 
 
-def document(r, gpu, args, plot_name, gpu_callbacks=None):
+def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_plot_name=None):
     """The report: the template filled with this run's tables and facts."""
     drain_python, drain_cpp = tables.drain_tables(r)
     idle_calls, idle_thread = tables.idle_tables(r)
     memory_python, memory_cpp = tables.memory_tables(r)
-    values = facts.all_facts(r, gpu, args.command)
+    values = facts.all_facts(r, gpu, args.command, scaling)
     values.update(
         caveat=f"\n> {args.caveat}\n" if args.caveat else "",
         producer_tables=tables.producer_tables(r),
         cpp_push_table=tables.cpp_push_table(r),
+        push_parts_table=tables.push_parts_table(r),
+        scaling_table=tables.scaling_table(scaling),
+        scaling_plot=(f"![producer scaling]({scaling_plot_name})" if scaling_plot_name else ""),
         latency_table=tables.latency_table(r),
         plot=f"![producer cost and release latency]({plot_name})" if plot_name else "",
         drain_python=drain_python,
@@ -51,7 +54,8 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None):
         idle_thread=idle_thread,
         memory_python=memory_python,
         memory_cpp=memory_cpp,
-        slower_rows="\n".join(f"- {note}" for note in tables.slower_rows(r)) or "- nowhere",
+        slower_rows="\n".join(f"- {note}" for note in tables.slower_rows(r) + tables.scaling_slower_rows(scaling))
+        or "- nowhere",
         gpu_results=tables.gpu_results(gpu, args.gpu),
         short_lived_threads=short_lived_threads(args.short_lived),
         gpu_callback_results=tables.gpu_callback_results(gpu_callbacks, args.gpu_callbacks),
@@ -73,6 +77,8 @@ def main(argv=None):
                         help="bench/short_lived_threads.py's table (section 7), if present")
     parser.add_argument("--gpu", default="docs/benchmarks-gpu.json",
                         help="gpu_graph_bench.py's JSON from a GPU machine (section 6), if present")
+    parser.add_argument("--scaling", default="docs/benchmarks-scaling.json",
+                        help="queue_bench's JSON with --threads=1,2,4,8,16 from a many-core host, if present")
     parser.add_argument("--gpu-callbacks", default="docs/benchmarks-gpu-callbacks.json",
                         help="gpu_callbacks_bench.py's JSON from a GPU machine (section 7), if present")
     args = parser.parse_args(argv)
@@ -80,13 +86,17 @@ def main(argv=None):
     gpu = load_json(args.gpu) if args.gpu and os.path.exists(args.gpu) else None
     gpu_callbacks = (load_json(args.gpu_callbacks)
                      if args.gpu_callbacks and os.path.exists(args.gpu_callbacks) else None)
-    plot_name = None
+    scaling = load_json(args.scaling) if args.scaling and os.path.exists(args.scaling) else None
+    plot_name = scaling_plot_name = None
     if args.plot and not args.check:
         from report import plot  # matplotlib is needed only here
 
         if plot.plot(r, args.plot):
             plot_name = os.path.basename(args.plot)
-    text = document(r, gpu, args, plot_name, gpu_callbacks)
+        scaling_path = args.plot[: -len(".png")] + "-scaling.png" if args.plot.endswith(".png") else None
+        if scaling is not None and scaling_path and plot.plot_scaling(scaling, scaling_path):
+            scaling_plot_name = os.path.basename(scaling_path)
+    text = document(r, gpu, args, plot_name, gpu_callbacks, scaling, scaling_plot_name)
     if r.missing:
         print("make_report: missing rows:\n  " + "\n  ".join(sorted(set(r.missing))), file=sys.stderr)
         return 1

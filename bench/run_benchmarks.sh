@@ -8,6 +8,10 @@
 #   BENCH_CAVEAT="..." bash bench/run_benchmarks.sh        # a line quoted in the report (e.g. the load)
 #   BENCH_OUT=out/benchmarks.md bash bench/run_benchmarks.sh  # write elsewhere than docs/benchmarks.md
 #   BENCH_KEEP_JSON=out/bench bash bench/run_benchmarks.sh    # also keep the raw JSON results there
+#   BENCH_RESULTS=dir bash bench/run_benchmarks.sh   # render from a run made elsewhere: the results of
+#       bench/run_host_bench.sh (a bundle from bench/make_host_bundle.sh, run on a quiet host or one with
+#       16 cores or more); its scaling.json and short_lived_threads.md are kept next to the report
+#       (docs/benchmarks-scaling.json, docs/benchmarks-short-lived-threads.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON_BIN_PATH:-python3}"
@@ -17,6 +21,31 @@ out="${BENCH_OUT:-docs/benchmarks.md}"
 plot="${out%.md}.png"
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
+
+if [[ -n "${BENCH_RESULTS:-}" ]]; then
+  for file in cpp.json python.json; do
+    [[ -f "${BENCH_RESULTS}/${file}" ]] || { echo "run_benchmarks.sh: ${BENCH_RESULTS}/${file} is missing" >&2; exit 1; }
+  done
+  mkdir -p "$(dirname "${out}")"
+  if [[ -f "${BENCH_RESULTS}/scaling.json" ]]; then
+    # Google Benchmark records the host's name and the binary's path: not part of the result.
+    "${python}" - "${BENCH_RESULTS}/scaling.json" "${out%.md}-scaling.json" <<'PY'
+import json, sys
+data = json.load(open(sys.argv[1]))
+for key in ("host_name", "executable"):
+    data.get("context", {}).pop(key, None)
+json.dump(data, open(sys.argv[2], "w"), indent=1)
+PY
+  fi
+  [[ -f "${BENCH_RESULTS}/short_lived_threads.md" ]] &&
+    cp "${BENCH_RESULTS}/short_lived_threads.md" "${out%.md}-short-lived-threads.md"
+  "${python}" bench/make_report.py --python "${BENCH_RESULTS}/python.json" --cpp "${BENCH_RESULTS}/cpp.json" \
+    --out "${out}" --plot "${plot}" --caveat "${BENCH_CAVEAT:-}" \
+    --scaling "${out%.md}-scaling.json" --short-lived "${out%.md}-short-lived-threads.md" \
+    --command "bash bench/run_host_bench.sh RESULTS (a bundle of bench/make_host_bundle.sh), then BENCH_RESULTS=RESULTS bash bench/run_benchmarks.sh"
+  echo "wrote ${out}" >&2
+  exit 0
+fi
 
 bazel build -c opt --repo_env=PYTHON_BIN_PATH="${python}" //bench:queue_bench //bench:python_bench
 bin="$(bazel info -c opt --repo_env=PYTHON_BIN_PATH="${python}" bazel-bin 2>/dev/null)"

@@ -65,7 +65,8 @@ def main():
     gc.collect()
     after_ns, after_rss = push_drain_ns(), rss_mib()
     print(f"Python {sys.version.split()[0]}; cuda-reclaim {cuda_reclaim.__version__}; {args.threads} threads, "
-          f"{args.alive} alive at a time ({churn_seconds:.1f} s)")
+          f"{args.alive} alive at a time ({churn_seconds:.1f} s); {os.cpu_count()} cores, load average "
+          f"{os.getloadavg()[0]:.2f}")
     print("| | push + drain (median) | resident set |")
     print("|---|---|---|")
     print(f"| before | {before_ns / 1000:.2f} µs | {before_rss:.1f} MiB |")

@@ -78,13 +78,57 @@ def pending_call_busy(r):
 
 
 def dequeue_share(r):
-    """The C++ drain of cuda-reclaim (all at once) as a share of a plain loop over an array."""
+    """The C++ drain of cuda-reclaim (all at once) against a plain loop over an array, per item."""
     limit = r.bench(r"BM_Drain/plain_loop/0/iterations:\d+")
     ours = r.bench(r"BM_Drain/cuda_reclaim/0/iterations:\d+")
     if limit is None or ours is None:
         return "see the C++ table"
-    return (f"moodycamel's bulk dequeue runs at {ours['items_per_second'] / limit['items_per_second']:.0%} of "
-            "the speed of a loop over an array in the C++ table")
+    extra = 1e9 / ours["items_per_second"] - 1e9 / limit["items_per_second"]
+    return (f"in this run the C++ drain runs at {ours['items_per_second'] / limit['items_per_second']:.0%} of "
+            f"the loop over an array: {extra:.1f} ns per pointer more, the copy out of the queue's blocks "
+            f"(the loop's own release costs {1e9 / limit['items_per_second']:.1f} ns)")
+
+
+def push_breakdown(r):
+    """One thread, C++: the push's parts measured alone, the whole push and the CAS stack's push."""
+    parts = {name: r.bench(rf"BM_PushPart/{name}/iterations:\d+") for name in ("exchange", "moodycamel_enqueue")}
+    ours = r.bench(r"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:1")
+    cas = r.bench(r"BM_Push/cas_stack/iterations:\d+/real_time/threads:1")
+    if None in parts.values() or ours is None or cas is None:
+        return "(no breakdown in this run)"
+    rest = ours["cpu_time"] - parts["exchange"]["cpu_time"] - parts["moodycamel_enqueue"]["cpu_time"]
+    return (f"In this run, one thread: the exchange alone {fmt_ns(parts['exchange']['cpu_time'])}, the "
+            f"enqueue alone {fmt_ns(parts['moodycamel_enqueue']['cpu_time'])}, the whole push "
+            f"{fmt_ns(ours['cpu_time'])} (so about {fmt_ns(max(rest, 0))} for the slot choice, the closed and "
+            f"signal checks, the count and the call), the CAS stack's push {fmt_ns(cas['cpu_time'])}.")
+
+
+def drain_breakdown(r):
+    """Python drain, per reference: the limit, bindings' batch action over an array, the public drain."""
+    parts = []
+    for fate in ("die", "survive"):
+        limit = r.find("drain", fate=fate, strategy="plain_decref_loop", batch="all")
+        action = r.find("drain", fate=fate, strategy="plain_release_fn_loop", batch="all")
+        ours = r.find("drain", fate=fate, strategy="cuda_reclaim", batch="all")
+        if None in (limit, action, ours):
+            return "(no breakdown in this run)"
+        per = lambda row: row["ns"] / row["n"]  # noqa: E731
+        parts.append(f"*{fate}*: the limit {per(limit):.1f} ns per reference, bindings' batch action over the "
+                     f"same array {per(action):.1f} ns, the public `drain()` {per(ours):.1f} ns "
+                     f"({ours['refs_per_s'] / limit['refs_per_s']:.0%} of the limit)")
+    return "In this run: " + "; ".join(parts) + "."
+
+
+def scaling_facts(scaling):
+    """The scaling run's machine and load, from Google Benchmark's context."""
+    if scaling is None:
+        return "No scaling run is recorded."
+    c = scaling.get("context", {})
+    load = c.get("load_avg") or []
+    return (f"Run {c.get('date', '?')} on {c.get('num_cpus', '?')} CPUs at {c.get('mhz_per_cpu', '?')} MHz"
+            + (f", load average at start {', '.join(f'{x:.2f}' for x in load)}" if load else "")
+            + "; command: `queue_bench --threads=1,2,4,8,16 --benchmark_filter=BM_Push "
+            "--benchmark_repetitions=3 --benchmark_report_aggregates_only=true` (median of 3).")
 
 
 def memory_per_reference(r):
@@ -106,7 +150,7 @@ def gpu_wakeups(gpu):
             f"{gpu['handed_over']} hand-overs from CUDA's thread.")
 
 
-def all_facts(r, gpu, command):
+def all_facts(r, gpu, command, scaling=None):
     """Every $name of the template that is a number or a sentence with numbers of this run."""
     return {
         "run_facts": run_facts(r.py, command),
@@ -122,4 +166,7 @@ def all_facts(r, gpu, command):
         "dequeue_share": dequeue_share(r),
         "memory_per_reference": memory_per_reference(r),
         "gpu_wakeups": gpu_wakeups(gpu),
+        "push_breakdown": push_breakdown(r),
+        "drain_breakdown": drain_breakdown(r),
+        "scaling_facts": scaling_facts(scaling),
     }

@@ -4,7 +4,7 @@ pip install -r bench/requirements.txt)."""
 import math
 import sys
 
-from report.tables import ANCHORS, LATENCY_KEYS, PRODUCER_STRATEGIES
+from report.tables import ANCHORS, LATENCY_KEYS, PRODUCER_STRATEGIES, QUEUE_STRATEGIES_CPP, Results, cpp_push_rows
 
 
 def plot(r, path):
@@ -59,4 +59,40 @@ def plot(r, path):
     right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    return True
+
+
+def plot_scaling(scaling, path):
+    """Producer scaling: total pushes per second and CPU time per push against the number of producer
+    threads, every strategy, from queue_bench's --threads run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    r = Results({"rows": []}, scaling)
+    series = {}
+    for threads, strategy, bench in cpp_push_rows(r):
+        series.setdefault(strategy, []).append((threads, bench["items_per_second"] / 1e6, bench["cpu_time"]))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for strategy in QUEUE_STRATEGIES_CPP:
+        points = series.get(strategy)
+        if not points:
+            continue
+        label = ANCHORS[strategy].replace("**", "")
+        left.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        right.plot([p[0] for p in points], [p[2] for p in points], marker="o", label=label)
+    for axis, title, unit in ((left, "All producers together", "M pushes/s (wall time)"),
+                              (right, "CPU time per push", "ns (log)")):
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("producer threads")
+        axis.set_ylabel(unit)
+        axis.set_title(title)
+        axis.legend(fontsize=7)
+    right.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
     return True

@@ -14,7 +14,7 @@ ANCHORS = {
     "cas_stack": "CAS stack, preallocated nodes (cuda.core)",
     "with_gil": "`with gil: Py_DECREF`",
     "plain_decref_loop": "plain Py_DECREF loop over an array (limit)",
-    "plain_release_fn_loop": "plain loop calling bindings' release action (Py_DECREF + PyErr_Occurred, via pointer)",
+    "plain_release_fn_loop": "bindings' batch release action over the same array (the drain minus the queue)",
     "plain_loop": "plain loop over an array (limit)",
 }
 QUEUE_STRATEGIES_CPP = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_stack")
@@ -127,9 +127,30 @@ def producer_tables(r):
     return "\n\n".join(out)
 
 
+def push_thread_counts(r):
+    """The producer thread counts of the C++ push rows in this run's JSON, ascending."""
+    counts = set()
+    for name in r.cpp_rows:
+        match = re.fullmatch(r"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:(\d+)", name)
+        if match:
+            counts.add(int(match.group(1)))
+    return sorted(counts) or [1, 2, 4]
+
+
+def cpp_push_rows(r):
+    """(threads, strategy, bench) for every C++ push row, cuda-reclaim first in each thread count."""
+    out = []
+    for threads in push_thread_counts(r):
+        for strategy in QUEUE_STRATEGIES_CPP:
+            bench = r.bench(rf"BM_Push/{strategy}/iterations:\d+/real_time/threads:{threads}")
+            if bench is not None:
+                out.append((threads, strategy, bench))
+    return out
+
+
 def cpp_push_table(r):
     rows = []
-    for threads in (1, 2, 4):
+    for threads in push_thread_counts(r):
         found = {}
         for strategy in QUEUE_STRATEGIES_CPP:
             bench = r.bench(rf"BM_Push/{strategy}/iterations:\d+/real_time/threads:{threads}")
@@ -144,6 +165,68 @@ def cpp_push_table(r):
                          fmt_ratio(bench["cpu_time"], base["cpu_time"]) if base else "–"])
     return table(["threads", "strategy", "CPU time per push", "M pushes/s (all threads, wall time)",
                   "CPU / cuda-reclaim"], rows)
+
+
+PUSH_PARTS = (
+    ("exchange", "one atomic exchange on a private cache line, then a store (the barrier)"),
+    ("moodycamel_enqueue", "one moodycamel explicit-producer enqueue (the storage)"),
+)
+
+
+def push_parts_table(r):
+    """Where the time of one cuda-reclaim push goes, one thread: its parts measured alone, the whole push,
+    and the CAS stack's push."""
+    rows = []
+    for part, label in PUSH_PARTS:
+        bench = r.bench(rf"BM_PushPart/{part}/iterations:\d+")
+        if bench is not None:
+            rows.append([label, fmt_ns(bench["cpu_time"])])
+    ours = r.bench(r"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:1")
+    cas = r.bench(r"BM_Push/cas_stack/iterations:\d+/real_time/threads:1")
+    if ours is not None:
+        rows.append(["**cuda-reclaim** push: slot exchange, closed and signal checks, count, enqueue, "
+                     "give the slot back", fmt_ns(ours["cpu_time"])])
+    if cas is not None:
+        rows.append([ANCHORS["cas_stack"] + " push: link the node, one compare-exchange, check its flag",
+                     fmt_ns(cas["cpu_time"])])
+    return table(["one thread, C++", "CPU time per push"], rows)
+
+
+def scaling_table(scaling):
+    """The producer-scaling table from a queue_bench JSON run with --threads=1,2,4,8,16 on a many-core
+    host, or a line saying there is none."""
+    if scaling is None:
+        return "No scaling results given to this report (`--scaling`)."
+    r = Results({"rows": []}, scaling)
+    rows = []
+    for threads in push_thread_counts(r):
+        found = {strategy: bench for t, strategy, bench in cpp_push_rows(r) if t == threads}
+        base = found.get("cuda_reclaim")
+        for strategy, bench in found.items():
+            rows.append([threads, ANCHORS[strategy], fmt_ns(bench["cpu_time"]),
+                         f"{bench['items_per_second'] / 1e6:.1f}",
+                         fmt_ratio(bench["items_per_second"], base["items_per_second"]) if base else "–",
+                         fmt_ratio(bench["cpu_time"], base["cpu_time"]) if base else "–"])
+    return table(["producers", "strategy", "CPU time per push", "M pushes/s (all threads, wall time)",
+                  "throughput / cuda-reclaim", "CPU / cuda-reclaim"], rows)
+
+
+def scaling_slower_rows(scaling):
+    """Scaling rows where an anchor pushes with less CPU time or more throughput than cuda-reclaim."""
+    if scaling is None:
+        return []
+    r = Results({"rows": []}, scaling)
+    notes = []
+    for threads in push_thread_counts(r):
+        found = {strategy: bench for t, strategy, bench in cpp_push_rows(r) if t == threads}
+        base = found.get("cuda_reclaim")
+        for strategy, bench in found.items():
+            if base is None or strategy == "cuda_reclaim":
+                continue
+            if bench["cpu_time"] < base["cpu_time"]:
+                notes.append(f"scaling, C++ push CPU time, {threads} producer(s): {ANCHORS[strategy]} "
+                             f"{fmt_ns(bench['cpu_time'])} vs {fmt_ns(base['cpu_time'])}")
+    return notes
 
 
 def latency_table(r):
@@ -275,6 +358,25 @@ def slower_rows(r):
             if ours and row and row["refs_per_s"] > ours["refs_per_s"]:
                 notes.append(f"drain throughput ({fate}): {ANCHORS[strategy]} {row['refs_per_s'] / 1e6:.1f} "
                              f"vs {ours['refs_per_s'] / 1e6:.1f} M refs/s")
+    for threads, strategy, bench in cpp_push_rows(r):
+        base = r.bench(rf"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:{threads}")
+        if strategy != "cuda_reclaim" and base is not None and bench["cpu_time"] < base["cpu_time"]:
+            notes.append(f"C++ push CPU time, {threads} thread(s): {ANCHORS[strategy]} {fmt_ns(bench['cpu_time'])} "
+                         f"vs {fmt_ns(base['cpu_time'])}")
+    ours = r.bench(r"BM_Drain/cuda_reclaim/0/iterations:\d+")
+    for strategy in ("mutex_vector", "mutex_deque", "cas_stack"):
+        bench = r.bench(rf"BM_Drain/{strategy}/0/iterations:\d+")
+        if ours is not None and bench is not None and bench["items_per_second"] > ours["items_per_second"]:
+            notes.append(f"C++ drain (no-op release): {ANCHORS[strategy]} {bench['items_per_second'] / 1e6:.0f} "
+                         f"vs {ours['items_per_second'] / 1e6:.0f} M items/s")
+    ours = r.find("memory", strategy="cuda_reclaim")
+    for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call"):
+        row = r.find("memory", strategy=strategy)
+        # Half a MiB of slack: RSS moves in pages, and the fresh storage's own reserve is allocated anew.
+        if ours and row and row["drained_rss_delta"] + 2**19 < ours.get("trimmed_rss_delta", ours["drained_rss_delta"]):
+            notes.append(f"RSS after draining (and trim()): {ANCHORS[strategy]} "
+                         f"{row['drained_rss_delta'] / 2**20:.1f} MiB vs "
+                         f"{ours.get('trimmed_rss_delta', ours['drained_rss_delta']) / 2**20:.1f} MiB")
     return notes
 
 
