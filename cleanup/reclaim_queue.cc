@@ -177,7 +177,7 @@ __attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_slot
   // it is seen here; one that stores after it finds the slot held and waits for it to be given back.
   if ((push_admissions_.load(std::memory_order_seq_cst) & kClosedBit) != 0) {
     bump(slot.leaked);
-    slot.held.store(false, std::memory_order_release);
+    slot.held.store(0, std::memory_order_release);
     return PushStatus::kLeakedAfterClose;
   }
   // Read before the enqueue: a drain that clears the signal after this load finds the slot held or the
@@ -189,20 +189,20 @@ __attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_slot
   const bool stored = slot.bind_to(storage) && storage->queue.enqueue(slot.token(), item);
   if (!stored) rejected_.fetch_add(1, std::memory_order_relaxed);
   // Release: whoever sees the slot free (close, trim, a clearing drain) also sees the item and counters.
-  slot.held.store(false, std::memory_order_release);
+  slot.held.store(0, std::memory_order_release);
   if (!stored) return PushStatus::kRejected;
   if (!already_signaled) raise_signal();
   return PushStatus::kQueued;
 }
 
-PushStatus ReclaimQueue::push(void* item) noexcept {
+__attribute__((flatten)) PushStatus ReclaimQueue::push(void* item) noexcept {
   if (item == nullptr) return PushStatus::kInvalidArgument;
   const std::size_t start = preferred_slot(slot_mask_);
   for (std::size_t probe = 0; probe <= slot_mask_; ++probe) {
     ProducerSlot& slot = slots_[(start + probe) & slot_mask_];
     // No load before the exchange: the preferred slot is almost always free, and a load of the line the
     // previous push just stored to only adds a stall before the exchange that must come anyway.
-    if (slot.held.exchange(true, std::memory_order_seq_cst)) continue;
+    if (slot.held.exchange(1, std::memory_order_seq_cst) != 0) continue;
     return push_through_slot(slot, item);
   }
   // Every slot is held at this instant. Never waits for a slot: a holder may be preempted, and push()
@@ -249,7 +249,7 @@ void ReclaimQueue::notify() noexcept {
 bool ReclaimQueue::push_may_be_in_flight() const noexcept {
   // A slot's `held` covers a push from before its signal check to after its enqueue.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    if (slots_[i].held.load(std::memory_order_acquire)) return true;
+    if (slots_[i].held.load(std::memory_order_acquire) != 0) return true;
   }
   const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
   if ((admissions & kClosedBit) != 0) return false;  // closed: no drain needs a wake-up any more
@@ -369,7 +369,7 @@ std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std
 void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept {
   // Pushes never block, so each wait is a few instructions unless the pushing thread was preempted.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    while (slots_[i].held.load(std::memory_order_acquire)) sched_yield();
+    while (slots_[i].held.load(std::memory_order_acquire) != 0) sched_yield();
   }
   while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
 }
@@ -459,19 +459,19 @@ TrimStatus ReclaimQueue::trim() noexcept {
   ProducerSlot* mover = nullptr;
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
     ProducerSlot& slot = slots_[i];
-    while (slot.held.exchange(true, std::memory_order_seq_cst)) sched_yield();
+    while (slot.held.exchange(1, std::memory_order_seq_cst) != 0) sched_yield();
     slot.unbind_from(source);
     if (mover == nullptr && slot.bind_to(target)) {
       mover = &slot;  // kept: its producer carries what is still pending into `target`
       continue;
     }
-    slot.held.store(false, std::memory_order_release);
+    slot.held.store(0, std::memory_order_release);
   }
   while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
 
   // Nothing is released and no counter changes.
   const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
-  if (mover != nullptr) mover->held.store(false, std::memory_order_release);
+  if (mover != nullptr) mover->held.store(0, std::memory_order_release);
   if (moved_all) {
     retired_.store(nullptr, std::memory_order_relaxed);
     pending_since_trim_.store(0, std::memory_order_relaxed);
@@ -538,7 +538,7 @@ ReclaimQueue::SlotTotals ReclaimQueue::slot_totals() const noexcept {
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
     const ProducerSlot& slot = slots_[i];
     // Acquire: a slot given back publishes its counters (and its item) with the release of `held`.
-    if (slot.held.load(std::memory_order_acquire)) totals.any_held = true;
+    if (slot.held.load(std::memory_order_acquire) != 0) totals.any_held = true;
     totals.admitted += slot.admitted.load(std::memory_order_relaxed);
     totals.leaked += slot.leaked.load(std::memory_order_relaxed);
   }
@@ -606,7 +606,7 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   // abandoned storage, so the tokens are dropped without touching it.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
     slots_[i].forget_token();
-    slots_[i].held.store(false, std::memory_order_relaxed);
+    slots_[i].held.store(0, std::memory_order_relaxed);
   }
   retired_.store(nullptr, std::memory_order_relaxed);
   storage_.store(make_storage(options_.reserved_capacity), std::memory_order_relaxed);
