@@ -8,10 +8,10 @@
 //            stop fd. (No main-thread drain through Py_AddPendingCall: a pending call runs between any two
 //            bytecodes, also inside threading's own locked sections, and a finalizer that sets an Event
 //            while the main thread waits on it deadlocks the main thread with itself.)
-//   drain  — take the GIL (timed), release everything queued. When the GIL came at once, the drain keeps
-//            the wake-up signal set (linger) if it found work, so producers on CUDA's thread skip the
-//            eventfd write while traffic continues. When taking the GIL was contended (another thread
-//            held it: a busy main thread gives it up only after a switch interval), it does not linger.
+//   drain  — take the GIL (timed), release everything queued, keeping the wake-up signal set (linger)
+//            when it found work, so producers on CUDA's thread skip the eventfd write while traffic
+//            continues. When taking the GIL was contended (another thread held it: a busy main thread
+//            gives it up only after a switch interval), the linger ends at once and the loop waits.
 //   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
 //            GIL; work pending: drain again; nothing: end the linger and wait. No GIL is taken to find
 //            nothing.
@@ -128,15 +128,16 @@ bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
       *state = PyEval_SaveThread();
       return false;  // nothing may be released now; the exit settles the signal
     }
-    // A contended drain does not linger (see the top of this file): it settles the signal itself, as
-    // any plain drain does (cleared when it empties the queue, readable while work is left).
-    const Py_ssize_t released = stopping(self) ? 0 : drain_safely(SIZE_MAX, /*linger=*/!contended);
+    const Py_ssize_t released = stopping(self) ? 0 : drain_safely(SIZE_MAX, /*linger=*/true);
     *state = PyEval_SaveThread();
-    if (released == 0) {
+    // A contended drain does not linger (see the top of this file): it ends the linger at once, like a
+    // drain that found nothing. Always through end_linger(), never by draining without the linger flag:
+    // after an earlier round of this linger the fd is unreadable while the signal is set, and a plain
+    // drain that leaves work behind (it arrived during the drain) would keep it that way, a lost wake-up.
+    if (released == 0 || contended) {
       queue().end_linger();
       return true;
     }
-    if (contended) return true;
     // Lingering: the signal stays set, so pushes meanwhile do not write the fd and only the queue itself
     // says whether work arrived. Reading it needs no GIL; when nothing is pending, end_linger() settles
     // the signal (it re-arms for a push that raced with it: no lost wake-up) without taking the GIL.
