@@ -1,19 +1,36 @@
 // bindings/drain_worker.cc — cuda_reclaim._reclaim._DrainWorker: the automatic drain loop, in one place.
 //
 // A worker is one run of the loop on one Python thread (cuda_reclaim._auto starts and stops workers; it
-// owns the lifecycle, this file owns the protocol):
+// owns the lifecycle, this file owns the protocol). The loop rests with the GIL released and takes it only
+// to drain:
 //
 //   wait   — GIL released, poll(2) on the queue's wake-up fd, the queue's closed fd and this worker's own
 //            stop fd. (No main-thread drain through Py_AddPendingCall: a pending call runs between any two
 //            bytecodes, also inside threading's own locked sections, and a finalizer that sets an Event
 //            while the main thread waits on it deadlocks the main thread with itself.)
-//   drain  — release everything queued, keeping the wake-up signal set (linger) when it found work, so
-//            producers on CUDA's thread skip the eventfd write while traffic continues;
-//   linger — sleep kLingerMilliseconds on the stop fd (GIL released), then drain again; the first drain
-//            that finds nothing ends the linger and the thread goes back to waiting;
+//   drain  — take the GIL (timed), release everything queued, keeping the wake-up signal set (linger)
+//            when it found work, so producers on CUDA's thread skip the eventfd write while traffic
+//            continues. When taking the GIL was contended (another thread held it: a busy main thread
+//            gives it up only after a switch interval), the linger ends at once and the loop waits.
+//   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
+//            GIL; work pending: drain again; nothing: end the linger and wait. No GIL is taken to find
+//            nothing.
 //   exit   — when stopped, when the queue is closed, or once the interpreter finalizes; on every way out
 //            the signal is settled (end_linger): the fd is readable exactly when work is pending, so no
 //            later push can lose its wake-up.
+//
+// Why a contended drain does not linger. A thread that runs bytecode and never blocks (the GIL holder)
+// hands the GIL over only when a waiter has waited one full switch interval (sys.getswitchinterval(),
+// 5 ms by default) and then asked it to drop it. Every linger round that takes the GIL again pays that
+// interval anew, on top of the linger's sleep: a reference that arrived just after a drain waited
+// linger + interval (+ scheduling), once per round. Going back to the wait instead, with the signal
+// settled, makes the next push write the eventfd, and the loop asks for the GIL at that instant: the
+// interval it must wait then overlaps with whatever arrives meanwhile. Lingering gains nothing there:
+// the producers skip the write anyway while the loop waits for the GIL with the signal set, so a busy
+// main thread still costs at most one eventfd write per GIL hand-over (per switch interval). The floor
+// stays: a reference that arrives just after a drain gave the GIL back is released about one interval
+// later at best, since nothing else makes a busy GIL holder let go (this loop never changes the switch
+// interval, and never asks the main thread to drain through a pending call).
 //
 // Each worker has its own stop eventfd, so stopping one never depends on who else reads the queue's fd
 // (an asyncio reader or a drain(timeout) may empty it first) and never wakes another worker.
@@ -24,6 +41,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <new>
 
@@ -35,6 +53,12 @@ namespace {
 // How long the loop lingers after a drain that found work: bounds the extra release latency for
 // references that arrive meanwhile, and the producers' eventfd writes to about one per period.
 constexpr int kLingerMilliseconds = 1;
+
+// A GIL acquisition that took longer than this was contended: another thread held the GIL and was made
+// to drop it (or dropped it on its own after running a while). An uncontended one takes microseconds. One
+// linger period: once taking the GIL costs more than the linger's sleep, a linger round costs more than
+// twice what lingering is for, and the wait on the eventfd batches the producers' writes as well.
+constexpr auto kContendedAcquisition = std::chrono::milliseconds(kLingerMilliseconds);
 
 struct DrainWorker {
   PyObject_HEAD
@@ -84,6 +108,47 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
   (void)::poll(&waiter, 1, milliseconds);
 }
 
+// Takes the GIL back for `state` (PyEval_RestoreThread) and says whether that had to wait for another
+// thread: see kContendedAcquisition. (On 3.10-3.13 a thread that takes the GIL once the interpreter is
+// finalizing is ended here by a forced unwind; SettleSignalOnExit covers that way out.)
+bool take_gil_was_contended(PyThreadState* state) {
+  const auto asked = std::chrono::steady_clock::now();
+  PyEval_RestoreThread(state);
+  return std::chrono::steady_clock::now() - asked > kContendedAcquisition;
+}
+
+// Called after a wake-up, GIL released; returns with the GIL released and `*state` its thread state.
+// Drains while work keeps arriving (the linger); the first look that finds nothing settles the signal,
+// including a wake-up fd left readable by notify() with nothing pending. Returns false once the
+// interpreter is finalizing: the loop must leave.
+bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
+  for (;;) {
+    const bool contended = take_gil_was_contended(*state);
+    if (interpreter_finalizing()) {
+      *state = PyEval_SaveThread();
+      return false;  // nothing may be released now; the exit settles the signal
+    }
+    const Py_ssize_t released = stopping(self) ? 0 : drain_safely(SIZE_MAX, /*linger=*/true);
+    *state = PyEval_SaveThread();
+    // A contended drain does not linger (see the top of this file): it ends the linger at once, like a
+    // drain that found nothing. Always through end_linger(), never by draining without the linger flag:
+    // after an earlier round of this linger the fd is unreadable while the signal is set, and a plain
+    // drain that leaves work behind (it arrived during the drain) would keep it that way, a lost wake-up.
+    if (released == 0 || contended) {
+      queue().end_linger();
+      return true;
+    }
+    // Lingering: the signal stays set, so pushes meanwhile do not write the fd and only the queue itself
+    // says whether work arrived. Reading it needs no GIL; when nothing is pending, end_linger() settles
+    // the signal (it re-arms for a push that raced with it: no lost wake-up) without taking the GIL.
+    sleep_unless_stopped(self, kLingerMilliseconds);
+    if (stopping(self) || queue().pending() == 0) {
+      queue().end_linger();
+      return true;
+    }
+  }
+}
+
 PyObject* worker_run(PyObject* object, PyObject*) {
   auto* self = reinterpret_cast<DrainWorker*>(object);
   if (self->started.exchange(true, std::memory_order_acq_rel)) {
@@ -91,24 +156,15 @@ PyObject* worker_run(PyObject* object, PyObject*) {
     return nullptr;
   }
   SettleSignalOnExit settle;
-  while (!stopping(self) && !queue().is_closed() && !interpreter_finalizing()) {
-    bool woke;
-    Py_BEGIN_ALLOW_THREADS
-    woke = queue().wait_for_work_or(self->stop_fd, -1);
-    Py_END_ALLOW_THREADS
-    if (!woke || stopping(self)) continue;  // EINTR, or stopped: the loop condition decides
-    // Drain while work keeps arriving; the first drain that finds nothing settles the signal (also a
-    // wake-up fd left readable by notify() with nothing pending), and the loop waits again.
-    while (!stopping(self)) {
-      if (drain_safely(SIZE_MAX, /*linger=*/true) == 0) {
-        queue().end_linger();
-        break;
-      }
-      Py_BEGIN_ALLOW_THREADS
-      sleep_unless_stopped(self, kLingerMilliseconds);
-      Py_END_ALLOW_THREADS
-    }
+  if (interpreter_finalizing()) Py_RETURN_NONE;
+  // From here on the loop holds the GIL only to drain.
+  PyThreadState* state = PyEval_SaveThread();
+  while (!stopping(self) && !queue().is_closed()) {
+    // false: EINTR (the loop condition decides); stopped: the loop condition decides.
+    if (!queue().wait_for_work_or(self->stop_fd, -1) || stopping(self)) continue;
+    if (!drain_while_work_arrives(self, &state)) break;
   }
+  PyEval_RestoreThread(state);
   Py_RETURN_NONE;
 }
 

@@ -1,0 +1,144 @@
+"""The drain thread against a main thread that holds the GIL (bindings/drain_worker.cc).
+
+When taking the GIL was contended, the drain thread drains without lingering and goes back to poll(2):
+then the next push must be an empty→non-empty edge that writes the eventfd, or it would never be
+released (nobody lingers for it). When the main thread alternates bytecode and short sleeps, the loop
+switches between that and the linger, whose end looks at the queue without the GIL. Checked here, only by
+waiting for conditions (a generous deadline guards against a hang; nothing is timed):
+
+  1. a steady stream of native pushes is released completely while the main thread runs bytecode;
+  2. afterwards, still busy, the signal is settled: the fd is quiet, and one more push writes the eventfd
+     and is released (a lost wake-up would hang here);
+  3. the same with a main thread that alternates bytecode and sleeps (contended and free acquisitions);
+  4. idle: the drain thread blocks in poll(2): no context switch at all while nothing is pushed;
+  5. stopped, it leaves the signal settled: a push stays pending with the fd readable, drain() gets it.
+
+Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
+
+    python drain_thread_busy_main.py [--pushes 3000] [--rounds 3]
+"""
+
+import argparse
+import sys
+import time
+
+import cuda_reclaim
+from cuda_reclaim import _auto, _reclaim
+
+import _native_producers
+
+DEADLINE_S = 120  # a hang guard only
+
+
+class Payload:
+    pass
+
+
+def busy_until(condition, what):
+    """Run bytecode (holding the GIL, never blocking) until condition()."""
+    deadline = time.monotonic() + DEADLINE_S
+    i = 0
+    while not condition():
+        i += 1
+        if i % 4096 == 0 and time.monotonic() > deadline:
+            raise AssertionError(f"hang: {what}")
+
+
+def mixed_until(condition, what):
+    """Alternate bytecode and short sleeps (the GIL is contended, then free) until condition()."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"hang: {what}"
+        spin_until = time.perf_counter() + 0.003
+        while time.perf_counter() < spin_until:
+            pass
+        time.sleep(0.0005)
+
+
+def sleep_until(condition, what):
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"hang: {what}"
+        time.sleep(0.001)
+
+
+def released():
+    return cuda_reclaim.stats()["released"]
+
+
+def stream(pushes, delay_us, wait):
+    """Native threads push `pushes` fresh objects `delay_us` apart; `wait` runs the main thread until all
+    are released. Then, with the same main thread, checks that the signal is settled."""
+    before = released()
+    _native_producers.hand_over_detached([Payload() for _ in range(pushes)], 2, delay_us)
+    wait(lambda: released() - before == pushes, f"{pushes} pushes released")
+    wait(lambda: cuda_reclaim.pending() == 0 and not _reclaim.wait(0), "signal settled after the stream")
+
+    # The stream is over: the next push must write the eventfd (an edge), and the thread must release it.
+    def push_is_an_edge_and_released():
+        writes = cuda_reclaim.stats()["eventfd_writes"]
+        start = released()
+        _native_producers.hand_over([Payload()])
+        edge = cuda_reclaim.stats()["eventfd_writes"] == writes + 1
+        wait(lambda: released() == start + 1, "a single push after the stream released")
+        return edge
+
+    wait(push_is_an_edge_and_released, "a push after the stream is an edge")
+
+
+def voluntary_switches(native_id):
+    with open(f"/proc/self/task/{native_id}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError("no voluntary_ctxt_switches in /proc")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pushes", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+
+    cuda_reclaim.set_auto_drain("thread")
+    cuda_reclaim.defer_release(Payload())  # starts the drain thread
+    sleep_until(lambda: cuda_reclaim.pending() == 0, "first release")
+    thread = _auto._thread
+    assert thread is not None and thread.is_alive()
+
+    for _ in range(args.rounds):
+        stream(args.pushes, 200, busy_until)  # 1, 2: contended acquisitions
+        stream(args.pushes, 200, mixed_until)  # 3: contended and free, linger on and off
+        stream(args.pushes // 10, 0, busy_until)  # bursts faster than any drain
+
+    # 4. Idle: blocked in poll(2), not woken at all.
+    # It may still be finishing its last linger: a window without any switch proves it; a thread that
+    # woke up periodically would switch in every window.
+    sleep_until(lambda: cuda_reclaim.pending() == 0 and not _reclaim.wait(0), "quiet before idling")
+    for _ in range(10):
+        switches = voluntary_switches(thread.native_id)
+        time.sleep(0.2)
+        if voluntary_switches(thread.native_id) == switches:
+            break
+    else:
+        raise AssertionError("the idle drain thread kept waking up")
+
+    # 5. Stopped: the signal is settled, a push stays pending and its fd is readable.
+    cuda_reclaim.set_auto_drain("off")
+    assert not _auto.is_thread_running()
+    _native_producers.hand_over([Payload()])
+    assert cuda_reclaim.pending() == 1
+    assert _reclaim.wait(0), "a push after the stop left the fd unreadable"
+    assert cuda_reclaim.drain() == 1
+    stats = cuda_reclaim.stats()
+    assert stats["pending"] == 0, stats
+    print("drain_thread_busy_main: ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except AssertionError as failure:
+        print(f"drain_thread_busy_main: FAILED: {failure}", flush=True)
+        sys.exit(1)
