@@ -15,6 +15,8 @@
 //   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
 //            GIL; work pending: drain again; nothing: end the linger and wait. No GIL is taken to find
 //            nothing.
+//   trim   — after a burst beyond the reserved capacity, a wait that ends with nothing arriving for
+//            kTrimAfterMilliseconds gives the burst's memory back (ReclaimQueue::trim(), GIL released).
 //   exit   — when stopped, when the queue is closed, or once the interpreter finalizes; on every way out
 //            the signal is settled (end_linger): the fd is readable exactly when work is pending, so no
 //            later push can lose its wake-up.
@@ -53,6 +55,11 @@ namespace {
 // How long the loop lingers after a drain that found work: bounds the extra release latency for
 // references that arrive meanwhile, and the producers' eventfd writes to about one per period.
 constexpr int kLingerMilliseconds = 1;
+
+// How long the queue must stay quiet after a burst before the loop gives the burst's memory back
+// (ReclaimQueue::trim()): long enough that a stream of bursts keeps its blocks instead of allocating them
+// again on CUDA's thread each time, short enough that a one-off burst does not stay resident.
+constexpr int kTrimAfterMilliseconds = 1000;
 
 // A GIL acquisition that took longer than this was contended: another thread held the GIL and was made
 // to drop it (or dropped it on its own after running a while). An uncontended one takes microseconds. One
@@ -160,8 +167,17 @@ PyObject* worker_run(PyObject* object, PyObject*) {
   // From here on the loop holds the GIL only to drain.
   PyThreadState* state = PyEval_SaveThread();
   while (!stopping(self) && !queue().is_closed()) {
-    // false: EINTR (the loop condition decides); stopped: the loop condition decides.
-    if (!queue().wait_for_work_or(self->stop_fd, -1) || stopping(self)) continue;
+    // After a burst beyond the reserved capacity the wait is bounded: when nothing arrives for
+    // kTrimAfterMilliseconds, the burst's memory goes back (trim() runs no Python and needs no GIL; busy:
+    // a drain elsewhere is in the storage, so the next quiet period tries again). Otherwise the wait has
+    // no limit: an idle process never wakes this thread.
+    const int timeout_ms = queue().trim_would_help() ? kTrimAfterMilliseconds : -1;
+    // false: a timeout, or EINTR (the loop condition decides); stopped: the loop condition decides.
+    if (!queue().wait_for_work_or(self->stop_fd, timeout_ms)) {
+      if (timeout_ms >= 0 && !stopping(self)) (void)queue().trim();
+      continue;
+    }
+    if (stopping(self)) continue;
     if (!drain_while_work_arrives(self, &state)) break;
   }
   PyEval_RestoreThread(state);

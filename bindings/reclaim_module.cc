@@ -151,6 +151,8 @@ PyObject* py_pending(PyObject*, PyObject*) { return PyLong_FromSize_t(queue().pe
 
 PyObject* py_is_closed(PyObject*, PyObject*) { return PyBool_FromLong(queue().is_closed()); }
 
+PyObject* py_trim_would_help(PyObject*, PyObject*) { return PyBool_FromLong(queue().trim_would_help()); }
+
 PyObject* py_trim(PyObject*, PyObject*) {
   // Never runs Python; may wait for a producer slot's holder and calls the allocator: the GIL is released.
   reclaim::TrimStatus status;
@@ -248,6 +250,8 @@ PyMethodDef kMethods[] = {
      "once the interpreter is finalizing."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
+    {"_trim_would_help", py_trim_would_help, METH_NOARGS,
+     "Internal (tests): True while a burst's memory is waiting to be given back by trim()."},
     {"trim", py_trim, METH_NOARGS,
      "trim($module, /)\n--\n\n"
      "Give back the memory a burst left behind: when more references were pending since the last trim\n"

@@ -413,6 +413,8 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
 void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr); }
 
 bool ReclaimQueue::trim_would_help() const noexcept {
+  if (is_closed()) return false;
+  if (retired_.load(std::memory_order_relaxed) != nullptr) return true;  // a trim that ran out of memory
   if (pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity) return true;
   note_pending(pending());  // a burst no drain has seen yet
   return pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity;

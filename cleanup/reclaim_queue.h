@@ -200,8 +200,9 @@ class ReclaimQueue {
   // Any thread; never touches Python; may yield the CPU while a producer slot's holder finishes its push.
   TrimStatus trim() noexcept;
 
-  // True when a trim() would give memory back (pending once exceeded the reserved capacity since the
-  // last trim). Any thread; never touches Python; never blocks.
+  // True when a trim() would give memory back: the queue is open and pending once exceeded the reserved
+  // capacity since the last trim (or a trim ran out of memory half-way). Any thread; never touches
+  // Python; never blocks, except for the moment a trim() on another thread replaces the storage.
   bool trim_would_help() const noexcept;
 
   // Any thread; never touches Python; never blocks.

@@ -1,8 +1,10 @@
 """trim(): the memory a burst left behind is given back; nothing queued is lost or released by it."""
 
+import time
 import weakref
 
 import cuda_reclaim
+from cuda_reclaim import _reclaim
 
 # Above the default reserved capacity (64 Ki references), so that the burst grows the queue.
 BURST = 100_000
@@ -58,3 +60,28 @@ def test_trim_from_a_finalizer_run_by_a_drain_returns_false_and_the_drain_goes_o
     assert cuda_reclaim.drain() == BURST + 1
     assert TrimsInFinalizer.results == [False]  # busy: its own drain is in the storage
     assert cuda_reclaim.trim() is True  # afterwards it can
+
+
+def _wait_until(condition, what, deadline_s=60.0):
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def test_the_drain_thread_gives_a_burst_back_once_the_queue_is_quiet():
+    previous = cuda_reclaim.set_auto_drain("off")
+    try:
+        cuda_reclaim.drain()
+        cuda_reclaim.trim()
+        shared = Item()
+        for _ in range(BURST):  # with nobody draining: the queue grows beyond its reserve
+            cuda_reclaim.defer_release(shared)
+        assert _reclaim._trim_would_help()
+        cuda_reclaim.set_auto_drain("thread")
+        _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
+        _wait_until(lambda: not _reclaim._trim_would_help(), "the drain thread trimmed")
+        assert cuda_reclaim.trim() is False  # nothing left to give back
+        assert cuda_reclaim.conserved()
+    finally:
+        cuda_reclaim.set_auto_drain(previous)
