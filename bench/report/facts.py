@@ -89,6 +89,18 @@ def dequeue_share(r):
             f"(the loop's own release costs {1e9 / limit['items_per_second']:.1f} ns)")
 
 
+def busy_latency(r):
+    """The busy-main-thread release latency through the drain thread, against one switch interval."""
+    row = next((row for row in r.rows if row["section"] == "latency" and row["main"] == "busy"
+                and row["strategy"] == "cuda_reclaim" and row["drain"] == "thread"), None)
+    if row is None:
+        return ""
+    interval_ns = r.py["machine"]["switch_interval_s"] * 1e9
+    verdict = "within" if row["p99"] <= interval_ns + 1e6 else "beyond"
+    return (f"In this run: p50 {fmt_ns(row['p50'])}, p99 {fmt_ns(row['p99'])} with a switch interval of "
+            f"{fmt_ms(r.py['machine']['switch_interval_s'])}: {verdict} one interval plus 1 ms.")
+
+
 def push_breakdown(r):
     """One thread, C++: the push's parts measured alone, the whole push and the CAS stack's push."""
     parts = {name: r.bench(rf"BM_PushPart/{name}/iterations:\d+") for name in ("exchange", "moodycamel_enqueue")}
@@ -167,6 +179,7 @@ def all_facts(r, gpu, command, scaling=None):
         "memory_per_reference": memory_per_reference(r),
         "gpu_wakeups": gpu_wakeups(gpu),
         "push_breakdown": push_breakdown(r),
+        "busy_latency": busy_latency(r),
         "drain_breakdown": drain_breakdown(r),
         "scaling_facts": scaling_facts(scaling),
     }
