@@ -51,6 +51,7 @@ EXTENSION_HEADERS = [
     "bindings/exit_report.h",
     "bindings/graph_functions.h",
     "bindings/host_calls.h",
+    "bindings/module_state.h",
     "bindings/python_compat.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",

@@ -349,7 +349,7 @@ bool parse_handle(const char* name, PyObject* value, std::uintptr_t* handle) {
 }
 
 // _launch_host_call(stream: int, future, fn, args: tuple, kwargs: dict | None) -> bool
-PyObject* py_launch_host_call(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
+PyObject* py_launch_host_call(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_Format(PyExc_TypeError, "_launch_host_call() takes exactly 5 arguments (%zd given)", nargs);
     return nullptr;
@@ -369,7 +369,7 @@ PyObject* py_launch_host_call(PyObject*, PyObject* const* argv, Py_ssize_t nargs
     cancel_future(future);
     Py_RETURN_FALSE;
   }
-  const reclaim::graph::Driver* driver = usable_driver();
+  const reclaim::graph::Driver* driver = usable_driver(module);
   if (driver == nullptr) return nullptr;
 
   auto* call = PyObject_New(HostCall, g_host_call_type);
@@ -408,13 +408,13 @@ PyObject* py_launch_host_call(PyObject*, PyObject* const* argv, Py_ssize_t nargs
   }
   Py_DECREF(call);  // CUDA's
   Py_DECREF(call);  // ours
-  PyErr_Format(driver_error(), "%s failed with %s; nothing was launched", result.call,
+  PyErr_Format(driver_error(module), "%s failed with %s; nothing was launched", result.call,
                graph::error_name(*driver, result.error));
   return nullptr;
 }
 
 // _add_host_node(graph: int, dependencies: tuple[int, ...], fn, args: tuple) -> int (the CUgraphNode)
-PyObject* py_add_host_node(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
+PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs != 4) {
     PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 4 arguments (%zd given)", nargs);
     return nullptr;
@@ -434,7 +434,7 @@ PyObject* py_add_host_node(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
     if (!parse_handle("_add_host_node", PyTuple_GET_ITEM(dependencies, i), &node)) return nullptr;
     nodes.push_back(reinterpret_cast<CUgraphNode>(node));
   }
-  const reclaim::graph::Driver* driver = usable_driver();
+  const reclaim::graph::Driver* driver = usable_driver(module);
   if (driver == nullptr) return nullptr;
 
   auto* node = PyObject_New(HostNode, g_host_node_type);
@@ -457,7 +457,7 @@ PyObject* py_add_host_node(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
       if (result.node != nullptr) {
         handle = PyLong_FromUnsignedLongLong(reinterpret_cast<std::uintptr_t>(result.node));
       } else {
-        PyErr_Format(driver_error(),
+        PyErr_Format(driver_error(module),
                      "cuGraphAddHostNode failed with %s; no node was added (the function stays attached to "
                      "the graph and is released when CUDA destroys it)",
                      graph::error_name(*driver, result.node_error));
@@ -465,11 +465,11 @@ PyObject* py_add_host_node(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
       break;
     case graph::Handover::kReturned:
       Py_DECREF(node);  // the native reference: never handed over
-      PyErr_Format(driver_error(), "%s failed with %s; no node was added", result.attach.call,
+      PyErr_Format(driver_error(module), "%s failed with %s; no node was added", result.attach.call,
                    graph::error_name(*driver, result.attach.error));
       break;
     case graph::Handover::kInFlight:
-      PyErr_Format(driver_error(),
+      PyErr_Format(driver_error(module),
                    "%s failed with %s; no node was added (CUDA releases the function through the queue)",
                    result.attach.call, graph::error_name(*driver, result.attach.error));
       break;

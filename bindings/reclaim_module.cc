@@ -18,6 +18,7 @@
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
 #include "bindings/host_calls.h"
+#include "bindings/module_state.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"
@@ -375,16 +376,29 @@ PyModuleDef_Slot kSlots[] = {
     {0, nullptr},
 };
 
+// The module state holds the objects a module object hands to Python code (bindings/module_state.h).
+int module_traverse(PyObject* module, visitproc visit, void* arg) {
+  Py_VISIT(reclaim_bindings::module_state(module)->driver_error);
+  return 0;
+}
+
+int module_clear(PyObject* module) {
+  Py_CLEAR(reclaim_bindings::module_state(module)->driver_error);
+  return 0;
+}
+
+void module_free(void* module) { module_clear(static_cast<PyObject*>(module)); }
+
 PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT,
     "cuda_reclaim._reclaim",
     "Process-wide reclaim queue: native threads hand over references, Python releases them safely.",
-    0,
+    sizeof(reclaim_bindings::ModuleState),
     kMethods,
     kSlots,
-    nullptr,
-    nullptr,
-    nullptr,
+    module_traverse,
+    module_clear,
+    module_free,
 };
 
 }  // namespace

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 import cuda_reclaim
-from conftest import run_child
+from conftest import run_child, run_child_script
 from cuda_reclaim import _graph
 
 FAKE_LIBCUDA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph", "fake_libcuda.so")
@@ -152,6 +152,12 @@ def test_missing_driver_raises_driver_error_naming_the_library_and_keeps_nothing
         env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"},
     )
     assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_driver_error_of_the_package_still_catches_after_the_extension_is_imported_again():
+    result = run_child_script("reimport_driver_error.py", env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"})
+    assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "ok"
 
 
