@@ -34,8 +34,11 @@ EXTENSION_SOURCES = [
     "bindings/drain_worker.cc",
     "bindings/exit_report.cc",
     "bindings/graph_functions.cc",
+    "bindings/host_call_functions.cc",
     "bindings/host_calls.cc",
+    "bindings/host_nodes.cc",
     "bindings/reclaim_module.cc",
+    "bindings/stream_orders.cc",
     "cleanup/process_queue.cc",
     "cleanup/reclaim_c_api.cc",
     "cleanup/reclaim_queue.cc",
@@ -47,6 +50,7 @@ EXTENSION_SOURCES = [
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
+    "bindings/call_items.h",
     "bindings/drain.h",
     "bindings/exit_report.h",
     "bindings/graph_functions.h",
