@@ -327,6 +327,32 @@ int add_counter_names(PyObject* module) {
   return failed ? -1 : 0;
 }
 
+// CONSERVATION_BUCKETS (a tuple): the counters whose sum the conservation law equates with handed_over.
+// Read off the law's one definition (reclaim_stats_conserved) instead of being written out again: a counter
+// is a bucket when a snapshot with one reference handed over, counted there alone, conserves.
+int add_conservation_buckets(PyObject* module) {
+  PyObject* buckets = PyList_New(0);
+  int failed = buckets == nullptr;
+#define RECLAIM_BUCKET_ITEM_(name, description)                                   \
+  if (!failed) {                                                                  \
+    reclaim_stats probe = {};                                                     \
+    probe.handed_over = 1;                                                        \
+    probe.name += 1;                                                              \
+    if (reclaim_stats_conserved(&probe)) {                                        \
+      PyObject* key = PyUnicode_InternFromString(#name);                          \
+      failed = key == nullptr || PyList_Append(buckets, key) < 0;                 \
+      Py_XDECREF(key);                                                            \
+    }                                                                             \
+  }
+  RECLAIM_COUNTERS(RECLAIM_BUCKET_ITEM_)
+#undef RECLAIM_BUCKET_ITEM_
+  PyObject* tuple = failed ? nullptr : PyList_AsTuple(buckets);
+  failed = tuple == nullptr || PyModule_AddObjectRef(module, "CONSERVATION_BUCKETS", tuple) < 0;
+  Py_XDECREF(tuple);
+  Py_XDECREF(buckets);
+  return failed ? -1 : 0;
+}
+
 // --- module init ------------------------------------------------------------------------------------
 
 int module_exec(PyObject* module) {
@@ -360,6 +386,7 @@ int module_exec(PyObject* module) {
   if (added < 0) return -1;
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
   if (add_counter_names(module) < 0) return -1;
+  if (add_conservation_buckets(module) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
   if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return add_graph_functions(module);
