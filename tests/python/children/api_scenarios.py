@@ -1,7 +1,7 @@
 """Child of test_api.py: one scenario per run, named by the first argument (close() is final for a
 process, and the exit and subinterpreter behaviour needs a process of its own)."""
 
-import sys
+import scenario
 
 
 def close_is_final_and_counts_later_pushes_as_leaked():
@@ -73,14 +73,9 @@ def import_in_a_subinterpreter():
     _testcapi.run_in_subinterp(SUBINTERPRETER_IMPORT)
 
 
-SCENARIOS = {
-    function.__name__: function
-    for function in (
+if __name__ == "__main__":
+    scenario.run(
         close_is_final_and_counts_later_pushes_as_leaked,
         atexit_hook_drains_what_is_left,
         import_in_a_subinterpreter,
     )
-}
-
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]]()

@@ -2,7 +2,7 @@
 
 Each scenario imports cuda_reclaim itself: one of them registers an atexit hook before the import."""
 
-import sys
+import scenario
 
 
 def no_thread_until_something_is_handed_over():
@@ -91,15 +91,10 @@ def drain_thread_lingers_under_steady_traffic():
     print("ok")
 
 
-SCENARIOS = {
-    function.__name__: function
-    for function in (
+if __name__ == "__main__":
+    scenario.run(
         no_thread_until_something_is_handed_over,
         drain_thread_runs_through_later_atexit_hooks,
         finalizer_on_the_drain_thread_switches_the_auto_drain_off,
         drain_thread_lingers_under_steady_traffic,
     )
-}
-
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]]()

@@ -9,7 +9,8 @@ cuda_reclaim_import()) is imported.
 """
 
 import ctypes
-import sys
+
+import scenario
 
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
 ENTRIES = 10  # reclaim_api's entries at ABI 3 (cuda_reclaim/reclaim_abi.h)
@@ -93,15 +94,10 @@ def newer_module_with_a_larger_struct():
     print("ok")
 
 
-SCENARIOS = {
-    function.__name__: function
-    for function in (
+if __name__ == "__main__":
+    scenario.run(
         attach_starts_the_automatic_drain,
         unfit_capsule,
         missing_capsule,
         newer_module_with_a_larger_struct,
     )
-}
-
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]](*sys.argv[2:])

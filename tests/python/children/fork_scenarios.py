@@ -1,9 +1,10 @@
 """Child of test_fork.py: one scenario per run, named by the first argument."""
 
 import os
-import sys
 import time
 import weakref
+
+import scenario
 
 
 def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
@@ -83,13 +84,8 @@ def work_queued_at_a_raw_fork_is_abandoned_in_the_child():
     print("parent ok", flush=True)
 
 
-SCENARIOS = {
-    function.__name__: function
-    for function in (
+if __name__ == "__main__":
+    scenario.run(
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
         work_queued_at_a_raw_fork_is_abandoned_in_the_child,
     )
-}
-
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]]()

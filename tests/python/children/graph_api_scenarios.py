@@ -13,6 +13,8 @@ import weakref
 import cuda_reclaim
 from cuda_reclaim import _reclaim
 
+import scenario
+
 MISSING_LIBCUDA = "/nonexistent/libcuda.so.1"  # what test_graph_api.py sets for the no-driver scenarios
 
 cuda_reclaim.set_auto_drain("off")
@@ -203,9 +205,8 @@ def keep_alive_starts_the_automatic_drain():
     assert ref() is None, "the drain thread released it"
 
 
-SCENARIOS = {
-    function.__name__: function
-    for function in (
+if __name__ == "__main__":
+    scenario.run(
         missing_driver,
         reimported_extension,
         driver_too_old,
@@ -217,8 +218,4 @@ SCENARIOS = {
         keep_alive_until_failures,
         keep_alive_starts_the_automatic_drain,
     )
-}
-
-if __name__ == "__main__":
-    SCENARIOS[sys.argv[1]]()
     print("ok")
