@@ -109,15 +109,17 @@ void forget_stream_orders();
 // Requires the GIL.
 bool ready_host_call_type();
 
-// A new _HostCall of fn(*args, **kwargs) into `future`, for `order` (whose reference it takes over), on the
-// outstanding list. Null with an exception set; then the order's reference is dropped. Requires the GIL.
+// A new _HostCall (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
+// takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
+// with an exception set; then the order's reference is dropped. Requires the GIL.
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future);
 
 // A launch that CUDA refused: nothing will run `call`, so it leaves the outstanding list and drops what
 // it holds (unless a close() meanwhile cancelled it already). Its future is left as it is. Requires the GIL.
 void withdraw_host_call(HostCall* call);
 
-// future.cancel(), counted in calls_cancelled; a failure goes to sys.unraisablehook. Requires the GIL.
+// future.cancel() (`future` borrowed; null does nothing), counted in calls_cancelled; a failure goes to
+// sys.unraisablehook. Requires the GIL.
 void cancel_future(PyObject* future);
 
 // The release action's part for host calls: runs `call` if its turn has come (and every parked call of its
@@ -127,7 +129,7 @@ void host_call_arrived(HostCall* call);
 // Cancels every call on the outstanding list (close, fork child). Requires the GIL; re-entrant.
 void cancel_all_host_calls();
 
-// Whether `item` is a _HostCall (false before ready_host_call_type). Requires the GIL.
+// Whether `item` (borrowed) is a _HostCall (false before ready_host_call_type). Requires the GIL.
 bool is_host_call(PyObject* item);
 
 // --- host_nodes.cc: graph host nodes ----------------------------------------------------------------------
@@ -140,15 +142,16 @@ bool ready_host_node_type();
 // blocks.
 const PyTypeObject* host_node_type() noexcept;
 
-// A new _HostNode calling fn(*args) at every firing, with its native count's reference taken (two
-// references in all: the caller's and that one). Null with an exception set. Requires the GIL.
+// A new _HostNode calling fn(*args) at every firing (it takes its own references to fn and args), with its
+// native count's reference taken: two references in all, the caller's and that one. Null with an exception
+// set. Requires the GIL.
 HostNode* new_host_node(PyObject* fn, PyObject* args);
 
 // The release action's part for host nodes: runs one firing's call, or drops the native count's reference
 // when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.
 void host_node_arrived(HostNode* node);
 
-// Whether `item` is a _HostNode (false before ready_host_node_type). Requires the GIL.
+// Whether `item` (borrowed) is a _HostNode (false before ready_host_node_type). Requires the GIL.
 bool is_host_node(PyObject* item);
 
 }  // namespace reclaim_bindings
