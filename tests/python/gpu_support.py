@@ -1,6 +1,7 @@
 """What the GPU tests (test_gpu_graph.py, test_gpu_callbacks.py) and their child programs share: the
 test kernels (kernels.cu) compiled for a device, kernel durations in clock cycles, and polling for a
-condition. Imports cuda.core only when a kernel is compiled, and never cuda_reclaim."""
+condition. Imports cuda.core only when a kernel is compiled, and never cuda_reclaim: the GPU children choose
+when cuda_reclaim is imported, since that sets where its atexit hook runs among theirs."""
 
 import ctypes
 import os
