@@ -30,6 +30,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # Paths are relative to this directory. Sources and headers: the srcs and hdrs of
 # //bindings:cuda_reclaim/_reclaim.so and of the libraries it links, //graph and //cleanup.
 EXTENSION_SOURCES = [
+    "bindings/counter_names.cc",
     "bindings/drain.cc",
     "bindings/drain_worker.cc",
     "bindings/exit_report.cc",
@@ -51,6 +52,7 @@ EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
     "bindings/call_items.h",
+    "bindings/counter_names.h",
     "bindings/drain.h",
     "bindings/exit_report.h",
     "bindings/graph_functions.h",

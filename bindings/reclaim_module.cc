@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "bindings/counter_names.h"
 #include "bindings/drain.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
@@ -291,68 +292,6 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-// STATS_KEYS (a tuple) and STATS_DOCS (key → description), from the one counter list.
-int add_counter_names(PyObject* module) {
-#define RECLAIM_COUNT_ONE_(name, description) +1
-  constexpr Py_ssize_t kCounters = 0 RECLAIM_COUNTERS(RECLAIM_COUNT_ONE_);
-#undef RECLAIM_COUNT_ONE_
-  static const char* const kNames[] = {
-#define RECLAIM_NAME_(name, description) #name,
-      RECLAIM_COUNTERS(RECLAIM_NAME_)
-#undef RECLAIM_NAME_
-  };
-  static const char* const kDescriptions[] = {
-#define RECLAIM_DESCRIPTION_(name, description) description,
-      RECLAIM_COUNTERS(RECLAIM_DESCRIPTION_)
-#undef RECLAIM_DESCRIPTION_
-  };
-  PyObject* keys = PyTuple_New(kCounters);
-  PyObject* docs = PyDict_New();
-  int failed = keys == nullptr || docs == nullptr;
-  for (Py_ssize_t i = 0; i < kCounters && !failed; ++i) {
-    PyObject* key = PyUnicode_InternFromString(kNames[i]);
-    PyObject* doc = key == nullptr ? nullptr : PyUnicode_FromString(kDescriptions[i]);
-    failed = doc == nullptr || PyDict_SetItem(docs, key, doc) < 0;
-    Py_XDECREF(doc);
-    if (failed) {
-      Py_XDECREF(key);
-    } else {
-      PyTuple_SET_ITEM(keys, i, key);  // steals
-    }
-  }
-  if (!failed) failed = PyModule_AddObjectRef(module, "STATS_KEYS", keys) < 0;
-  if (!failed) failed = PyModule_AddObjectRef(module, "STATS_DOCS", docs) < 0;
-  Py_XDECREF(keys);
-  Py_XDECREF(docs);
-  return failed ? -1 : 0;
-}
-
-// CONSERVATION_BUCKETS (a tuple): the counters whose sum the conservation law equates with handed_over.
-// Read off the law's one definition (reclaim_stats_conserved) instead of being written out again: a counter
-// is a bucket when a snapshot with one reference handed over, counted there alone, conserves.
-int add_conservation_buckets(PyObject* module) {
-  PyObject* buckets = PyList_New(0);
-  int failed = buckets == nullptr;
-#define RECLAIM_BUCKET_ITEM_(name, description)                                   \
-  if (!failed) {                                                                  \
-    reclaim_stats probe = {};                                                     \
-    probe.handed_over = 1;                                                        \
-    probe.name += 1;                                                              \
-    if (reclaim_stats_conserved(&probe)) {                                        \
-      PyObject* key = PyUnicode_InternFromString(#name);                          \
-      failed = key == nullptr || PyList_Append(buckets, key) < 0;                 \
-      Py_XDECREF(key);                                                            \
-    }                                                                             \
-  }
-  RECLAIM_COUNTERS(RECLAIM_BUCKET_ITEM_)
-#undef RECLAIM_BUCKET_ITEM_
-  PyObject* tuple = failed ? nullptr : PyList_AsTuple(buckets);
-  failed = tuple == nullptr || PyModule_AddObjectRef(module, "CONSERVATION_BUCKETS", tuple) < 0;
-  Py_XDECREF(tuple);
-  Py_XDECREF(buckets);
-  return failed ? -1 : 0;
-}
-
 // --- module init ------------------------------------------------------------------------------------
 
 int module_exec(PyObject* module) {
@@ -385,8 +324,7 @@ int module_exec(PyObject* module) {
   Py_DECREF(capsule);
   if (added < 0) return -1;
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
-  if (add_counter_names(module) < 0) return -1;
-  if (add_conservation_buckets(module) < 0) return -1;
+  if (reclaim_bindings::add_counter_names(module) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
   if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return add_graph_functions(module);
