@@ -30,12 +30,16 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # Paths are relative to this directory. Sources and headers: the srcs and hdrs of
 # //bindings:cuda_reclaim/_reclaim.so and of the libraries it links, //graph and //cleanup.
 EXTENSION_SOURCES = [
+    "bindings/counter_names.cc",
     "bindings/drain.cc",
     "bindings/drain_worker.cc",
     "bindings/exit_report.cc",
     "bindings/graph_functions.cc",
+    "bindings/host_call_functions.cc",
     "bindings/host_calls.cc",
+    "bindings/host_nodes.cc",
     "bindings/reclaim_module.cc",
+    "bindings/stream_orders.cc",
     "cleanup/process_queue.cc",
     "cleanup/reclaim_c_api.cc",
     "cleanup/reclaim_queue.cc",
@@ -47,10 +51,13 @@ EXTENSION_SOURCES = [
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
+    "bindings/call_items.h",
+    "bindings/counter_names.h",
     "bindings/drain.h",
     "bindings/exit_report.h",
     "bindings/graph_functions.h",
     "bindings/host_calls.h",
+    "bindings/module_state.h",
     "bindings/python_compat.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",

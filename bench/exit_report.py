@@ -5,12 +5,20 @@
 parsed in one place for the shutdown comparison (bench/shutdown/torture.py) and the tests. Counter values
 are ints; `conserved` stays the report's own word ("yes" or "no"), so that a test can check what the C
 code wrote apart from what `conserved()` computes from the numbers.
+
+The conservation law is defined once, in the C ABI header (cleanup/reclaim_abi.h); cuda_reclaim derives
+its buckets from that definition (cuda_reclaim.CONSERVATION_BUCKETS) and checks it (cuda_reclaim.conserved).
+cuda_reclaim is imported when a report is first parsed, so a harness whose children never load it (and so
+never write a report) does not need it.
 """
 
 PREFIX = "cuda-reclaim: handed_over="  # other "cuda-reclaim: ..." lines (fatal errors, warnings) are not reports
 
-# The buckets every reference handed over ends in exactly one of: handed_over == the sum of these.
-LAW_BUCKETS = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+
+def _cuda_reclaim():
+    import cuda_reclaim
+
+    return cuda_reclaim
 
 
 def parse_line(line):
@@ -28,7 +36,8 @@ def parse_line(line):
             report[key] = int(value)
         else:
             raise ValueError(f"counter {key} is not a number in exit report line: {line!r}")
-    missing = [key for key in ("handed_over", "conserved", *LAW_BUCKETS) if key not in report]
+    required = ("handed_over", "conserved", *_cuda_reclaim().CONSERVATION_BUCKETS)
+    missing = [key for key in required if key not in report]
     if missing:
         raise ValueError(f"exit report line lacks {', '.join(missing)}: {line!r}")
     return report
@@ -50,6 +59,5 @@ def last_report(text):
 
 
 def conserved(counters):
-    """The conservation law on a report or a stats() dict: handed_over == released + pending +
-    leaked_after_close + abandoned_after_fork."""
-    return counters["handed_over"] == sum(counters[key] for key in LAW_BUCKETS)
+    """The conservation law on a report or a stats() dict (cuda_reclaim.conserved)."""
+    return _cuda_reclaim().conserved(counters)

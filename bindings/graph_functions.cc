@@ -12,6 +12,7 @@
 
 #include <cstdint>
 
+#include "bindings/module_state.h"
 #include "graph/counters.h"
 #include "graph/driver.h"
 #include "graph/keep_alive.h"
@@ -19,10 +20,6 @@
 namespace {
 
 namespace graph = reclaim::graph;
-
-// cuda_reclaim.DriverError (a RuntimeError): no usable driver, or a driver call failed. Owned by the
-// module; this borrowed pointer is set once in add_graph_functions (main interpreter only).
-PyObject* g_driver_error = nullptr;
 
 // Parses (handle: int, payload: object). Returns false with an exception set.
 bool parse_handle_and_payload(const char* name, PyObject* const* args, Py_ssize_t nargs, void** handle,
@@ -50,11 +47,11 @@ enum class Target { kGraph, kCapture, kStream };
 
 // Hands a new reference to `payload` to graph/ for `target`. Returns None, or null with DriverError set;
 // on every failure the reference is given back here or, if CUDA still holds it, left to CUDA's push.
-PyObject* attach(Target target, const char* name, PyObject* const* args, Py_ssize_t nargs) {
+PyObject* attach(PyObject* module, Target target, const char* name, PyObject* const* args, Py_ssize_t nargs) {
   void* handle;
   PyObject* payload;
   if (!parse_handle_and_payload(name, args, nargs, &handle, &payload)) return nullptr;
-  const graph::Driver* driver = usable_driver();
+  const graph::Driver* driver = usable_driver(module);
   if (driver == nullptr) return nullptr;
 
   Py_INCREF(payload);  // the reference CUDA will own
@@ -78,13 +75,13 @@ PyObject* attach(Target target, const char* name, PyObject* const* args, Py_ssiz
       Py_RETURN_NONE;
     case graph::Handover::kReturned:
       Py_DECREF(payload);  // given back at once: the objects are not kept alive by CUDA
-      PyErr_Format(g_driver_error, "%s failed with %s; nothing was attached", result.call,
+      PyErr_Format(driver_error(module), "%s failed with %s; nothing was attached", result.call,
                    graph::error_name(*driver, result.error));
       return nullptr;
     case graph::Handover::kInFlight:
       // CUDA still owns the reference and will hand it to the queue; touching it here would release it
       // twice.
-      PyErr_Format(g_driver_error,
+      PyErr_Format(driver_error(module),
                    "%s failed with %s; nothing was attached (CUDA releases the objects through the queue)",
                    result.call, graph::error_name(*driver, result.error));
       return nullptr;
@@ -93,16 +90,16 @@ PyObject* attach(Target target, const char* name, PyObject* const* args, Py_ssiz
   return nullptr;
 }
 
-PyObject* py_keep_alive_graph(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  return attach(Target::kGraph, "_keep_alive_graph", args, nargs);
+PyObject* py_keep_alive_graph(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(module, Target::kGraph, "_keep_alive_graph", args, nargs);
 }
 
-PyObject* py_keep_alive_capture(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  return attach(Target::kCapture, "_keep_alive_capture", args, nargs);
+PyObject* py_keep_alive_capture(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(module, Target::kCapture, "_keep_alive_capture", args, nargs);
 }
 
-PyObject* py_keep_alive_stream(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  return attach(Target::kStream, "_keep_alive_stream", args, nargs);
+PyObject* py_keep_alive_stream(PyObject* module, PyObject* const* args, Py_ssize_t nargs) {
+  return attach(module, Target::kStream, "_keep_alive_stream", args, nargs);
 }
 
 // Sets dict[name] = value; false with an exception set.
@@ -172,19 +169,19 @@ PyMethodDef kGraphMethods[] = {
 }  // namespace
 
 // Loaded with the GIL released: dlopen and cuInit can be slow.
-const graph::Driver* usable_driver() {
+const graph::Driver* usable_driver(PyObject* module) {
   const graph::Driver* driver;
   Py_BEGIN_ALLOW_THREADS
   driver = &graph::driver();
   Py_END_ALLOW_THREADS
   if (driver->status != graph::DriverStatus::kOk) {
-    PyErr_SetString(g_driver_error, driver->message);
+    PyErr_SetString(driver_error(module), driver->message);
     return nullptr;
   }
   return driver;
 }
 
-PyObject* driver_error() { return g_driver_error; }
+PyObject* driver_error(PyObject* module) { return reclaim_bindings::module_state(module)->driver_error; }
 
 int add_graph_functions(PyObject* module) {
   PyObject* error = PyErr_NewExceptionWithDoc(
@@ -192,10 +189,7 @@ int add_graph_functions(PyObject* module) {
       "The CUDA driver is missing or too old for graph/stream keep-alive, or a driver call failed.",
       PyExc_RuntimeError, nullptr);
   if (error == nullptr) return -1;
-  if (PyModule_AddObject(module, "DriverError", error) < 0) {
-    Py_DECREF(error);
-    return -1;
-  }
-  g_driver_error = error;  // the module keeps it alive
+  reclaim_bindings::module_state(module)->driver_error = error;  // the state's reference
+  if (PyModule_AddObjectRef(module, "DriverError", error) < 0) return -1;
   return PyModule_AddFunctions(module, kGraphMethods);
 }

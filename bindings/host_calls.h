@@ -10,6 +10,9 @@
 // Ordering: the calls of one stream run in stream order (graph/host_calls.h's CallOrder gives each call
 // its place when CUDA runs it; a call that arrives early waits in its stream's parked set).
 // After close() nothing runs: what CUDA never handed back is cancelled (its future, its references).
+//
+// The items and their bookkeeping: call_items.h (streams' orders in stream_orders.cc, host calls in
+// host_calls.cc, host nodes in host_nodes.cc, the module functions in host_call_functions.cc).
 
 #pragma once
 

@@ -14,10 +14,12 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "bindings/counter_names.h"
 #include "bindings/drain.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
 #include "bindings/host_calls.h"
+#include "bindings/module_state.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"
@@ -290,42 +292,6 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-// STATS_KEYS (a tuple) and STATS_DOCS (key → description), from the one counter list.
-int add_counter_names(PyObject* module) {
-#define RECLAIM_COUNT_ONE_(name, description) +1
-  constexpr Py_ssize_t kCounters = 0 RECLAIM_COUNTERS(RECLAIM_COUNT_ONE_);
-#undef RECLAIM_COUNT_ONE_
-  static const char* const kNames[] = {
-#define RECLAIM_NAME_(name, description) #name,
-      RECLAIM_COUNTERS(RECLAIM_NAME_)
-#undef RECLAIM_NAME_
-  };
-  static const char* const kDescriptions[] = {
-#define RECLAIM_DESCRIPTION_(name, description) description,
-      RECLAIM_COUNTERS(RECLAIM_DESCRIPTION_)
-#undef RECLAIM_DESCRIPTION_
-  };
-  PyObject* keys = PyTuple_New(kCounters);
-  PyObject* docs = PyDict_New();
-  int failed = keys == nullptr || docs == nullptr;
-  for (Py_ssize_t i = 0; i < kCounters && !failed; ++i) {
-    PyObject* key = PyUnicode_InternFromString(kNames[i]);
-    PyObject* doc = key == nullptr ? nullptr : PyUnicode_FromString(kDescriptions[i]);
-    failed = doc == nullptr || PyDict_SetItem(docs, key, doc) < 0;
-    Py_XDECREF(doc);
-    if (failed) {
-      Py_XDECREF(key);
-    } else {
-      PyTuple_SET_ITEM(keys, i, key);  // steals
-    }
-  }
-  if (!failed) failed = PyModule_AddObjectRef(module, "STATS_KEYS", keys) < 0;
-  if (!failed) failed = PyModule_AddObjectRef(module, "STATS_DOCS", docs) < 0;
-  Py_XDECREF(keys);
-  Py_XDECREF(docs);
-  return failed ? -1 : 0;
-}
-
 // --- module init ------------------------------------------------------------------------------------
 
 int module_exec(PyObject* module) {
@@ -358,7 +324,7 @@ int module_exec(PyObject* module) {
   Py_DECREF(capsule);
   if (added < 0) return -1;
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
-  if (add_counter_names(module) < 0) return -1;
+  if (reclaim_bindings::add_counter_names(module) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
   if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return add_graph_functions(module);
@@ -375,16 +341,29 @@ PyModuleDef_Slot kSlots[] = {
     {0, nullptr},
 };
 
+// The module state holds the objects a module object hands to Python code (bindings/module_state.h).
+int module_traverse(PyObject* module, visitproc visit, void* arg) {
+  Py_VISIT(reclaim_bindings::module_state(module)->driver_error);
+  return 0;
+}
+
+int module_clear(PyObject* module) {
+  Py_CLEAR(reclaim_bindings::module_state(module)->driver_error);
+  return 0;
+}
+
+void module_free(void* module) { module_clear(static_cast<PyObject*>(module)); }
+
 PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT,
     "cuda_reclaim._reclaim",
     "Process-wide reclaim queue: native threads hand over references, Python releases them safely.",
-    0,
+    sizeof(reclaim_bindings::ModuleState),
     kMethods,
     kSlots,
-    nullptr,
-    nullptr,
-    nullptr,
+    module_traverse,
+    module_clear,
+    module_free,
 };
 
 }  // namespace

@@ -25,6 +25,7 @@ import threading
 import time
 
 import _torture
+import child_runs
 import exit_report
 import torture_child
 
@@ -127,38 +128,17 @@ def classify(strategy, scenario, rc, stderr, shared, timed_out):
 def run_one(strategy, scenario, *, python, timeout, env):
     """Run one child; return a result dict (strategy, scenario, outcome, detail, rc, seconds, shared)."""
     with tempfile.NamedTemporaryFile(prefix="torture-", suffix=".shm") as shm:
-        child_env = dict(env, TORTURE_SHM=shm.name)
-        started = time.monotonic()
-        process = subprocess.Popen(
-            [python, CHILD, strategy, scenario],
-            env=child_env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # its own process group: a timeout kills the fork child too
+        returncode, stderr, timed_out, seconds = child_runs.run_child(
+            [python, CHILD, strategy, scenario], env=dict(env, TORTURE_SHM=shm.name), timeout=timeout
         )
-        timed_out = False
-        try:
-            _, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(process.pid, signal.SIGKILL)
-            _, stderr = process.communicate()
-        else:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)  # a fork child left behind, if any
-            except ProcessLookupError:
-                pass
-        seconds = time.monotonic() - started
         shared = _torture.read_shared(shm.name)
-    stderr = stderr.decode("utf-8", "replace")
-    outcome, detail = classify(strategy, scenario, process.returncode, stderr, shared, timed_out)
+    outcome, detail = classify(strategy, scenario, returncode, stderr, shared, timed_out)
     return {
         "strategy": strategy,
         "scenario": scenario,
         "outcome": outcome,
         "detail": detail,
-        "rc": process.returncode,
+        "rc": returncode,
         "seconds": round(seconds, 3),
         "shared": shared,
         "reports": reports_or_none(stderr) if strategy == "R" else [],

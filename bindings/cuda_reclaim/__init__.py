@@ -31,6 +31,7 @@ from ._version import __version__
 __all__ = [
     "ABI_VERSION",
     "CALL_KEYS",
+    "CONSERVATION_BUCKETS",
     "DriverError",
     "HOLD_KEYS",
     "SOURCE_KEYS",
@@ -60,6 +61,10 @@ STATS_KEYS = _reclaim.STATS_KEYS
 
 #: What each key of :data:`STATS_KEYS` counts.
 STATS_DOCS = _reclaim.STATS_DOCS
+
+#: The keys of :data:`STATS_KEYS` whose sum equals ``handed_over`` when the conservation law holds (see
+#: :func:`conserved`), as the C ABI header defines the law.
+CONSERVATION_BUCKETS = _reclaim.CONSERVATION_BUCKETS
 
 #: Further keys of :func:`stats`: where the references in ``handed_over`` came from.
 SOURCE_KEYS = (
@@ -155,8 +160,7 @@ def conserved(counters=None):
     Exact whenever nothing is in flight, and for a closed queue always.
     """
     counters = stats() if counters is None else counters
-    buckets = ("released", "pending", "leaked_after_close", "abandoned_after_fork")
-    return counters["handed_over"] == sum(counters[key] for key in buckets)
+    return counters["handed_over"] == sum(counters[key] for key in CONSERVATION_BUCKETS)
 
 
 def __getattr__(name):

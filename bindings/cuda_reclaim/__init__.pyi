@@ -20,6 +20,7 @@ from ._reclaim import (
 __all__ = [
     "ABI_VERSION",
     "CALL_KEYS",
+    "CONSERVATION_BUCKETS",
     "DriverError",
     "HOLD_KEYS",
     "SOURCE_KEYS",
@@ -49,6 +50,7 @@ _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
 
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]
+CONSERVATION_BUCKETS: Final[tuple[str, ...]]
 SOURCE_KEYS: Final[tuple[str, ...]]
 HOLD_KEYS: Final[tuple[str, ...]]
 CALL_KEYS: Final[tuple[str, ...]]

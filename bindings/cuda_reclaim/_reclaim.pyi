@@ -1,5 +1,5 @@
 # Type stubs for the extension module cuda_reclaim._reclaim (bindings/reclaim_module.cc,
-# bindings/graph_functions.cc, bindings/host_calls.cc). //tests/packaging:typing_test runs mypy.stubtest against the built module,
+# bindings/graph_functions.cc, bindings/host_call_functions.cc). //tests/packaging:typing_test runs mypy.stubtest against the built module,
 # so a function added, removed or renamed there must be changed here too.
 
 from concurrent.futures import Future
@@ -8,6 +8,7 @@ from typing import Any, Callable, Final
 ABI_VERSION: Final[int]
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]
+CONSERVATION_BUCKETS: Final[tuple[str, ...]]
 _C_API: object  # a PyCapsule named "cuda_reclaim._reclaim._C_API" (cuda_reclaim/cuda_reclaim.h)
 
 class DriverError(RuntimeError): ...
@@ -36,7 +37,7 @@ def _keep_alive_stream(custream: int, payload: object, /) -> None: ...
 def _source_stats() -> dict[str, int]: ...
 def _driver_info() -> dict[str, str | int]: ...
 
-# Python calls from CUDA (bindings/host_calls.cc); cuda_reclaim.launch_host_func / add_host_node call these.
+# Python calls from CUDA (bindings/host_call_functions.cc); cuda_reclaim.launch_host_func / add_host_node call these.
 def _launch_host_call(
     custream: int, future: Future[Any], fn: Callable[..., object], args: tuple[object, ...],
     kwargs: dict[str, object] | None, /,

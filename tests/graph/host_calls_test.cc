@@ -12,9 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "cleanup/reclaim_queue.h"
 #include "graph/counters.h"
 #include "tests/graph/fake_driver.h"
+#include "tests/graph/queue_and_counters.h"
 
 namespace reclaim {
 namespace graph {
@@ -22,11 +22,6 @@ namespace {
 
 using reclaim_test::FakeCuda;
 using reclaim_test::fake_libcuda_path;
-
-struct Released {
-  std::vector<void*> items;
-  static void record(void* item, void* context) { static_cast<Released*>(context)->items.push_back(item); }
-};
 
 class HostCallsTest : public ::testing::Test {
  protected:
@@ -45,24 +40,10 @@ class HostCallsTest : public ::testing::Test {
     ASSERT_EQ(fake_.synchronize(stream, 30000), 0);
   }
 
-  std::vector<void*> drain() {
-    Released released;
-    own_process_queue()->drain(&Released::record, &released);
-    return released.items;
-  }
+  std::vector<void*> drain() { return reclaim_test::drain_process_queue<void>(); }
 
   // Counters since SetUp, with the hold law checked on the totals.
-  GraphCounters delta() const {
-    const GraphCounters now = graph_counters();
-    EXPECT_EQ(now.attached_to_cuda, now.handed_back_by_cuda + now.held_by_cuda) << "the hold law";
-    GraphCounters d;
-    d.attached_to_cuda = now.attached_to_cuda - before_.attached_to_cuda;
-    d.handed_back_by_cuda = now.handed_back_by_cuda - before_.handed_back_by_cuda;
-    d.held_by_cuda = now.held_by_cuda - before_.held_by_cuda;
-    d.host_calls = now.host_calls - before_.host_calls;
-    d.host_node_calls = now.host_node_calls - before_.host_node_calls;
-    return d;
-  }
+  GraphCounters delta() const { return reclaim_test::graph_counters_since(before_); }
 
   Driver driver_;
   FakeCuda fake_;

@@ -17,6 +17,7 @@
 #include "cleanup/reclaim_queue.h"
 #include "graph/counters.h"
 #include "tests/graph/fake_driver.h"
+#include "tests/graph/queue_and_counters.h"
 
 namespace reclaim {
 namespace graph {
@@ -24,12 +25,6 @@ namespace {
 
 using reclaim_test::FakeCuda;
 using reclaim_test::fake_libcuda_path;
-
-// Payloads are plain ints here; the release action records which ones the queue handed back.
-struct Released {
-  std::vector<int*> items;
-  static void record(void* item, void* context) { static_cast<Released*>(context)->items.push_back(static_cast<int*>(item)); }
-};
 
 class KeepAliveTest : public ::testing::Test {
  protected:
@@ -43,11 +38,8 @@ class KeepAliveTest : public ::testing::Test {
   }
   void TearDown() override { fake_.defer_destructors(false); }
 
-  std::vector<int*> drain() {
-    Released released;
-    own_process_queue()->drain(&Released::record, &released);
-    return released.items;
-  }
+  // Payloads are plain ints here: which ones the queue handed back.
+  std::vector<int*> drain() { return reclaim_test::drain_process_queue<int>(); }
 
   SourceCounters delta() const {
     const SourceCounters now = source_counters();
@@ -59,15 +51,7 @@ class KeepAliveTest : public ::testing::Test {
   }
 
   // attached_to_cuda, handed_back_by_cuda and held_by_cuda since SetUp, with the hold law checked.
-  GraphCounters held_delta() const {
-    const GraphCounters now = graph_counters();
-    GraphCounters d;
-    d.attached_to_cuda = now.attached_to_cuda - held_before_.attached_to_cuda;
-    d.handed_back_by_cuda = now.handed_back_by_cuda - held_before_.handed_back_by_cuda;
-    d.held_by_cuda = now.held_by_cuda - held_before_.held_by_cuda;
-    EXPECT_EQ(now.attached_to_cuda, now.handed_back_by_cuda + now.held_by_cuda) << "the hold law";
-    return d;
-  }
+  GraphCounters held_delta() const { return reclaim_test::graph_counters_since(held_before_); }
 
   Driver driver_;
   FakeCuda fake_;

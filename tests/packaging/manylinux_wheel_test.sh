@@ -14,6 +14,12 @@ bash bindings/build_wheels.sh --out "${tmp}/dist" "${python}"
 tag="$("${python}" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 ls "${tmp}"/dist/cuda_reclaim-*.tar.gz >/dev/null
 wheel="$(ls "${tmp}"/dist/cuda_reclaim-*-"${tag}"-"${tag}"-manylinux_*_x86_64.whl)"
+# The oldest glibc the wheel runs on (docs/packaging.md): 2.34, where libdl moved into libc.
+needed="$(basename "${wheel}" | sed -E 's/.*-manylinux_([0-9]+)_([0-9]+)_x86_64\.whl$/\1.\2/')"
+if [ "$(printf '%s\n%s\n' "${needed}" 2.34 | sort -V | tail -1)" != 2.34 ]; then
+  echo "${wheel##*/} needs glibc ${needed}, newer than 2.34: auditwheel show says which symbols" >&2
+  exit 1
+fi
 echo
 echo "=== ${wheel##*/} in a fresh venv"
 mkdir "${tmp}/install"

@@ -24,6 +24,7 @@ def counters() -> int:
     assert_type(cuda_reclaim.__version__, str)
     assert_type(cuda_reclaim.ABI_VERSION, int)
     assert_type(cuda_reclaim.STATS_KEYS, tuple[str, ...])
+    assert_type(cuda_reclaim.CONSERVATION_BUCKETS, tuple[str, ...])
     assert_type(cuda_reclaim.SOURCE_KEYS, tuple[str, ...])
     stats = cuda_reclaim.stats()
     assert_type(stats, dict[str, int])

@@ -29,9 +29,10 @@ def _run(argv, env, timeout):
     )
 
 
-def run_child_script(name, *script_args, env=None, timeout=60):
-    """Run the program children/`name` in a fresh interpreter; return the CompletedProcess (text mode)."""
-    return _run([os.path.join(CHILDREN, name), *script_args], env, timeout)
+def run_child_script(name, *script_args, env=None, timeout=60, args=()):
+    """Run the program children/`name` in a fresh interpreter (with the interpreter options `args`);
+    return the CompletedProcess (text mode)."""
+    return _run([*args, os.path.join(CHILDREN, name), *script_args], env, timeout)
 
 
 def run_child(code, *, env=None, timeout=60, args=()):

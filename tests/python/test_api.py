@@ -2,7 +2,6 @@
 
 import gc
 import select
-import sys
 import threading
 import time
 import weakref
@@ -10,7 +9,10 @@ import weakref
 import pytest
 
 import cuda_reclaim
-from conftest import Tracked, conserved, run_child
+import exit_report
+from conftest import conserved, run_child_script
+
+SCENARIOS = "api_scenarios.py"
 
 
 class Payload:
@@ -179,70 +181,24 @@ def test_get_include_holds_the_c_api_header():
 
 
 def test_close_is_final_idempotent_and_counts_later_pushes_as_leaked():
-    result = run_child(
-        """
-        import gc, weakref, cuda_reclaim
-        class P: pass
-        cuda_reclaim.set_auto_drain("off")
-        kept = P(); ref = weakref.ref(kept)
-        cuda_reclaim.defer_release(kept); del kept
-        assert cuda_reclaim.close() == 1 and ref() is None
-        assert cuda_reclaim.is_closed()
-        assert cuda_reclaim.close() == 0
-        late = P(); late_ref = weakref.ref(late)
-        assert cuda_reclaim.defer_release(late) is False
-        del late; gc.collect()
-        assert late_ref() is not None, "a push after close is leaked, never released"
-        assert cuda_reclaim.drain() == 0
-        s = cuda_reclaim.stats()
-        assert s["leaked_after_close"] == 1 and s["released"] == 1 and s["pending"] == 0, s
-        assert s["handed_over"] == s["released"] + s["pending"] + s["leaked_after_close"]
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "close_is_final_and_counts_later_pushes_as_leaked")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
 
 def test_atexit_hook_drains_what_is_left_and_closes():
-    result = run_child(
-        """
-        import atexit, cuda_reclaim
-        cuda_reclaim.set_auto_drain("off")
-        class Loud:
-            def __del__(self):
-                print("released at exit", flush=True)
-        cuda_reclaim.defer_release(Loud())
-        def later_hook():  # registered after import: runs before cuda_reclaim's hook
-            assert not cuda_reclaim.is_closed()
-            print("later hook ran first", flush=True)
-        atexit.register(later_hook)
-        """,
-        env={"CUDA_RECLAIM_REPORT": "1"},
-    )
+    result = run_child_script(SCENARIOS, "atexit_hook_drains_what_is_left", env={"CUDA_RECLAIM_REPORT": "1"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["later hook ran first", "released at exit"]
-    assert "released=1 pending=0" in result.stderr
+    report = exit_report.last_report(result.stderr)
+    assert report["released"] == 1 and report["pending"] == 0, report
 
 
 def test_import_in_a_subinterpreter_is_refused_with_a_clear_error():
     _testcapi = pytest.importorskip("_testcapi")
     if not hasattr(_testcapi, "run_in_subinterp"):
         pytest.skip("this CPython has no _testcapi.run_in_subinterp")
-    result = run_child(
-        """
-        import _testcapi, cuda_reclaim
-        code = (
-            "try:\\n"
-            "    import cuda_reclaim._reclaim\\n"
-            "except ImportError as e:\\n"
-            "    print('refused:', e)\\n"
-            "else:\\n"
-            "    print('imported')\\n"
-        )
-        _testcapi.run_in_subinterp(code)
-        """
-    )
+    result = run_child_script(SCENARIOS, "import_in_a_subinterpreter")
     assert result.returncode == 0, result.stderr
     assert "refused:" in result.stdout, result.stdout + result.stderr
     assert "main interpreter" in result.stdout or "does not support" in result.stdout

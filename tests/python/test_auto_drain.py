@@ -1,16 +1,17 @@
 """The automatic drain: lazy thread start, thread/gc/off modes, stopped before finalization."""
 
 import gc
-import sys
-import threading
 import time
 import weakref
 
 import pytest
 
 import cuda_reclaim
+import exit_report
 from cuda_reclaim import _auto
-from conftest import run_child
+from conftest import run_child_script
+
+SCENARIOS = "auto_drain_scenarios.py"
 
 
 class Payload:
@@ -18,18 +19,7 @@ class Payload:
 
 
 def test_no_thread_until_something_is_handed_over():
-    result = run_child(
-        """
-        import threading, cuda_reclaim
-        cuda_reclaim.drain(); cuda_reclaim.stats(); cuda_reclaim.pending()
-        names = [t.name for t in threading.enumerate()]
-        assert names == ["MainThread"], names
-        cuda_reclaim.defer_release(object())
-        names = [t.name for t in threading.enumerate()]
-        assert "cuda-reclaim-drain" in names, names
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "no_thread_until_something_is_handed_over")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -86,43 +76,16 @@ def test_drain_thread_runs_through_later_atexit_hooks_and_is_stopped_by_the_fina
     # atexit hooks run last-registered first. One registered after the import runs before cuda_reclaim's
     # hook: the drain thread still releases then. One registered before the import runs after it: the
     # thread has been stopped and joined, and the queue is closed, before finalization.
-    result = run_child(
-        """
-        import atexit
-        atexit.register(lambda: print("after close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
-        import threading, cuda_reclaim
-        from cuda_reclaim import _auto
-        cuda_reclaim.defer_release(object())
-        assert _auto.is_thread_running()
-        atexit.register(lambda: print("before close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
-        """,
-        env={"CUDA_RECLAIM_REPORT": "1"},
+    result = run_child_script(
+        SCENARIOS, "drain_thread_runs_through_later_atexit_hooks", env={"CUDA_RECLAIM_REPORT": "1"}
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["before close: True False", "after close: False True"]
-    assert "conserved=yes" in result.stderr
+    assert exit_report.last_report(result.stderr)["conserved"] == "yes"
 
 
 def test_finalizer_run_by_the_drain_thread_may_switch_the_auto_drain_off():
-    result = run_child(
-        """
-        import threading, time, cuda_reclaim
-        from cuda_reclaim import _auto
-        done = threading.Event()
-        class SwitchesOff:
-            def __del__(self):
-                cuda_reclaim.set_auto_drain("off")  # runs on the drain thread itself
-                done.set()
-        cuda_reclaim.defer_release(SwitchesOff())
-        assert done.wait(30), "the drain thread released the object"
-        deadline = time.monotonic() + 30
-        while _auto.is_thread_running() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not _auto.is_thread_running()
-        assert cuda_reclaim.get_auto_drain() == "off"
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "finalizer_on_the_drain_thread_switches_the_auto_drain_off")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -132,31 +95,6 @@ def test_drain_thread_lingers_under_steady_traffic_and_stops_lingering_when_it_e
     # that costs is pinned exactly by tests/cleanup:wakeup_test's linger tests and measured in
     # docs/benchmarks.md, not asserted here: it depends on scheduling). Once the traffic ends, the thread
     # must stop lingering: a later push is an empty→non-empty edge again (one write), and the fd is quiet.
-    result = run_child(
-        """
-        import time, cuda_reclaim, _native_producers
-        from cuda_reclaim import _reclaim
-        def until(condition):
-            deadline = time.monotonic() + 30
-            while not condition():
-                assert time.monotonic() < deadline, "timed out"
-                time.sleep(0.001)
-        cuda_reclaim.defer_release(object())        # starts the drain thread
-        until(lambda: cuda_reclaim.pending() == 0)
-        before = cuda_reclaim.stats()
-        _native_producers.hand_over([object() for _ in range(4000)], 1, 50)
-        until(lambda: cuda_reclaim.stats()["released"] - before["released"] == 4000)
-        # The linger ends at the first drain that finds nothing: from then on a push writes the fd again.
-        def push_is_an_edge():
-            writes = cuda_reclaim.stats()["eventfd_writes"]
-            cuda_reclaim.defer_release(object())
-            edge = cuda_reclaim.stats()["eventfd_writes"] == writes + 1
-            until(lambda: cuda_reclaim.pending() == 0)
-            return edge
-        until(push_is_an_edge)
-        until(lambda: not _reclaim.wait(0))
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "drain_thread_lingers_under_steady_traffic")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

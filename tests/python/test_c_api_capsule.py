@@ -7,10 +7,11 @@ import ctypes
 import pytest
 
 import cuda_reclaim
-from conftest import run_child
+from conftest import run_child_script
 
 pytest.importorskip("_native_producers")
 
+SCENARIOS = "c_api_capsule_scenarios.py"
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
 # reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 3: the entries after abi_version and struct_size. The first
 # five are ABI 1 and 2's, in their places (append-only).
@@ -71,16 +72,7 @@ def test_the_capsule_table_reads_the_same_queue_and_counters_as_the_module(drain
 
 
 def test_importing_a_c_api_user_attaches_and_starts_the_automatic_drain():
-    result = run_child(
-        """
-        import cuda_reclaim
-        from cuda_reclaim import _auto
-        assert not _auto.is_thread_running()
-        import _native_producers             # its PyInit calls cuda_reclaim_import(): attach
-        assert _auto.is_thread_running(), "attach starts the drain thread"
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "attach_starts_the_automatic_drain")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
@@ -106,80 +98,26 @@ def test_the_cython_declarations_match_the_abi_header():
     assert tuple(pxd_entries) == ENTRIES
 
 
-# Each case replaces the capsule in a child, then imports a C API user; the import must fail cleanly.
-FAKE_CAPSULE = """
-import ctypes, cuda_reclaim
-from cuda_reclaim import _reclaim
-class Api(ctypes.Structure):
-    _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                ("entries", ctypes.c_void_p * 10)]
-api = Api(ABI, SIZE)
-name = ctypes.c_char_p(NAME)
-new = ctypes.pythonapi.PyCapsule_New
-new.restype = ctypes.py_object
-new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_reclaim._C_API = new(ctypes.addressof(api), name, None)
-"""
-
-
+# Each case replaces the capsule in a child (ABI version, struct size, name), or deletes it, then imports a
+# C API user; the import must fail cleanly.
 @pytest.mark.parametrize(
-    "replacement, message",
+    "scenario, message",
     [
-        ("ABI, SIZE, NAME = 2, 88, " + repr(CAPSULE), "C API is too old: the module has ABI 2 (88 bytes)"),
-        ("ABI, SIZE, NAME = 3, 80, " + repr(CAPSULE), "C API is too old: the module has ABI 3 (80 bytes)"),
-        ("ABI, SIZE, NAME = 3, 88, b'someone.else._C_API'", "capsule cuda_reclaim._reclaim._C_API unavailable"),
-        ("DELETE", "capsule cuda_reclaim._reclaim._C_API unavailable"),
+        (("unfit_capsule", "2", "88", CAPSULE.decode()), "C API is too old: the module has ABI 2 (88 bytes)"),
+        (("unfit_capsule", "3", "80", CAPSULE.decode()), "C API is too old: the module has ABI 3 (80 bytes)"),
+        (("unfit_capsule", "3", "88", "someone.else._C_API"), "capsule cuda_reclaim._reclaim._C_API unavailable"),
+        (("missing_capsule",), "capsule cuda_reclaim._reclaim._C_API unavailable"),
     ],
     ids=["older-abi", "smaller-struct", "foreign-capsule", "missing-capsule"],
 )
-def test_import_refuses_an_unfit_capsule_with_import_error(replacement, message):
-    if replacement == "DELETE":
-        setup = "from cuda_reclaim import _reclaim\ndel _reclaim._C_API\n"
-    else:
-        setup = replacement + "\n" + FAKE_CAPSULE
-    result = run_child(
-        setup
-        + """
-try:
-    import _native_producers
-except ImportError as error:
-    print("ImportError:", error)
-else:
-    print("imported")
-"""
-    )
+def test_import_refuses_an_unfit_capsule_with_import_error(scenario, message):
+    result = run_child_script(SCENARIOS, *scenario)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ImportError:"), result.stdout
     assert message in result.stdout
 
 
 def test_import_accepts_a_newer_module_with_a_larger_struct():
-    # A copy of the real entries in a struct of ABI 4 with one more entry appended.
-    result = run_child(
-        """
-        import ctypes
-        from cuda_reclaim import _reclaim
-        get = ctypes.pythonapi.PyCapsule_GetPointer
-        get.restype = ctypes.c_void_p
-        get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        real = get(_reclaim._C_API, b"cuda_reclaim._reclaim._C_API")
-        class Newer(ctypes.Structure):
-            _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
-                        ("entries", ctypes.c_void_p * 11)]
-        newer = Newer(4, ctypes.sizeof(Newer))
-        ctypes.memmove(ctypes.addressof(newer.entries), real + 8, 10 * ctypes.sizeof(ctypes.c_void_p))
-        new = ctypes.pythonapi.PyCapsule_New
-        new.restype = ctypes.py_object
-        new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-        name = ctypes.c_char_p(b"cuda_reclaim._reclaim._C_API")
-        _reclaim._C_API = new(ctypes.addressof(newer), name, None)
-        import _native_producers, cuda_reclaim
-        cuda_reclaim.set_auto_drain("off")
-        class P: pass
-        _native_producers.hand_over([P() for _ in range(10)], 2)
-        assert cuda_reclaim.drain() == 10
-        print("ok")
-        """
-    )
+    result = run_child_script(SCENARIOS, "newer_module_with_a_larger_struct")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

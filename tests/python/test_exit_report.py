@@ -36,6 +36,17 @@ def test_report_function_gives_the_same_line_now():
     assert fields["conserved"] == ("yes" if exit_report.conserved(fields) else "no")
 
 
+def test_the_law_the_parser_checks_is_the_one_the_c_header_defines():
+    import cuda_reclaim
+
+    # Derived by the extension from reclaim_stats_conserved (cleanup/reclaim_abi.h); pinned here.
+    assert cuda_reclaim.CONSERVATION_BUCKETS == ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+    one_leak = dict.fromkeys(cuda_reclaim.STATS_KEYS, 0) | {"handed_over": 1, "leaked_after_close": 1}
+    one_rejected = dict.fromkeys(cuda_reclaim.STATS_KEYS, 0) | {"handed_over": 1, "rejected": 1}
+    assert exit_report.conserved(one_leak) and cuda_reclaim.conserved(one_leak)
+    assert not exit_report.conserved(one_rejected) and not cuda_reclaim.conserved(one_rejected)
+
+
 def test_parser_finds_every_report_among_other_lines():
     text = (
         "Traceback? no: ordinary output\n"

@@ -7,7 +7,6 @@ CuPy or PyTorch skips only its own tests).
 Run on a GPU machine: `pytest -m gpu -v tests/python/test_gpu_callbacks.py` (docs/gpu.md)."""
 
 import asyncio
-import ctypes
 import gc
 import os
 import threading
@@ -21,19 +20,14 @@ import cuda_reclaim.asyncio as reclaim_asyncio
 from conftest import run_child_script
 from cuda_reclaim import _reclaim
 from exit_report import last_report
+from gpu_support import KERNELS, compile_kernels, cycles_for, wait_for
 
 pytestmark = pytest.mark.gpu
-
-KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")
 
 
 @pytest.fixture(scope="module")
 def spin(device):
-    from cuda.core import Program, ProgramOptions
-
-    with open(KERNELS) as source:
-        program = Program(source.read(), code_type="c++", options=ProgramOptions(arch=f"sm_{device.arch}"))
-    return program.compile("cubin").get_kernel("spin")
+    return compile_kernels(device).get_kernel("spin")
 
 
 @pytest.fixture
@@ -43,20 +37,6 @@ def threaded(device):
     previous = cuda_reclaim.set_auto_drain("thread")
     yield
     cuda_reclaim.set_auto_drain(previous)
-
-
-def cycles_for(device, seconds):
-    return ctypes.c_ulonglong(int(device.properties.clock_rate * 1000 * seconds))  # clock_rate is kHz
-
-
-def wait_for(predicate, timeout=30.0):
-    """Polls `predicate` (a condition, never a duration) until it holds or `timeout` passes."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 def launch_spin(stream, spin, device, seconds):
@@ -260,7 +240,7 @@ def test_graph_builder_after_end_building_takes_a_host_node(device, spin, thread
 @pytest.mark.parametrize("sync_after_close", [False, True], ids=["exit-at-once", "sync-after-close"])
 def test_exit_with_callbacks_pending_counts_them_and_never_runs_them(device, sync_after_close):
     args = ["--sync-after-close"] if sync_after_close else []
-    result = run_child_script("exit_with_pending_callbacks.py", *args, env={"CUDA_RECLAIM_REPORT": "1"},
+    result = run_child_script("exit_with_running_kernel.py", "callbacks", *args, env={"CUDA_RECLAIM_REPORT": "1"},
                               timeout=120)
     print(result.stdout, result.stderr)
     assert result.returncode == 0, result.stderr

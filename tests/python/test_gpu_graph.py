@@ -5,7 +5,6 @@ Run on a GPU machine: `pytest -m gpu -v tests/python` (docs/gpu.md)."""
 
 import ctypes
 import gc
-import os
 import sys
 import threading
 import time
@@ -17,17 +16,14 @@ import cuda_reclaim
 import exit_report
 from conftest import conserved, run_child_script
 from cuda_reclaim import _reclaim
+from gpu_support import compile_kernels, cycles_for, wait_for
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def kernels(device):
-    from cuda.core import Program, ProgramOptions
-
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")) as source:
-        program = Program(source.read(), code_type="c++", options=ProgramOptions(arch=f"sm_{device.arch}"))
-    module = program.compile("cubin")
+    module = compile_kernels(device)
     return module.get_kernel("spin"), module.get_kernel("fill")
 
 
@@ -35,19 +31,6 @@ def kernels(device):
 def quiet(drained):
     """Auto drain off and nothing pending, with the driver's context current on this thread."""
     yield drained
-
-
-def cycles_for(device, seconds):
-    return ctypes.c_ulonglong(int(device.properties.clock_rate * 1000 * seconds))  # clock_rate is kHz
-
-
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
 
 
 def destructors_run_on_cudas_thread(count_key, release):
@@ -282,6 +265,7 @@ def test_failed_retain_on_the_real_driver_accounts_for_the_reference_exactly_onc
 def test_exit_with_a_running_kernel_and_a_live_graph_exec_is_clean_and_counted(device, wait_after_close):
     result = run_child_script(
         "exit_with_running_kernel.py",
+        "graph",
         *(["--sync-after-close"] if wait_after_close else []),
         env={"CUDA_RECLAIM_REPORT": "1"},
         timeout=120,

@@ -11,7 +11,7 @@ exit(). Every run must be clean:
 
     python callbacks_torture.py --runs 5 --workers 2          # the CI pass (//tests/shutdown:callbacks_pass)
 
-Needs cuda_reclaim and bench/exit_report.py on sys.path, and --fake-libcuda (or CUDA_RECLAIM_LIBCUDA)
+Needs cuda_reclaim, bench/exit_report.py and bench/shutdown/child_runs.py on sys.path, and --fake-libcuda (or CUDA_RECLAIM_LIBCUDA)
 naming the fake driver.
 """
 
@@ -21,12 +21,10 @@ import concurrent.futures
 import os
 import re
 import resource
-import signal
-import subprocess
 import sys
-import time
 
 import callbacks_child
+import child_runs
 import exit_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -71,33 +69,14 @@ def problems(scenario, rc, stderr, timed_out):
 
 
 def run_one(scenario, seed, *, python, timeout, env):
-    started = time.monotonic()
-    process = subprocess.Popen(
-        [python, CHILD, scenario, str(seed)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,  # its own process group: a timeout kills a fork child too
+    returncode, stderr, timed_out, seconds = child_runs.run_child(
+        [python, CHILD, scenario, str(seed)], env=env, timeout=timeout
     )
-    timed_out = False
-    try:
-        _, stderr = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(process.pid, signal.SIGKILL)
-        _, stderr = process.communicate()
-    else:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # a fork child left behind, if any
-        except ProcessLookupError:
-            pass
-    stderr = stderr.decode("utf-8", "replace")
     return {
         "scenario": scenario,
         "seed": seed,
-        "problems": problems(scenario, process.returncode, stderr, timed_out),
-        "seconds": time.monotonic() - started,
+        "problems": problems(scenario, returncode, stderr, timed_out),
+        "seconds": seconds,
         "stderr": stderr,
     }
 

@@ -17,11 +17,10 @@ import subprocess
 import sys
 import time
 
+import exit_report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "stress_child.py")
-# Not anchored at the line's start: a daemon thread may leave a partial line on stderr (an "Exception
-# ignored in: " at exit) just before the report's single write(2).
-REPORT = re.compile(r"cuda-reclaim: handed_over=.* conserved=(\w+)$", re.MULTILINE)
 EXPECTED_STATUS = {
     "return": {0},
     "sys_exit": {0},
@@ -29,6 +28,19 @@ EXPECTED_STATUS = {
     "exception": {1},
     "keyboard_interrupt": {-signal.SIGINT, 128 + signal.SIGINT},
 }
+
+
+def exit_report_problem(stderr):
+    """What is wrong with a run's exit reports (there must be exactly one, saying conserved=yes), or None."""
+    try:
+        reports = exit_report.find_reports(stderr)
+    except ValueError as malformed:
+        return f"malformed exit report: {malformed}"
+    if len(reports) != 1:
+        return f"{len(reports)} exit reports"
+    if reports[0]["conserved"] != "yes":
+        return "exit report says conserved=no"
+    return None
 
 
 def run_one(seed, timeout):
@@ -41,16 +53,13 @@ def run_one(seed, timeout):
     except subprocess.TimeoutExpired:
         return seed, f"hang: no exit within {timeout} s", time.monotonic() - started
     ending = re.search(r"ending=(\w+)", result.stdout)
-    reports = REPORT.findall(result.stderr)
     problem = None
     if ending is None:
         problem = f"did not reach its ending (status {result.returncode})"
     elif result.returncode not in EXPECTED_STATUS[ending.group(1)]:
         problem = f"status {result.returncode} for ending {ending.group(1)}"
-    elif len(reports) != 1:
-        problem = f"{len(reports)} exit reports"
-    elif reports[0] != "yes":
-        problem = "exit report says conserved=no"
+    elif (report_problem := exit_report_problem(result.stderr)) is not None:
+        problem = report_problem
     elif "STRESS-FAILURE" in result.stderr:
         problem = "a check inside the run failed"
     if problem is not None:

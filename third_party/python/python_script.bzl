@@ -51,7 +51,7 @@ _ATTRS = {
     "pythonpath": attr.string_list(doc = "folders, from the workspace root, to put on PYTHONPATH"),
     "data": attr.label_list(allow_files = True, doc = "files and targets the program needs at run time"),
     "_python": attr.label(default = "@python_headers//:python_bin", allow_single_file = True),
-    "_template": attr.label(default = "//tools:python_script.sh.tpl", allow_single_file = True),
+    "_template": attr.label(default = "//third_party/python:python_script.sh.tpl", allow_single_file = True),
 }
 
 python_script = rule(implementation = _python_script_impl, attrs = _ATTRS, executable = True)

@@ -1,0 +1,157 @@
+// bindings/call_items.h — the Python objects that carry calls through CUDA and the queue, shared by the
+// files that make them (host_call_functions.cc), order them by stream (stream_orders.cc), and run or
+// cancel them (host_calls.cc, host_nodes.cc). bindings/host_calls.h is what the rest of the module sees.
+//
+// Everything here is touched with the GIL only (the module declares Py_MOD_GIL_USED and is main-interpreter
+// only), except the graph/ slots embedded in the objects, which CUDA's threads write through graph/'s
+// trampolines before they push. No standard containers: the bookkeeping is intrusive lists and one
+// fixed table, so that nothing here needs libstdc++'s allocation-failure machinery.
+
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+
+#include "graph/host_calls.h"
+
+namespace reclaim_bindings {
+
+struct HostCall;
+
+// The host calls of one stream handle, in the order CUDA ran them. Created by the first launch on the
+// handle; freed when no host call refers to it any more (the trampolines of the calls that refer to it
+// read `counters`, so it lives at least until each of them was dequeued).
+struct StreamOrder {
+  reclaim::graph::CallOrder counters;  // written by the trampolines (atomics)
+  std::uintptr_t stream = 0;           // the key in the table of orders
+  std::uint64_t next = 0;              // the place of the call to run next
+  bool busy = false;                   // a call of this stream is running (possibly re-entered)
+  bool in_table = false;               // the table's entry for `stream` (not once forgotten in a fork child)
+  StreamOrder* next_in_bucket = nullptr;
+  // Calls dequeued before their turn, sorted by place; each holds the queue's reference.
+  HostCall* parked_first = nullptr;
+  HostCall* parked_last = nullptr;
+  Py_ssize_t references = 0;  // host calls pointing here, plus running loops
+};
+
+enum class CallState : int {
+  kWaiting = 0,  // launched: CUDA holds it, or the queue does
+  kParked = 1,   // dequeued before a call of its stream that comes first: on its order's parked list
+  kDone = 2,     // ran, or was cancelled; fields cleared
+};
+
+// cuda_reclaim._reclaim._HostCall: one launch_host_func call. The slot is graph/'s part (the trampoline
+// writes its place); everything else is touched with the GIL only.
+struct HostCall {
+  PyObject_HEAD
+  reclaim::graph::HostCallSlot slot;
+  StreamOrder* order;
+  CallState state;
+  PyObject* fn;
+  PyObject* args;      // tuple
+  PyObject* kwargs;    // dict or null
+  PyObject* future;    // concurrent.futures.Future
+  HostCall* previous;  // the outstanding list: every call not yet kDone
+  HostCall* next;
+  HostCall* parked_previous;  // the order's parked list, while kParked
+  HostCall* parked_next;
+};
+
+// cuda_reclaim._reclaim._HostNode: one add_host_node node. One Python reference stands for every native
+// one (graph/host_calls.h's HostNodeSlot::native_refs) and is dropped by whoever takes that count to zero.
+struct HostNode {
+  PyObject_HEAD
+  reclaim::graph::HostNodeSlot slot;
+  PyObject* fn;
+  PyObject* args;  // tuple
+};
+
+// Calls that ran (host calls and host-node firings; an exception counts: the call ran), host calls that
+// never will (cancelled through their future before they ran, at close, in a fork child, or refused because
+// the queue was already closed), host calls not yet run or cancelled, and host calls that arrived before
+// their turn (diagnostics, tests). Only grow, except `outstanding`. Read and written with the GIL.
+struct CallCounters {
+  std::uint64_t run = 0;
+  std::uint64_t cancelled = 0;
+  std::uint64_t outstanding = 0;
+  std::uint64_t parked = 0;
+};
+extern CallCounters g_call_counters;
+
+// --- stream_orders.cc: the table of orders, and each order's parked calls ------------------------------
+
+// The order of `stream`, created if needed, with one more reference (the caller's). Null with MemoryError
+// set if it could not be allocated. Requires the GIL.
+StreamOrder* acquire_stream_order(std::uintptr_t stream);
+
+// Drops one reference to `order`; the last one takes it out of the table and frees it. Requires the GIL.
+void release_stream_order(StreamOrder* order);
+
+// Puts `call` (dequeued, not its turn yet) on its order's parked list, in place order; the list holds the
+// queue's reference from now on. Requires the GIL.
+void park(HostCall* call);
+
+// Takes `call` off its order's parked list (it is there). Requires the GIL.
+void unpark(HostCall* call);
+
+// Takes the parked call of `order` whose turn has come, or null if none: the call whose place is next or,
+// once a push of the stream was rejected (that place never arrives), the first parked one. Requires the GIL.
+HostCall* take_next_parked(StreamOrder* order);
+
+// Empties the table: later launches start with fresh orders, while calls that CUDA still holds keep theirs
+// until they are gone. Fork child, single-threaded, GIL held.
+void forget_stream_orders();
+
+// --- host_calls.cc: host calls ----------------------------------------------------------------------------
+
+// Creates the _HostCall type (once per process; never released). Returns false with an exception set.
+// Requires the GIL.
+bool ready_host_call_type();
+
+// A new _HostCall (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
+// takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
+// with an exception set; then the order's reference is dropped. Requires the GIL.
+HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future);
+
+// A launch that CUDA refused: nothing will run `call`, so it leaves the outstanding list and drops what
+// it holds (unless a close() meanwhile cancelled it already). Its future is left as it is. Requires the GIL.
+void withdraw_host_call(HostCall* call);
+
+// future.cancel() (`future` borrowed; null does nothing), counted in calls_cancelled; a failure goes to
+// sys.unraisablehook. Requires the GIL.
+void cancel_future(PyObject* future);
+
+// The release action's part for host calls: runs `call` if its turn has come (and every parked call of its
+// stream that follows), parks it otherwise. Steals the queue's reference. Requires the GIL; re-entrant.
+void host_call_arrived(HostCall* call);
+
+// Cancels every call on the outstanding list (close, fork child). Requires the GIL; re-entrant.
+void cancel_all_host_calls();
+
+// Whether `item` (borrowed) is a _HostCall (false before ready_host_call_type). Requires the GIL.
+bool is_host_call(PyObject* item);
+
+// --- host_nodes.cc: graph host nodes ----------------------------------------------------------------------
+
+// Creates the _HostNode type (once per process; never released). Returns false with an exception set.
+// Requires the GIL.
+bool ready_host_node_type();
+
+// The _HostNode type (borrowed, never released; null before ready_host_node_type). Any thread; never
+// blocks.
+const PyTypeObject* host_node_type() noexcept;
+
+// A new _HostNode calling fn(*args) at every firing (it takes its own references to fn and args), with its
+// native count's reference taken: two references in all, the caller's and that one. Null with an exception
+// set. Requires the GIL.
+HostNode* new_host_node(PyObject* fn, PyObject* args);
+
+// The release action's part for host nodes: runs one firing's call, or drops the native count's reference
+// when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.
+void host_node_arrived(HostNode* node);
+
+// Whether `item` (borrowed) is a _HostNode (false before ready_host_node_type). Requires the GIL.
+bool is_host_node(PyObject* item);
+
+}  // namespace reclaim_bindings

@@ -1,0 +1,188 @@
+// bindings/host_call_functions.cc — the module functions behind launch_host_func and add_host_node
+// (bindings/cuda_reclaim/_graph.py), and the call counters: they check their arguments, make the call
+// item (call_items.h) and hand it to CUDA through graph/ with the GIL released.
+
+#define PY_SSIZE_T_CLEAN
+#include <cstddef>
+#include <cstdint>
+
+#include "bindings/call_items.h"
+#include "bindings/drain.h"
+#include "bindings/graph_functions.h"
+#include "bindings/host_calls.h"
+
+namespace reclaim_bindings {
+namespace {
+
+namespace graph = reclaim::graph;
+
+bool parse_handle(const char* name, PyObject* value, std::uintptr_t* handle) {
+  if (!PyLong_Check(value)) {
+    PyErr_Format(PyExc_TypeError, "%s(): the handle must be an int, not %.100s", name, Py_TYPE(value)->tp_name);
+    return false;
+  }
+  const unsigned long long parsed = PyLong_AsUnsignedLongLong(value);
+  if (parsed == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+    PyErr_Format(PyExc_ValueError, "%s(): the handle must be an int in [0, 2**64)", name);
+    return false;
+  }
+  *handle = static_cast<std::uintptr_t>(parsed);
+  return true;
+}
+
+// The dependencies of a host node, as CUDA takes them: a PyMem array (free with PyMem_Free; not null even
+// when empty), or null with an exception set.
+CUgraphNode* parse_dependencies(PyObject* dependencies) {
+  const Py_ssize_t count = PyTuple_GET_SIZE(dependencies);
+  CUgraphNode* nodes = PyMem_New(CUgraphNode, count > 0 ? count : 1);
+  if (nodes == nullptr) {
+    PyErr_NoMemory();
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    std::uintptr_t node;
+    if (!parse_handle("_add_host_node", PyTuple_GET_ITEM(dependencies, i), &node)) {
+      PyMem_Free(nodes);
+      return nullptr;
+    }
+    nodes[i] = reinterpret_cast<CUgraphNode>(node);
+  }
+  return nodes;
+}
+
+// _launch_host_call(stream: int, future, fn, args: tuple, kwargs: dict | None) -> bool
+PyObject* py_launch_host_call(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "_launch_host_call() takes exactly 5 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  std::uintptr_t stream;
+  if (!parse_handle("_launch_host_call", argv[0], &stream)) return nullptr;
+  PyObject* future = argv[1];
+  PyObject* fn = argv[2];
+  PyObject* args = argv[3];
+  PyObject* kwargs = argv[4] == Py_None ? nullptr : argv[4];
+  if (!PyCallable_Check(fn) || !PyTuple_Check(args) || (kwargs != nullptr && !PyDict_Check(kwargs))) {
+    PyErr_SetString(PyExc_TypeError, "_launch_host_call(): expected a callable, a tuple and a dict or None");
+    return nullptr;
+  }
+  if (queue().is_closed() || interpreter_finalizing()) {
+    // After close nothing runs: the future says so at once, and nothing is handed to CUDA.
+    cancel_future(future);
+    Py_RETURN_FALSE;
+  }
+  const graph::Driver* driver = usable_driver(module);
+  if (driver == nullptr) return nullptr;
+
+  StreamOrder* order = acquire_stream_order(stream);
+  if (order == nullptr) return nullptr;
+  // On the outstanding list before the launch: the host function may run, and a drain on another thread
+  // run the call, before the driver call returns here.
+  HostCall* call = new_host_call(order, fn, args, kwargs, future);
+  if (call == nullptr) return nullptr;
+  Py_INCREF(call);  // the reference CUDA holds until the host function pushes it
+  graph::AttachResult result;
+  Py_BEGIN_ALLOW_THREADS
+  result = graph::launch_host_call(driver->api, reinterpret_cast<CUstream>(stream), &call->slot);
+  Py_END_ALLOW_THREADS
+  if (result.handover == graph::Handover::kAttached) {
+    Py_DECREF(call);
+    Py_RETURN_TRUE;
+  }
+  // Never launched: nothing will run it (a close() meanwhile may already have cancelled its future).
+  withdraw_host_call(call);
+  Py_DECREF(call);  // CUDA's
+  Py_DECREF(call);  // ours
+  PyErr_Format(driver_error(module), "%s failed with %s; nothing was launched", result.call,
+               graph::error_name(*driver, result.error));
+  return nullptr;
+}
+
+// _add_host_node(graph: int, dependencies: tuple[int, ...], fn, args: tuple) -> int (the CUgraphNode)
+PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
+  if (nargs != 4) {
+    PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 4 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  std::uintptr_t graph_handle;
+  if (!parse_handle("_add_host_node", argv[0], &graph_handle)) return nullptr;
+  PyObject* dependencies = argv[1];
+  PyObject* fn = argv[2];
+  PyObject* args = argv[3];
+  if (!PyTuple_Check(dependencies) || !PyCallable_Check(fn) || !PyTuple_Check(args)) {
+    PyErr_SetString(PyExc_TypeError, "_add_host_node(): expected a tuple of node handles, a callable and a tuple");
+    return nullptr;
+  }
+  CUgraphNode* nodes = parse_dependencies(dependencies);
+  if (nodes == nullptr) return nullptr;
+  const graph::Driver* driver = usable_driver(module);
+  HostNode* node = driver != nullptr ? new_host_node(fn, args) : nullptr;
+  if (node == nullptr) {
+    PyMem_Free(nodes);
+    return nullptr;
+  }
+  graph::HostNodeResult result;
+  Py_BEGIN_ALLOW_THREADS
+  result = graph::add_host_node(driver->api, reinterpret_cast<CUgraph>(graph_handle), nodes,
+                                static_cast<std::size_t>(PyTuple_GET_SIZE(dependencies)), &node->slot);
+  Py_END_ALLOW_THREADS
+  PyMem_Free(nodes);
+  PyObject* handle = nullptr;
+  switch (result.attach.handover) {
+    case graph::Handover::kAttached:
+      if (result.node != nullptr) {
+        handle = PyLong_FromUnsignedLongLong(reinterpret_cast<std::uintptr_t>(result.node));
+      } else {
+        PyErr_Format(driver_error(module),
+                     "cuGraphAddHostNode failed with %s; no node was added (the function stays attached to "
+                     "the graph and is released when CUDA destroys it)",
+                     graph::error_name(*driver, result.node_error));
+      }
+      break;
+    case graph::Handover::kReturned:
+      Py_DECREF(node);  // the native reference: never handed over
+      PyErr_Format(driver_error(module), "%s failed with %s; no node was added", result.attach.call,
+                   graph::error_name(*driver, result.attach.error));
+      break;
+    case graph::Handover::kInFlight:
+      PyErr_Format(driver_error(module),
+                   "%s failed with %s; no node was added (CUDA releases the function through the queue)",
+                   result.attach.call, graph::error_name(*driver, result.attach.error));
+      break;
+  }
+  Py_DECREF(node);
+  return handle;
+}
+
+PyObject* py_call_stats(PyObject*, PyObject*) {
+  return Py_BuildValue("{s:K,s:K,s:K,s:K}", "calls_run", static_cast<unsigned long long>(g_call_counters.run),
+                       "calls_cancelled", static_cast<unsigned long long>(g_call_counters.cancelled),
+                       "calls_outstanding", static_cast<unsigned long long>(g_call_counters.outstanding),
+                       "calls_parked", static_cast<unsigned long long>(g_call_counters.parked));
+}
+
+PyMethodDef kHostCallMethods[] = {
+    {"_launch_host_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_launch_host_call)),
+     METH_FASTCALL,
+     "_launch_host_call(custream: int, future, fn, args: tuple, kwargs: dict | None) -> bool\n\n"
+     "Launch a host function that hands a call of fn to the queue when the stream reaches it; a drain\n"
+     "runs it into future. False (and the future cancelled) if the queue is already closed."},
+    {"_add_host_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_add_host_node)),
+     METH_FASTCALL,
+     "_add_host_node(cugraph: int, dependencies: tuple, fn, args: tuple) -> int\n\n"
+     "Add a host node that hands one call of fn(*args) to the queue at each firing; returns the\n"
+     "CUgraphNode."},
+    {"_call_stats", py_call_stats, METH_NOARGS,
+     "_call_stats() -> dict\n\ncalls_run, calls_cancelled, calls_outstanding, and calls_parked (host calls\n"
+     "that arrived before their turn on their stream and waited for it)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+int add_host_call_functions(PyObject* module) {
+  if (!ready_host_call_type() || !ready_host_node_type()) return -1;
+  return PyModule_AddFunctions(module, kHostCallMethods);
+}
+
+}  // namespace reclaim_bindings

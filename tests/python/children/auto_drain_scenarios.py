@@ -1,0 +1,100 @@
+"""Child of test_auto_drain.py: one scenario per run, named by the first argument.
+
+Each scenario imports cuda_reclaim itself: one of them registers an atexit hook before the import."""
+
+import scenario
+
+
+def no_thread_until_something_is_handed_over():
+    import threading
+
+    import cuda_reclaim
+
+    cuda_reclaim.drain()
+    cuda_reclaim.stats()
+    cuda_reclaim.pending()
+    names = [t.name for t in threading.enumerate()]
+    assert names == ["MainThread"], names
+    cuda_reclaim.defer_release(object())
+    names = [t.name for t in threading.enumerate()]
+    assert "cuda-reclaim-drain" in names, names
+    print("ok")
+
+
+def drain_thread_runs_through_later_atexit_hooks():
+    # atexit hooks run last-registered first: this one, registered before the import, runs after
+    # cuda_reclaim's hook; the one registered after the import runs before it.
+    import atexit
+
+    atexit.register(lambda: print("after close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    cuda_reclaim.defer_release(object())
+    assert _auto.is_thread_running()
+    atexit.register(lambda: print("before close:", _auto.is_thread_running(), cuda_reclaim.is_closed(), flush=True))
+
+
+def finalizer_on_the_drain_thread_switches_the_auto_drain_off():
+    import threading
+    import time
+
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    done = threading.Event()
+
+    class SwitchesOff:
+        def __del__(self):
+            cuda_reclaim.set_auto_drain("off")  # runs on the drain thread itself
+            done.set()
+
+    cuda_reclaim.defer_release(SwitchesOff())
+    assert done.wait(30), "the drain thread released the object"
+    deadline = time.monotonic() + 30
+    while _auto.is_thread_running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _auto.is_thread_running()
+    assert cuda_reclaim.get_auto_drain() == "off"
+    print("ok")
+
+
+def drain_thread_lingers_under_steady_traffic():
+    import time
+
+    import _native_producers
+    import cuda_reclaim
+    from cuda_reclaim import _reclaim
+
+    def until(condition):
+        deadline = time.monotonic() + 30
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.001)
+
+    cuda_reclaim.defer_release(object())  # starts the drain thread
+    until(lambda: cuda_reclaim.pending() == 0)
+    before = cuda_reclaim.stats()
+    _native_producers.hand_over([object() for _ in range(4000)], 1, 50)
+    until(lambda: cuda_reclaim.stats()["released"] - before["released"] == 4000)
+
+    # The linger ends at the first drain that finds nothing: from then on a push writes the fd again.
+    def push_is_an_edge():
+        writes = cuda_reclaim.stats()["eventfd_writes"]
+        cuda_reclaim.defer_release(object())
+        edge = cuda_reclaim.stats()["eventfd_writes"] == writes + 1
+        until(lambda: cuda_reclaim.pending() == 0)
+        return edge
+
+    until(push_is_an_edge)
+    until(lambda: not _reclaim.wait(0))
+    print("ok")
+
+
+if __name__ == "__main__":
+    scenario.run(
+        no_thread_until_something_is_handed_over,
+        drain_thread_runs_through_later_atexit_hooks,
+        finalizer_on_the_drain_thread_switches_the_auto_drain_off,
+        drain_thread_lingers_under_steady_traffic,
+    )

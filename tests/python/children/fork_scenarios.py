@@ -1,0 +1,91 @@
+"""Child of test_fork.py: one scenario per run, named by the first argument."""
+
+import os
+import time
+import weakref
+
+import scenario
+
+
+def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
+    import _native_producers
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    class P:
+        pass
+
+    cuda_reclaim.defer_release(P())  # auto drain thread starts
+    assert _auto.is_thread_running()
+    cuda_reclaim.set_auto_drain("off")  # keep parent's work queued, to see it abandoned in the child
+    cuda_reclaim.set_auto_drain("thread")
+    cuda_reclaim.drain()
+    parent_objs = [P() for _ in range(50)]
+    parent_refs = [weakref.ref(o) for o in parent_objs]
+    _native_producers.hand_over(parent_objs, 2)
+    del parent_objs
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        s = cuda_reclaim.stats()
+        ok = s["pending"] == 0 and not _auto.is_thread_running() and not cuda_reclaim.is_closed()
+        ok = ok and cuda_reclaim.conserved(s)
+        child = P()
+        ref = weakref.ref(child)
+        cuda_reclaim.defer_release(child)
+        del child
+        ok = ok and _auto.is_thread_running()  # restarted lazily by the hand-over
+        deadline = time.monotonic() + 30
+        while ref() is not None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        ok = ok and ref() is None
+        os.write(w, b"child-ok" if ok else repr(s).encode())
+        os._exit(0)
+    os.close(w)
+    message = os.read(r, 1000).decode()
+    os.waitpid(pid, 0)
+    assert message == "child-ok", message
+    assert all(ref() is None for ref in parent_refs), "the before-fork drain released the parent's work"
+    assert _auto.is_thread_running(), "the parent's drain thread is restarted after fork"
+    print("ok")
+
+
+def work_queued_at_a_raw_fork_is_abandoned_in_the_child():
+    # libc's fork() through ctypes skips Python's before-fork hook (which would drain), so the queue is
+    # non-empty at fork time: only cleanup/'s pthread_atfork reset acts in the child.
+    import ctypes
+
+    import cuda_reclaim
+
+    cuda_reclaim.set_auto_drain("off")
+    released = []
+
+    class P:
+        def __init__(self, i):
+            self.i = i
+
+        def __del__(self):
+            released.append((os.getpid(), self.i))
+
+    for i in range(10):
+        cuda_reclaim.defer_release(P(i))
+    pid = ctypes.CDLL(None).fork()
+    if pid == 0:
+        s = cuda_reclaim.stats()
+        law = cuda_reclaim.conserved(s)
+        cuda_reclaim.drain()
+        mine = [i for (p, i) in released if p == os.getpid()]
+        os.write(1, f"child {s['pending']} {s['abandoned_after_fork']} {law} {mine}\n".encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert cuda_reclaim.drain() == 10, "the parent still owns and releases its work"
+    assert sorted(i for (p, i) in released if p == os.getpid()) == list(range(10))
+    print("parent ok", flush=True)
+
+
+if __name__ == "__main__":
+    scenario.run(
+        fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
+        work_queued_at_a_raw_fork_is_abandoned_in_the_child,
+    )
