@@ -41,6 +41,8 @@ EXTENSION_SOURCES = [
     "bindings/reclaim_module.cc",
     "bindings/stream_orders.cc",
     "cleanup/process_queue.cc",
+    "cleanup/queue_counters.cc",
+    "cleanup/queue_trim.cc",
     "cleanup/reclaim_c_api.cc",
     "cleanup/reclaim_queue.cc",
     "graph/counters.cc",

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstddef>
@@ -126,5 +127,72 @@ struct alignas(64) ProducerSlot {
     token_owner.store(nullptr, std::memory_order_relaxed);
   }
 };
+
+// --- shared by the files of the queue (reclaim_queue.cc, queue_trim.cc, queue_counters.cc) -------------
+
+// Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
+constexpr std::size_t kDrainBatch = 512;  // 4 KiB of stack per drain, nested drains included
+
+// Prints `what` and errno, then aborts: for a queue that cannot be created at all.
+[[noreturn]] void die(const char* what) noexcept;
+
+// A new non-blocking, close-on-exec eventfd; dies if none can be made.
+int make_eventfd() noexcept;
+
+// Puts a fresh eventfd behind the descriptor number `fd` (fork child: the inherited object is shared with
+// the parent and must not wake either side for the other; an event loop may have registered the number).
+void replace_eventfd(int fd) noexcept;
+
+// A drain, close or counter read inside the storage: counted in readers_, so that trim() never frees a
+// storage someone is reading. Waits (yielding) while a trim replaces it: a trim runs no callback and its
+// only wait is for a producer slot's holder, who never blocks, so the wait is short.
+struct StorageReader {
+  explicit StorageReader(const ReclaimQueue& queue) noexcept : readers(queue.readers_) {
+    for (;;) {
+      const std::uint64_t before = readers.fetch_add(1, std::memory_order_acquire);
+      if ((before & ReclaimQueue::kTrimming) == 0) return;
+      readers.fetch_sub(1, std::memory_order_relaxed);
+      while ((readers.load(std::memory_order_acquire) & ReclaimQueue::kTrimming) != 0) sched_yield();
+    }
+  }
+  ~StorageReader() { readers.fetch_sub(1, std::memory_order_release); }
+  StorageReader(const StorageReader&) = delete;
+  StorageReader& operator=(const StorageReader&) = delete;
+
+  std::atomic<std::uint64_t>& readers;
+};
+
+// The output iterator of a bulk dequeue: stores each pointer into the batch and asks the CPU to fetch the
+// cache line it points to, so that the release action (which will touch it: Py_DECREF writes the object's
+// header) finds it there. The fetches overlap with the copy, whose own loads from the queue's blocks are
+// what a drain waits for; a batch of lines fits in the first-level cache. A prefetch never faults, and the
+// owner's pointers point at live objects.
+struct PrefetchingWriter {
+  // The batch's address as an integer, and an index: GCC lets a store of any pointer type alias any
+  // object of pointer type, so a `void**` member would be reloaded and re-stored around every pointer
+  // copied (moodycamel takes the iterator by reference); integers stay in registers.
+  std::uintptr_t batch_address;
+  std::size_t index;
+  PrefetchingWriter& operator*() noexcept { return *this; }
+  PrefetchingWriter& operator=(void* item) noexcept {
+    __builtin_prefetch(item, 1);
+    reinterpret_cast<void**>(batch_address)[index] = item;
+    return *this;
+  }
+  PrefetchingWriter& operator++() noexcept {
+    ++index;
+    return *this;
+  }
+  PrefetchingWriter operator++(int) noexcept {
+    PrefetchingWriter before = *this;
+    ++index;
+    return before;
+  }
+};
+
+// Takes up to `want` pointers off `queue` into `batch`; returns how many.
+inline std::size_t dequeue_batch(PointerQueue& queue, void** batch, std::size_t want) noexcept {
+  return queue.try_dequeue_bulk(PrefetchingWriter{reinterpret_cast<std::uintptr_t>(batch), 0}, want);
+}
 
 }  // namespace reclaim

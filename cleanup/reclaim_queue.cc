@@ -1,9 +1,10 @@
-// cleanup/reclaim_queue.cc — see reclaim_queue.h for the contract of every function.
+// cleanup/reclaim_queue.cc — the queue itself: construction, push, the wake-up signal, drain and close.
+// trim() is in queue_trim.cc, the counters and the fork reset in queue_counters.cc; see reclaim_queue.h
+// for the contract of every function.
 
 #include "cleanup/reclaim_queue.h"
 
 #include <fcntl.h>
-#include <malloc.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -22,13 +23,6 @@
 #include "cleanup/queue_storage.h"
 
 namespace reclaim {
-namespace {
-
-// Pointers taken off the queue per bulk dequeue; a drain's stack holds one batch.
-constexpr std::size_t kDrainBatch = 512;  // 4 KiB of stack per drain, nested drains included
-
-// Re-reads snapshot() allows itself while pushes are in flight.
-constexpr int kSnapshotAttempts = 64;
 
 [[noreturn]] void die(const char* what) noexcept {
   std::fprintf(stderr, "cuda-reclaim: fatal: %s (errno %d)\n", what, errno);
@@ -49,32 +43,11 @@ void replace_eventfd(int fd) noexcept {
   ::close(fresh);
 }
 
-}  // namespace
-
 std::atomic<AllocateFn> g_allocate{nullptr};
 
 void set_queue_allocator_for_testing(AllocateFn allocate) noexcept {
   g_allocate.store(allocate, std::memory_order_relaxed);
 }
-
-// A drain, close or counter read inside the storage: counted in readers_, so that trim() never frees a
-// storage someone is reading. Waits (yielding) while a trim replaces it: a trim runs no callback and its
-// only wait is for a producer slot's holder, who never blocks, so the wait is short.
-struct StorageReader {
-  explicit StorageReader(const ReclaimQueue& queue) noexcept : readers(queue.readers_) {
-    for (;;) {
-      const std::uint64_t before = readers.fetch_add(1, std::memory_order_acquire);
-      if ((before & ReclaimQueue::kTrimming) == 0) return;
-      readers.fetch_sub(1, std::memory_order_relaxed);
-      while ((readers.load(std::memory_order_acquire) & ReclaimQueue::kTrimming) != 0) sched_yield();
-    }
-  }
-  ~StorageReader() { readers.fetch_sub(1, std::memory_order_release); }
-  StorageReader(const StorageReader&) = delete;
-  StorageReader& operator=(const StorageReader&) = delete;
-
-  std::atomic<std::uint64_t>& readers;
-};
 
 namespace {
 
@@ -82,39 +55,6 @@ std::size_t round_up_to_power_of_two(std::size_t n) noexcept {
   std::size_t p = 1;
   while (p < n) p <<= 1;
   return p;
-}
-
-// The output iterator of a bulk dequeue: stores each pointer into the batch and asks the CPU to fetch the
-// cache line it points to, so that the release action (which will touch it: Py_DECREF writes the object's
-// header) finds it there. The fetches overlap with the copy, whose own loads from the queue's blocks are
-// what a drain waits for; a batch of lines fits in the first-level cache. A prefetch never faults, and the
-// owner's pointers point at live objects.
-struct PrefetchingWriter {
-  // The batch's address as an integer, and an index: GCC lets a store of any pointer type alias any
-  // object of pointer type, so a `void**` member would be reloaded and re-stored around every pointer
-  // copied (moodycamel takes the iterator by reference); integers stay in registers.
-  std::uintptr_t batch_address;
-  std::size_t index;
-  PrefetchingWriter& operator*() noexcept { return *this; }
-  PrefetchingWriter& operator=(void* item) noexcept {
-    __builtin_prefetch(item, 1);
-    reinterpret_cast<void**>(batch_address)[index] = item;
-    return *this;
-  }
-  PrefetchingWriter& operator++() noexcept {
-    ++index;
-    return *this;
-  }
-  PrefetchingWriter operator++(int) noexcept {
-    PrefetchingWriter before = *this;
-    ++index;
-    return before;
-  }
-};
-
-// Takes up to `want` pointers off `queue` into `batch`; returns how many.
-std::size_t dequeue_batch(PointerQueue& queue, void** batch, std::size_t want) noexcept {
-  return queue.try_dequeue_bulk(PrefetchingWriter{reinterpret_cast<std::uintptr_t>(batch), 0}, want);
 }
 
 // Adapts a one-pointer release action to the batch form.
@@ -412,94 +352,6 @@ std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
 
 void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr); }
 
-bool ReclaimQueue::trim_would_help() const noexcept {
-  if (is_closed()) return false;
-  if (retired_.load(std::memory_order_relaxed) != nullptr) return true;  // a trim that ran out of memory
-  if (pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity) return true;
-  note_pending(pending());  // a burst no drain has seen yet
-  return pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity;
-}
-
-bool ReclaimQueue::move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept {
-  void* batch[kDrainBatch];
-  for (std::size_t got; (got = dequeue_batch(from->queue, batch, kDrainBatch)) != 0;) {
-    if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
-      (void)from->queue.enqueue_bulk(batch, got);  // out of memory: back where it was (no new block)
-      return false;
-    }
-  }
-  return true;
-}
-
-void ReclaimQueue::free_storage(Storage* storage) noexcept {
-  storage->~Storage();
-  std::free(storage);
-}
-
-TrimStatus ReclaimQueue::trim() noexcept {
-  if (is_closed()) return TrimStatus::kNotNeeded;
-  if (retired_.load(std::memory_order_relaxed) == nullptr && !trim_would_help()) return TrimStatus::kNotNeeded;
-  // Only when no reader is in the storage (possibly this very thread, from a release action: waiting
-  // for it would wait forever) and no other trim runs.
-  std::uint64_t idle = 0;
-  if (!readers_.compare_exchange_strong(idle, kTrimming, std::memory_order_acquire,
-                                        std::memory_order_relaxed)) {
-    return TrimStatus::kBusy;
-  }
-  // Normally: a fresh storage replaces the current one, whose pending pointers move over. After a trim
-  // that ran out of memory while moving: the storage it retired is emptied into the current one.
-  Storage* source = retired_.load(std::memory_order_relaxed);
-  Storage* target = storage_.load(std::memory_order_relaxed);
-  if (source == nullptr) {
-    target = make_storage(options_.reserved_capacity);
-    source = storage_.exchange(target, std::memory_order_seq_cst);
-  }
-  // Pushes that loaded `source` still hold their slot, or are slot-less pushes in flight. Taking every
-  // slot in turn waits for the first kind and drops the slots' producers of `source` (their tokens must
-  // go before its queue); slot-less pushes admitted after the exchange load `target`.
-  const std::uint64_t overflow_admitted = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
-  ProducerSlot* mover = nullptr;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    ProducerSlot& slot = slots_[i];
-    while (slot.held.exchange(1, std::memory_order_seq_cst) != 0) sched_yield();
-    slot.unbind_from(source);
-    if (mover == nullptr && slot.bind_to(target)) {
-      mover = &slot;  // kept: its producer carries what is still pending into `target`
-      continue;
-    }
-    slot.held.store(0, std::memory_order_release);
-  }
-  while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
-
-  // Nothing is released and no counter changes.
-  const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
-  if (mover != nullptr) mover->held.store(0, std::memory_order_release);
-  if (moved_all) {
-    retired_.store(nullptr, std::memory_order_relaxed);
-    pending_since_trim_.store(0, std::memory_order_relaxed);
-    free_storage(source);
-#if defined(__GLIBC__)
-    ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
-#endif
-  } else {
-    // Out of memory while moving: `source` keeps what is left and stays reachable (drains and counts
-    // read it) until a later trim empties it. Nothing is lost.
-    retired_.store(source, std::memory_order_relaxed);
-  }
-  readers_.fetch_and(~kTrimming, std::memory_order_release);
-  return moved_all ? TrimStatus::kTrimmed : TrimStatus::kBusy;
-}
-
-std::uint64_t ReclaimQueue::overflow_leaked_in(std::uint64_t admissions) const noexcept {
-  std::uint64_t leaked = overflow_leaked_before_reopen_.load(std::memory_order_relaxed);
-  if ((admissions & kClosedBit) != 0) {
-    // Every slot-less admission after the close is a leak. The caller's load that saw the closed bit
-    // synchronizes with the close's CAS, so admitted_at_close_ is the value stored before it.
-    leaked += (admissions & ~kClosedBit) - admitted_at_close_.load(std::memory_order_relaxed);
-  }
-  return leaked;
-}
-
 bool ReclaimQueue::maybe_pending() const noexcept { return signaled_.load(std::memory_order_acquire); }
 
 bool ReclaimQueue::is_closed() const noexcept {
@@ -523,102 +375,6 @@ bool ReclaimQueue::wait_for_work_or(int extra_fd, int timeout_ms) noexcept {
     if ((waiter.revents & POLLIN) != 0) return true;
   }
   return false;
-}
-
-ProducerUse ReclaimQueue::producer_use() const noexcept {
-  ProducerUse use;
-  use.slot_count = slot_mask_ + 1;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    if (slots_[i].token_owner.load(std::memory_order_relaxed) != nullptr) ++use.slots_used;
-  }
-  use.overflow_pushes = overflow_pushes_.load(std::memory_order_relaxed);
-  return use;
-}
-
-ReclaimQueue::SlotTotals ReclaimQueue::slot_totals() const noexcept {
-  SlotTotals totals;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    const ProducerSlot& slot = slots_[i];
-    // Acquire: a slot given back publishes its counters (and its item) with the release of `held`.
-    if (slot.held.load(std::memory_order_acquire) != 0) totals.any_held = true;
-    totals.admitted += slot.admitted.load(std::memory_order_relaxed);
-    totals.leaked += slot.leaked.load(std::memory_order_relaxed);
-  }
-  return totals;
-}
-
-CounterSnapshot ReclaimQueue::snapshot() const noexcept {
-  // Every late push (after close) bumps exactly one counter, its slot's `leaked` (or the slot-less
-  // admission word), and each is read once here and used for both handed_over and leaked_after_close:
-  // a closed queue conserves exactly in every snapshot, however many late pushes are arriving (the exit
-  // report is taken while CUDA's thread may still be pushing). On an open queue a push is counted before
-  // its enqueue: re-read until no push was in flight across the reads. Bounded, so it never blocks:
-  // under a push storm the last attempt stands.
-  const StorageReader reader(*this);
-  CounterSnapshot counters;
-  for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
-    const SlotTotals before = slot_totals();
-    const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
-    const std::uint64_t overflow_admitted = admissions & ~kClosedBit;
-    // Acquire: the bucket updates of every completed slot-less push are visible to the reads below.
-    const std::uint64_t overflow_completed = push_completions_.load(std::memory_order_acquire);
-    counters.rejected = rejected_.load(std::memory_order_relaxed);
-    counters.handed_over = before.admitted + before.leaked + overflow_admitted - counters.rejected;
-    counters.released = released_.load(std::memory_order_relaxed);
-    counters.pending = stored_count();
-    note_pending(counters.pending);
-    counters.leaked_after_close = before.leaked + overflow_leaked_in(admissions);
-    counters.abandoned_after_fork = abandoned_after_fork_.load(std::memory_order_relaxed);
-    // Orders the reads above before the re-check: a push that started after it is in none of them.
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    const SlotTotals after = slot_totals();
-    const std::uint64_t overflow_after = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
-    const bool closed = (admissions & kClosedBit) != 0;
-    // Closed: pushes admitted while open have all completed once close() returned, and the late ones
-    // are counted by the reads above alone, so the read is exact as it is.
-    const bool quiet = !before.any_held && !after.any_held && overflow_completed == overflow_admitted &&
-                       after.admitted == before.admitted && after.leaked == before.leaked &&
-                       overflow_after == overflow_admitted;
-    if (closed || quiet) break;
-  }
-  counters.nonempty_drains = nonempty_drains_.load(std::memory_order_relaxed);
-  counters.max_pending = max_pending_.load(std::memory_order_relaxed);
-  counters.eventfd_writes = eventfd_writes_.load(std::memory_order_relaxed);
-  return counters;
-}
-
-void ReclaimQueue::reset_after_fork_in_child() noexcept {
-  // Only the forking thread exists now. Pushes that other parent threads had admitted may have stopped
-  // anywhere inside the old storage, so it is left as it is (never freed, never read), and everything
-  // accepted and not yet released or leaked becomes abandoned: derived from the counters rather than the
-  // old queue, so a push cut off between its count and its enqueue is accounted for too.
-  const std::uint64_t admissions = push_admissions_.load(std::memory_order_relaxed);
-  const SlotTotals slots = slot_totals();
-  const std::uint64_t accepted =
-      slots.admitted + slots.leaked + (admissions & ~kClosedBit) - rejected_.load(std::memory_order_relaxed);
-  const std::uint64_t overflow_leaked = overflow_leaked_in(admissions);
-  const std::uint64_t gone = released_.load(std::memory_order_relaxed) + slots.leaked + overflow_leaked;
-  abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
-  overflow_leaked_before_reopen_.store(overflow_leaked, std::memory_order_relaxed);  // ends the derivation
-  push_admissions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // open again
-  push_completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
-  closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
-  readers_.store(0, std::memory_order_relaxed);  // readers and trims of parent threads are gone
-  // Slots a parent thread held at the fork are free in the child; every producer belongs to the
-  // abandoned storage, so the tokens are dropped without touching it.
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    slots_[i].forget_token();
-    slots_[i].held.store(0, std::memory_order_relaxed);
-  }
-  retired_.store(nullptr, std::memory_order_relaxed);
-  storage_.store(make_storage(options_.reserved_capacity), std::memory_order_relaxed);
-  pending_since_trim_.store(0, std::memory_order_relaxed);
-
-  // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds
-  // behind them: the child's queue is open and empty whatever the parent's state.
-  replace_eventfd(wakeup_fd_);
-  replace_eventfd(closed_fd_);
-  signaled_.store(false, std::memory_order_relaxed);
 }
 
 }  // namespace reclaim
