@@ -192,16 +192,20 @@ def push_parts_table(r):
     return table(["one thread, C++", "CPU time per push"], rows)
 
 
+def push_groups(r):
+    """(threads, {strategy: bench}, cuda-reclaim's bench or None) for each thread count of the C++ push rows."""
+    for threads in push_thread_counts(r):
+        found = {strategy: bench for t, strategy, bench in cpp_push_rows(r) if t == threads}
+        yield threads, found, found.get("cuda_reclaim")
+
+
 def scaling_table(scaling):
     """The producer-scaling table from a queue_bench JSON run with --threads=1,2,4,8,16 on a many-core
     host, or a line saying there is none."""
     if scaling is None:
         return "No scaling results given to this report (`--scaling`)."
-    r = Results({"rows": []}, scaling)
     rows = []
-    for threads in push_thread_counts(r):
-        found = {strategy: bench for t, strategy, bench in cpp_push_rows(r) if t == threads}
-        base = found.get("cuda_reclaim")
+    for threads, found, base in push_groups(Results({"rows": []}, scaling)):
         for strategy, bench in found.items():
             rows.append([threads, ANCHORS[strategy], fmt_ns(bench["cpu_time"]),
                          f"{bench['items_per_second'] / 1e6:.1f}",
@@ -215,11 +219,8 @@ def scaling_slower_rows(scaling):
     """Scaling rows where an anchor pushes with less CPU time or more throughput than cuda-reclaim."""
     if scaling is None:
         return []
-    r = Results({"rows": []}, scaling)
     notes = []
-    for threads in push_thread_counts(r):
-        found = {strategy: bench for t, strategy, bench in cpp_push_rows(r) if t == threads}
-        base = found.get("cuda_reclaim")
+    for threads, found, base in push_groups(Results({"rows": []}, scaling)):
         for strategy, bench in found.items():
             if base is None or strategy == "cuda_reclaim":
                 continue
