@@ -42,6 +42,10 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger = false);
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 
+// In a fork child: forgets the drain threads of the parent (the count of those waiting for the GIL, the
+// main thread's step-aside call they had asked for). Fork child, single-threaded, GIL held.
+void forget_drain_threads_after_fork() noexcept;
+
 // Adds the DrainWorker type (the automatic drain loop) to the module. Returns 0, or -1 with an exception.
 // Requires an attached thread state (GIL).
 int add_drain_worker_type(PyObject* module);

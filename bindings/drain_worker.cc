@@ -40,6 +40,7 @@
 #include <Python.h>
 #include <sys/eventfd.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -48,6 +49,7 @@
 #include <new>
 
 #include "bindings/drain.h"
+#include "bindings/python_compat.h"
 
 namespace reclaim_bindings {
 namespace {
@@ -115,12 +117,66 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
   (void)::poll(&waiter, 1, milliseconds);
 }
 
-// Takes the GIL back for `state` (PyEval_RestoreThread) and says whether that had to wait for another
-// thread: see kContendedAcquisition. (On 3.10-3.13 a thread that takes the GIL once the interpreter is
-// finalizing is ended here by a forced unwind; SettleSignalOnExit covers that way out.)
-bool take_gil_was_contended(PyThreadState* state) {
-  const auto asked = std::chrono::steady_clock::now();
+// --- Asking a busy main thread to step aside (3.13+) ------------------------------------------------------
+//
+// A main thread that runs bytecode gives the GIL up only after a waiter has waited a switch interval. On
+// 3.13+ a pending call reaches it at its next eval-breaker check, within microseconds, and the call used
+// here runs no Python code and releases nothing: it only gives the GIL up, at the very point where CPython
+// itself drops it for a waiter that asked, and takes it back once a drain thread has it (or after
+// kStepAsideMilliseconds). The drain and its finalizers still run on the drain thread, never on the main
+// thread (a drain run by a pending call would run finalizers inside whatever the main thread was doing,
+// threading's locked sections included, where one that sets an Event the main thread waits on deadlocks
+// it). One call is outstanding at a time; a call that finds no drain thread waiting returns at once (the
+// GIL was free after all: the main thread was blocked in C when the call was added).
+
+constexpr auto kStepAsideMilliseconds = std::chrono::milliseconds(2);
+
+std::atomic<int> g_drain_threads_waiting{0};           // drain threads inside take_gil after a wake-up
+std::atomic<std::uint64_t> g_drain_thread_acquisitions{0};  // bumped by a drain thread holding the GIL
+std::atomic<bool> g_step_aside_scheduled{false};      // a step-aside call is added and has not run yet
+
+// The pending call. Main thread, GIL held, between two bytecodes.
+int step_aside_for_a_drain_thread(void*) {
+  g_step_aside_scheduled.store(false, std::memory_order_seq_cst);
+  if (g_drain_threads_waiting.load(std::memory_order_seq_cst) == 0 || interpreter_finalizing()) return 0;
+  const std::uint64_t seen = g_drain_thread_acquisitions.load(std::memory_order_acquire);
+  PyThreadState* state = PyEval_SaveThread();
+  const auto deadline = std::chrono::steady_clock::now() + kStepAsideMilliseconds;
+  while (g_drain_thread_acquisitions.load(std::memory_order_acquire) == seen &&
+         std::chrono::steady_clock::now() < deadline) {
+    sched_yield();
+  }
   PyEval_RestoreThread(state);
+  return 0;
+}
+
+// Adds the step-aside call unless one is outstanding. Any thread, no GIL needed (Py_AddPendingCall's
+// contract); a full queue of pending calls just means no step-aside this time.
+void ask_main_thread_to_step_aside() {
+  if (!python_compat::kPendingCallsReachTheMainThreadPromptly) return;
+  if (g_step_aside_scheduled.exchange(true, std::memory_order_seq_cst)) return;
+  if (Py_AddPendingCall(step_aside_for_a_drain_thread, nullptr) != 0) {
+    g_step_aside_scheduled.store(false, std::memory_order_seq_cst);
+  }
+}
+
+// Takes the GIL back for `state` (PyEval_RestoreThread) and says whether that had to wait for another
+// thread: see kContendedAcquisition. On 3.13+ it first asks a busy main thread to step aside (above).
+// (On 3.10-3.13 a thread that takes the GIL once the interpreter is finalizing is ended here by a forced
+// unwind; SettleSignalOnExit covers that way out.)
+bool take_gil_was_contended(PyThreadState* state) {
+  // Counted while waiting, also on the way out of a forced unwind (the destructor touches no Python).
+  struct Waiting {
+    Waiting() noexcept { g_drain_threads_waiting.fetch_add(1, std::memory_order_seq_cst); }
+    ~Waiting() { g_drain_threads_waiting.fetch_sub(1, std::memory_order_seq_cst); }
+  };
+  const auto asked = std::chrono::steady_clock::now();
+  {
+    const Waiting waiting;
+    ask_main_thread_to_step_aside();
+    PyEval_RestoreThread(state);
+  }
+  g_drain_thread_acquisitions.fetch_add(1, std::memory_order_release);
   return std::chrono::steady_clock::now() - asked > kContendedAcquisition;
 }
 
@@ -155,6 +211,17 @@ bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
     }
   }
 }
+
+}  // namespace
+
+void forget_drain_threads_after_fork() noexcept {
+  // Only the forking thread exists in the child: no drain thread waits, and a step-aside call the parent
+  // had added may never run here, so a new one must be allowed.
+  g_drain_threads_waiting.store(0, std::memory_order_relaxed);
+  g_step_aside_scheduled.store(false, std::memory_order_relaxed);
+}
+
+namespace {
 
 PyObject* worker_run(PyObject* object, PyObject*) {
   auto* self = reinterpret_cast<DrainWorker*>(object);

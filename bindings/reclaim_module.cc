@@ -219,6 +219,7 @@ PyObject* py_report(PyObject*, PyObject*) {
 }
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
+  reclaim_bindings::forget_drain_threads_after_fork();
   reclaim_bindings::forget_calls_after_fork();
   Py_RETURN_NONE;
 }

@@ -12,6 +12,9 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
   3. the same with a main thread that alternates bytecode and sleeps (contended and free acquisitions);
   4. idle: the drain thread blocks in poll(2): no context switch at all while nothing is pushed;
   5. stopped, it leaves the signal settled: a push stays pending with the fd readable, drain() gets it.
+  6. (3.13+) with a switch interval of 30 s, a main thread in bytecode still lets the drain thread in:
+     the drain thread's pending call makes it step aside, so a push is released while the main thread
+     spins (on 3.10-3.12 a pending call does not reach a busy main thread promptly: skipped there).
 
 Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
 
@@ -86,6 +89,24 @@ def stream(pushes, delay_us, wait):
     wait(push_is_an_edge_and_released, "a push after the stream is an edge")
 
 
+def main_thread_steps_aside():
+    """6: without the step-aside call, a drain thread would wait the whole switch interval (30 s here)."""
+    if sys.version_info < (3, 13):
+        print("drain_thread_busy_main: step-aside: not used before 3.13 (skipped)", flush=True)
+        return
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    try:
+        for _ in range(5):
+            start = released()
+            _native_producers.hand_over([Payload()])
+            deadline = time.monotonic() + 10.0  # a third of the switch interval
+            while released() == start:
+                assert time.monotonic() < deadline, "the busy main thread did not step aside for the drain thread"
+    finally:
+        sys.setswitchinterval(previous)
+
+
 def voluntary_switches(native_id):
     with open(f"/proc/self/task/{native_id}/status") as f:
         for line in f:
@@ -110,6 +131,8 @@ def main(argv=None):
         stream(args.pushes, 200, busy_until)  # 1, 2: contended acquisitions
         stream(args.pushes, 200, mixed_until)  # 3: contended and free, linger on and off
         stream(args.pushes // 10, 0, busy_until)  # bursts faster than any drain
+
+    main_thread_steps_aside()  # 6
 
     # 4. Idle: blocked in poll(2), not woken at all.
     # It may still be finishing its last linger: a window without any switch proves it; a thread that
