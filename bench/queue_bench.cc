@@ -60,7 +60,13 @@ auto count_release_item = [](void* item) { g_release(item, nullptr); };
 // cuda-reclaim's drain hands the release action a batch at a time (as bindings/ does); the batch action
 // here makes the same per-item call as every other strategy.
 void count_release_batch(reclaim::ReleaseBatch* batch, void*) {
-  while (batch->next < batch->count) g_release(batch->items[batch->next++], nullptr);
+  // As bindings/ loops: the index in a register, `next` only written (for an unwind).
+  void* const* const items = batch->items;
+  const std::size_t count = batch->count;
+  for (std::size_t index = batch->next; index < count; ++index) {
+    batch->next = index + 1;
+    g_release(items[index], nullptr);
+  }
 }
 
 // Every strategy gets its memory for the whole run up front: the stack its nodes, the mutex pools their

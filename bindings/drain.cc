@@ -32,6 +32,9 @@ void release_references(reclaim::ReleaseBatch* batch, void*) {
   }
 }
 
+// Queued items are Python objects the release action touches at once: the drain prefetches them.
+constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
+
 // The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
 // runs with an exception set) and put back afterwards. Deliberately not RAII: CPython ends a daemon
 // thread that takes the GIL during finalization with a forced unwind (pthread_exit), which must not run
@@ -56,8 +59,8 @@ bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const SavedException saved = save_exception();
-  const std::size_t released = linger ? queue().drain_and_linger(release_references, nullptr, max_items)
-                                      : queue().drain(release_references, nullptr, max_items);
+  const std::size_t released = linger ? queue().drain_and_linger(release_references, nullptr, max_items, kObjects)
+                                      : queue().drain(release_references, nullptr, max_items, kObjects);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
@@ -70,7 +73,7 @@ Py_ssize_t close_safely() {
     return 0;
   }
   const SavedException saved = save_exception();
-  const std::size_t released = queue().close(release_references, nullptr);
+  const std::size_t released = queue().close(release_references, nullptr, kObjects);
   // What was queued before the close has run; the calls CUDA has not handed back never will run now.
   cancel_outstanding_calls();
   restore_exception(saved);

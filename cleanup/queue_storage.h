@@ -162,37 +162,40 @@ struct StorageReader {
   std::atomic<std::uint64_t>& readers;
 };
 
-// The output iterator of a bulk dequeue: stores each pointer into the batch and asks the CPU to fetch the
-// cache line it points to, so that the release action (which will touch it: Py_DECREF writes the object's
-// header) finds it there. The fetches overlap with the copy, whose own loads from the queue's blocks are
-// what a drain waits for; a batch of lines fits in the first-level cache. A prefetch never faults, and the
-// owner's pointers point at live objects.
-struct PrefetchingWriter {
+// The output iterator of a bulk dequeue: stores each pointer into the batch, and with kPrefetch asks the
+// CPU to fetch the cache line it points to, so that the release action (which will touch it: Py_DECREF
+// writes the object's header) finds it there; the fetches overlap with the copy. A prefetch never faults.
+template <bool kPrefetch>
+struct BatchWriter {
   // The batch's address as an integer, and an index: GCC lets a store of any pointer type alias any
   // object of pointer type, so a `void**` member would be reloaded and re-stored around every pointer
-  // copied (moodycamel takes the iterator by reference); integers stay in registers.
+  // copied; integers stay in registers.
   std::uintptr_t batch_address;
   std::size_t index;
-  PrefetchingWriter& operator*() noexcept { return *this; }
-  PrefetchingWriter& operator=(void* item) noexcept {
-    __builtin_prefetch(item, 1);
+  BatchWriter& operator*() noexcept { return *this; }
+  BatchWriter& operator=(void* item) noexcept {
+    if (kPrefetch) __builtin_prefetch(item, 1);
     reinterpret_cast<void**>(batch_address)[index] = item;
     return *this;
   }
-  PrefetchingWriter& operator++() noexcept {
+  BatchWriter& operator++() noexcept {
     ++index;
     return *this;
   }
-  PrefetchingWriter operator++(int) noexcept {
-    PrefetchingWriter before = *this;
+  BatchWriter operator++(int) noexcept {
+    BatchWriter before = *this;
     ++index;
     return before;
   }
 };
 
-// Takes up to `want` pointers off `queue` into `batch`; returns how many.
-inline std::size_t dequeue_batch(PointerQueue& queue, void** batch, std::size_t want) noexcept {
-  return queue.try_dequeue_bulk(PrefetchingWriter{reinterpret_cast<std::uintptr_t>(batch), 0}, want);
+// Takes up to `want` pointers off `queue` into `batch`; returns how many. Flattened: moodycamel's bulk
+// dequeue takes the iterator by reference, and only once it is inlined here does the iterator live in
+// registers rather than in memory that every copied pointer goes through.
+template <bool kPrefetch>
+__attribute__((flatten)) inline std::size_t dequeue_batch(PointerQueue& queue, void** batch,
+                                                          std::size_t want) noexcept {
+  return queue.try_dequeue_bulk(BatchWriter<kPrefetch>{reinterpret_cast<std::uintptr_t>(batch), 0}, want);
 }
 
 }  // namespace reclaim

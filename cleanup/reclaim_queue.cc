@@ -243,7 +243,7 @@ void ReclaimQueue::linger_if_empty() noexcept {
 }
 
 std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std::size_t max_items,
-                                      bool linger) {
+                                      bool linger, Pointees pointees) {
   // The caller is a reader: neither storage changes until it leaves. A storage a failed trim() retired is
   // emptied first.
   Storage* const retired = retired_.load(std::memory_order_relaxed);
@@ -253,9 +253,13 @@ std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std
   std::size_t total = 0;
   while (total < max_items) {
     const std::size_t want = max_items - total < kDrainBatch ? max_items - total : kDrainBatch;
-    std::size_t got = retired != nullptr ? dequeue_batch(retired->queue, batch, want) : 0;
+    const auto take = [&](PointerQueue& from) {
+      return pointees == Pointees::kPrefetch ? dequeue_batch<true>(from, batch, want)
+                                             : dequeue_batch<false>(from, batch, want);
+    };
+    std::size_t got = retired != nullptr ? take(retired->queue) : 0;
     PointerQueue& queue = got != 0 ? retired->queue : current;
-    if (got == 0) got = dequeue_batch(current, batch, want);
+    if (got == 0) got = take(current);
     if (got == 0) break;
     // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
     // neither bucket for longer than the dequeue itself.
@@ -283,17 +287,19 @@ std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std
   return total;
 }
 
-std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items) {
+std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items,
+                                Pointees pointees) {
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, max_items, /*linger=*/false);
+  return release_all(release, context, max_items, /*linger=*/false, pointees);
 }
 
-std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items) {
+std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items,
+                                           Pointees pointees) {
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, max_items, /*linger=*/true);
+  return release_all(release, context, max_items, /*linger=*/true, pointees);
 }
 
 std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
@@ -314,7 +320,7 @@ void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) no
   while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
 }
 
-std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context) {
+std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context, Pointees pointees) {
   // Sets the closed bit and publishes the slot-less admission count at that moment in one step
   // (admitted_at_close_ is stored before the CAS that releases it). Closers take turns: otherwise a
   // racing closer that lost the CAS could store its stale count into admitted_at_close_ after the
@@ -339,18 +345,20 @@ std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context) {
   wait_for_pushes_in_flight(overflow_admitted);
   if (release == nullptr) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, SIZE_MAX, /*linger=*/false);
+  return release_all(release, context, SIZE_MAX, /*linger=*/false, pointees);
 }
 
-std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context) { return close_with(release, context); }
+std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees pointees) {
+  return close_with(release, context, pointees);
+}
 
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
-  if (release == nullptr) return close_with(nullptr, nullptr);
+  if (release == nullptr) return close_with(nullptr, nullptr, Pointees::kOpaque);
   EachItem each{release, context};
-  return close_with(release_each, &each);
+  return close_with(release_each, &each, Pointees::kOpaque);
 }
 
-void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr); }
+void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr, Pointees::kOpaque); }
 
 bool ReclaimQueue::maybe_pending() const noexcept { return signaled_.load(std::memory_order_acquire); }
 

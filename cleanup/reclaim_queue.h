@@ -67,6 +67,13 @@ struct ReleaseBatch {
 };
 using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
 
+// What the pointers handed to a batch release action point at, as far as a drain may assume:
+//   kOpaque    nothing it may touch (handles, tokens, fake addresses): pointers are only copied;
+//   kPrefetch  memory the release action is about to touch (Python objects): while it copies a batch out
+//              of the queue, the drain asks the CPU to fetch each pointee's first cache line, so that the
+//              action does not wait for them one by one. A prefetch never faults, whatever the pointer.
+enum class Pointees : bool { kOpaque, kPrefetch };
+
 // What trim() did.
 enum class TrimStatus : int {
   kTrimmed = 0,   // the storage was replaced by a fresh one of the reserved capacity; the old one is freed
@@ -155,14 +162,13 @@ class ReclaimQueue {
   // atomic load. Clears the wake-up fd when it leaves the queue empty. Returns the number released.
   // If `release` unwinds, the item it was releasing counts as released, the rest of the batch goes back
   // to the queue (still pending, counted once), and the unwind continues to the caller.
-  // While it copies a batch out of the queue it asks the CPU to prefetch the line each pointer points to
-  // (the release action is about to touch it); a prefetch never faults, whatever the pointer.
   // Any thread (several may drain at once); never blocks, except for the moment a trim() on another
   // thread replaces the storage. The owner decides which threads are safe for `release` (for Python
   // objects: a thread holding the GIL).
   std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
-  // The same with a batch release action (see ReleaseBatchFn).
-  std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
+  // The same with a batch release action (see ReleaseBatchFn and Pointees).
+  std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX,
+                    Pointees pointees = Pointees::kOpaque);
 
   // Like drain(), but when it released something and left the queue empty, it keeps the wake-up signal
   // set while making the fd unreadable: pushes that arrive meanwhile skip the eventfd write. The caller
@@ -172,7 +178,8 @@ class ReclaimQueue {
   // producer's (CUDA's) thread; lingering turns that into at most one write per linger period.
   // Any thread (several may drain at once); never blocks.
   std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
-  std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
+  std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX,
+                               Pointees pointees = Pointees::kOpaque);
 
   // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
   // the signal otherwise. A lingering caller that will not drain again (a drain thread that is stopping)
@@ -187,7 +194,7 @@ class ReclaimQueue {
   // Returns the number released by this call. An unwinding `release` is handled as in drain().
   // Any thread; never touches Python; may yield the CPU while admitted pushes finish.
   std::size_t close(ReleaseFn release, void* context);
-  std::size_t close(ReleaseBatchFn release, void* context);
+  std::size_t close(ReleaseBatchFn release, void* context, Pointees pointees = Pointees::kOpaque);
   // close() that releases nothing: what is queued stays pending and is reported as such.
   void close_without_release() noexcept;
 
@@ -283,8 +290,9 @@ class ReclaimQueue {
   std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
   // Waits until no push is between its admission check and its enqueue (close, trim).
   void wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept;
-  std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger);
-  std::size_t close_with(ReleaseBatchFn release, void* context);
+  std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
+                          Pointees pointees);
+  std::size_t close_with(ReleaseBatchFn release, void* context, Pointees pointees);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
   // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after
