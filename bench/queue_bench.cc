@@ -7,6 +7,8 @@
 //   BM_PushPart/<part>             the parts of a cuda-reclaim push measured alone, one thread: the atomic
 //                                  exchange on a private cache line (the barrier every strategy pays once)
 //                                  and a moodycamel explicit-producer enqueue (the storage).
+//   BM_DrainPushedElsewhere/<s>    the same, all at once, of pointers one other thread pushed (as CUDA's
+//                                  thread does): what moving them between cores adds.
 //   BM_Drain/<strategy>/<batch>    owner cost per released pointer (no-op release), vs a plain loop over
 //                                  an array (the limit); batch = the drain's max_items (0: all at once).
 //   BM_HeapBytes/<strategy>        heap bytes in use per pending pointer after a burst, and after draining
@@ -177,6 +179,24 @@ void BM_Drain(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g_drain_items));
 }
 
+// The same drain of pointers another thread pushed (as CUDA's thread does): the pointers, and for the
+// anchors their buffers or nodes, were last written on another core and must move to the draining one.
+template <class Strategy>
+void BM_DrainPushedElsewhere(benchmark::State& state) {
+  Strategy& strategy = instance<Strategy>();
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::thread producer([&strategy] {
+      for (std::size_t i = 0; i < g_drain_items; ++i) strategy.push(0, i);  // nobody else pushes now
+    });
+    producer.join();
+    state.ResumeTiming();
+    std::size_t released = 0;
+    while (released < g_drain_items) released += strategy.drain(SIZE_MAX);
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(g_drain_items));
+}
+
 // The physical limit of a drain: the same release action over a plain array.
 void BM_Drain_PlainLoop(benchmark::State& state) {
   std::vector<void*> items(g_drain_items);
@@ -287,6 +307,14 @@ void register_all() {
   benchmark::RegisterBenchmark("BM_Drain/mutex_vector", BM_Drain<VectorStrategy>)->Arg(0)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/mutex_deque", BM_Drain<DequeStrategy>)->Arg(0)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/cas_stack", BM_Drain<StackStrategy>)->Arg(0)->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/cuda_reclaim", BM_DrainPushedElsewhere<ReclaimStrategy>)
+      ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/mutex_vector", BM_DrainPushedElsewhere<VectorStrategy>)
+      ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/mutex_deque", BM_DrainPushedElsewhere<DequeStrategy>)
+      ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/cas_stack", BM_DrainPushedElsewhere<StackStrategy>)
+      ->Iterations(drain_iterations);
 
   benchmark::RegisterBenchmark("BM_HeapBytes/cuda_reclaim", BM_HeapBytes<reclaim::ReclaimQueue>)
       ->Arg(g_heap_items)

@@ -83,10 +83,18 @@ def dequeue_share(r):
     ours = r.bench(r"BM_Drain/cuda_reclaim/0/iterations:\d+")
     if limit is None or ours is None:
         return "see the C++ table"
-    extra = 1e9 / ours["items_per_second"] - 1e9 / limit["items_per_second"]
-    return (f"in this run the C++ drain runs at {ours['items_per_second'] / limit['items_per_second']:.0%} of "
-            f"the loop over an array: {extra:.1f} ns per pointer more, the copy out of the queue's blocks "
-            f"(the loop's own release costs {1e9 / limit['items_per_second']:.1f} ns)")
+    elsewhere = r.bench(r"BM_DrainPushedElsewhere/cuda_reclaim/iterations:\d+")
+    vector = r.bench(r"BM_DrainPushedElsewhere/mutex_vector/iterations:\d+")
+    per = lambda bench: 1e9 / bench["items_per_second"]  # noqa: E731
+    text = (f"in this run the C++ drain of pointers pushed on the draining thread runs at "
+            f"{ours['items_per_second'] / limit['items_per_second']:.0%} of the loop over an array "
+            f"({per(ours) - per(limit):+.1f} ns per pointer: the copy out of the queue's blocks)")
+    if elsewhere is not None and vector is not None:
+        text += (f"; of pointers another thread pushed, {per(elsewhere):.1f} ns per pointer against the "
+                 f"PyO3-style vector's {per(vector):.1f} ns: the blocks another core wrote must move to this "
+                 "one, and the copy waits for them line by line, where a loop that releases as it reads "
+                 "overlaps that wait with its work")
+    return text
 
 
 def busy_latency(r):

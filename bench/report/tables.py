@@ -273,6 +273,13 @@ def drain_tables(r):
         rows.append([ANCHORS[strategy] + (f", max_items={batch or 'all'}" if strategy == "cuda_reclaim" else ""),
                      f"{bench['items_per_second'] / 1e6:.0f}",
                      f"{bench['items_per_second'] / limit['items_per_second']:.0%}"])
+    for strategy in QUEUE_STRATEGIES_CPP:
+        bench = r.bench(rf"BM_DrainPushedElsewhere/{strategy}/iterations:\d+")
+        if bench is None or limit is None:
+            continue
+        rows.append([ANCHORS[strategy] + ", all, pushed by another thread",
+                     f"{bench['items_per_second'] / 1e6:.0f}",
+                     f"{bench['items_per_second'] / limit['items_per_second']:.0%}"])
     cpp = table(["drain (C++, no-op release)", "M items/s", "of the limit"], rows)
     return python, cpp
 
