@@ -4,7 +4,7 @@
     python make_report.py --python PY.json --cpp CPP.json --check    # only: is every row there?
 
 PY.json comes from bench/bench_python.py, CPP.json from `queue_bench --benchmark_format=json`. The prose
-is bench/report/template.md; its tables (report/tables.py) and every number in it (report/facts.py) come
+is bench/report/template.md; its tables (report/tables.py, report/gpu_tables.py) and every number in it (report/facts.py) come
 from the run, and every ratio compares numbers of the same run. --check exits 1 naming the missing rows
 (the smoke test's only assertion: no timing is ever asserted).
 """
@@ -15,7 +15,7 @@ import os
 import string
 import sys
 
-from report import facts, tables
+from report import facts, gpu_tables, tables
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report", "template.md")
 
@@ -56,9 +56,9 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_
         memory_cpp=memory_cpp,
         slower_rows="\n".join(f"- {note}" for note in tables.slower_rows(r) + tables.scaling_slower_rows(scaling))
         or "- nowhere",
-        gpu_results=tables.gpu_results(gpu, args.gpu),
+        gpu_results=gpu_tables.gpu_results(gpu, args.gpu),
         short_lived_threads=short_lived_threads(args.short_lived),
-        gpu_callback_results=tables.gpu_callback_results(gpu_callbacks, args.gpu_callbacks),
+        gpu_callback_results=gpu_tables.gpu_callback_results(gpu_callbacks, args.gpu_callbacks),
     )
     with open(TEMPLATE) as f:
         return string.Template(f.read()).substitute(values)
