@@ -1,5 +1,5 @@
 """The fake libcuda (tests/graph/fake_libcuda.cc) from Python: its path, its controls with their ctypes
-signatures, and a runner for child interpreters that use it as their driver."""
+signatures, and runners for child interpreters that use it as their driver."""
 
 import ctypes
 import os
@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import run_child
+from conftest import run_child, run_child_script
 
 PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph", "fake_libcuda.so")
 
@@ -67,10 +67,19 @@ HANG_LIMIT = 120
 def run(code, *, expect_ok=True, timeout=HANG_LIMIT, **env):
     """Run PRELUDE + code in a child whose driver is the fake; fail on a hang (and, by default, on a non-zero
     exit). Returns the CompletedProcess."""
+    return _run_with_the_fake(run_child, PRELUDE + code, expect_ok=expect_ok, timeout=timeout, env=env)
+
+
+def run_script(name, *script_args, expect_ok=True, timeout=HANG_LIMIT, **env):
+    """Run the program children/`name` with `script_args` in a child whose driver is the fake; like run()."""
+    return _run_with_the_fake(run_child_script, name, *script_args, expect_ok=expect_ok, timeout=timeout, env=env)
+
+
+def _run_with_the_fake(runner, *runner_args, expect_ok, timeout, env):
     if not os.path.exists(PATH):
         pytest.skip(f"fake driver not built: {PATH}")
     try:
-        result = run_child(PRELUDE + code, env={"CUDA_RECLAIM_LIBCUDA": PATH, **env}, timeout=timeout)
+        result = runner(*runner_args, env={"CUDA_RECLAIM_LIBCUDA": PATH, **env}, timeout=timeout)
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"the child hung (no exit within {expired.timeout} s); output so far:\n{expired.stdout}")
     if expect_ok:
