@@ -17,6 +17,9 @@ pytest.importorskip("_native_producers")
 # Generous: a scenario that works takes well under a second or two; only a hang reaches this.
 HANG_LIMIT = 120
 
+# Small scenarios, run by name; the larger ones have a program of children/ each (reliability_*.py).
+SCENARIOS = "reliability_scenarios.py"
+
 
 def run_scenario_script(name, *script_args, **kwargs):
     """Run children/`name` like run_scenario()."""
@@ -108,13 +111,7 @@ def test_reload_does_not_register_the_process_hooks_twice():
 
 
 def test_the_exit_report_is_written_once_after_reloads():
-    code = """
-    import importlib, cuda_reclaim
-    importlib.reload(cuda_reclaim)
-    cuda_reclaim.defer_release(object())
-    print("done", flush=True)
-    """
-    result = run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"})
+    result = run_scenario_script(SCENARIOS, "reload_then_exit", env={"CUDA_RECLAIM_REPORT": "1"})
     assert_clean_exit(result)
     assert len(exit_report.find_reports(result.stderr)) == 1, result.stderr
 
@@ -150,14 +147,7 @@ def test_report_setting_that_is_not_understood_is_an_import_error():
 
 
 def test_exit_by_keyboard_interrupt_still_writes_the_report():
-    code = """
-    import cuda_reclaim
-    for _ in range(10):
-        cuda_reclaim.defer_release(object())
-    print("done", flush=True)
-    raise KeyboardInterrupt
-    """
-    result = run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"})
+    result = run_scenario_script(SCENARIOS, "keyboard_interrupt_at_exit", env={"CUDA_RECLAIM_REPORT": "1"})
     assert result.returncode in (-2, 130), result.returncode  # killed by SIGINT, as CPython does
     report = exit_report.last_report(result.stderr)
     assert report["conserved"] == "yes" and report["released"] == 10
@@ -165,30 +155,13 @@ def test_exit_by_keyboard_interrupt_still_writes_the_report():
 
 
 def test_max_pending_is_never_below_pending():
-    code = """
-    import cuda_reclaim
-    cuda_reclaim.set_auto_drain("off")
-    for i in range(10):
-        cuda_reclaim.defer_release(object())
-        s = cuda_reclaim.stats()
-        assert s["max_pending"] >= s["pending"] == i + 1, s
-    print("done", flush=True)
-    """
-    assert_clean_exit(run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1"}))
+    result = run_scenario_script(SCENARIOS, "max_pending_never_below_pending", env={"CUDA_RECLAIM_REPORT": "1"})
+    assert_clean_exit(result)
 
 
 def test_a_failed_keep_alive_starts_no_drain_thread():
-    code = """
-    import threading, cuda_reclaim
-    from cuda_reclaim import _auto
-    try:
-        cuda_reclaim.keep_alive_until(0, object())
-    except (cuda_reclaim.DriverError, TypeError, ValueError) as error:
-        print("refused:", type(error).__name__)
-    assert not _auto.is_thread_running()
-    print("done", flush=True)
-    """
-    result = run_scenario(code, env={"CUDA_RECLAIM_REPORT": "1", "CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"})
+    env = {"CUDA_RECLAIM_REPORT": "1", "CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"}
+    result = run_scenario_script(SCENARIOS, "failed_keep_alive", env=env)
     assert "refused: DriverError" in result.stdout, result.stdout + result.stderr
     assert_clean_exit(result)
 
