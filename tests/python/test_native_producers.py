@@ -43,28 +43,8 @@ def test_native_threads_hand_over_and_python_releases_on_the_draining_thread(dra
 
 def test_auto_drain_thread_releases_while_the_main_thread_sleeps_in_c():
     # Runs in a child: the auto drain starts lazily there, on the C API import.
-    from conftest import run_child
+    from conftest import run_child_script
 
-    result = run_child(
-        """
-        import time, weakref, threading, cuda_reclaim
-        from cuda_reclaim import _auto
-        assert not _auto.is_thread_running(), "no thread before anything is handed over"
-        import _native_producers  # cuda_reclaim_import(): a C API user
-        assert _auto.is_thread_running(), "the C API import starts the auto drain"
-        class P: pass
-        objs = [P() for _ in range(1000)]
-        refs = [weakref.ref(o) for o in objs]
-        _native_producers.hand_over_detached(objs, 2, 100)
-        del objs
-        deadline = time.monotonic() + 30
-        while any(r() is not None for r in refs) and time.monotonic() < deadline:
-            time.sleep(0.05)  # the main thread sits in C (sleep), never running bytecode long
-        assert all(r() is None for r in refs), "auto drain released everything"
-        s = cuda_reclaim.stats()
-        assert s["handed_over"] == s["released"] == 1000, s
-        print("ok")
-        """
-    )
+    result = run_child_script("auto_drain_with_native_threads.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

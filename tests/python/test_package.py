@@ -6,21 +6,11 @@ import os
 import pytest
 
 import cuda_reclaim
-from conftest import run_child
+from conftest import run_child_script
 
 
 def test_asyncio_submodule_works_after_a_plain_import_without_importing_asyncio_first():
-    result = run_child(
-        """
-        import sys
-        import cuda_reclaim
-        assert "asyncio" not in sys.modules and "cuda_reclaim.asyncio" not in sys.modules, "imported eagerly"
-        install = cuda_reclaim.asyncio.install
-        assert cuda_reclaim.asyncio is sys.modules["cuda_reclaim.asyncio"]
-        assert install is sys.modules["cuda_reclaim.asyncio"].install
-        print("ok")
-        """
-    )
+    result = run_child_script("lazy_asyncio_submodule.py")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 
