@@ -107,6 +107,8 @@ ReclaimQueue::~ReclaimQueue() {
   std::free(slots_);
   storage->~Storage();
   std::free(storage);
+  Storage* retired = retired_.load(std::memory_order_relaxed);  // a trim that ran out of memory
+  if (retired != nullptr) free_storage(retired);
   ::close(wakeup_fd_);
   ::close(closed_fd_);
 }
@@ -189,7 +191,9 @@ void ReclaimQueue::notify() noexcept {
 bool ReclaimQueue::push_may_be_in_flight() const noexcept {
   // A slot's `held` covers a push from before its signal check to after its enqueue.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    if (slots_[i].held.load(std::memory_order_acquire) != 0) return true;
+    // seq_cst: this load and the push's signal load (after its seq_cst exchange) must not both read old
+    // values after the clearing store (store-buffering: both sides need the single total order).
+    if (slots_[i].held.load(std::memory_order_seq_cst) != 0) return true;
   }
   const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
   if ((admissions & kClosedBit) != 0) return false;  // closed: no drain needs a wake-up any more
@@ -315,7 +319,8 @@ std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std
 void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept {
   // Pushes never block, so each wait is a few instructions unless the pushing thread was preempted.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    while (slots_[i].held.load(std::memory_order_acquire) != 0) sched_yield();
+    // seq_cst, against the push's closed-bit load after its exchange (see push_may_be_in_flight()).
+    while (slots_[i].held.load(std::memory_order_seq_cst) != 0) sched_yield();
   }
   while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
 }
