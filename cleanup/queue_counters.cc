@@ -1,13 +1,9 @@
 // cleanup/queue_counters.cc — reading the queue's counters (snapshot(), producer_use()) and the fork
 // reset that carries them into a child (see reclaim_queue.h for the contract of each function).
 
-#include <malloc.h>
-#include <sched.h>
-
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
 #include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"

@@ -40,8 +40,7 @@ void ReclaimQueue::free_storage(Storage* storage) noexcept {
 }
 
 TrimStatus ReclaimQueue::trim() noexcept {
-  if (is_closed()) return TrimStatus::kNotNeeded;
-  if (retired_.load(std::memory_order_relaxed) == nullptr && !trim_would_help()) return TrimStatus::kNotNeeded;
+  if (!trim_would_help()) return TrimStatus::kNotNeeded;  // also: closed, or a retired storage to empty
   // Only when no reader is in the storage (possibly this very thread, from a release action: waiting
   // for it would wait forever) and no other trim runs.
   std::uint64_t idle = 0;

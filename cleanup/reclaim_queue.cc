@@ -57,6 +57,13 @@ std::size_t round_up_to_power_of_two(std::size_t n) noexcept {
   return p;
 }
 
+// Raises `mark` to `seen` unless it is already higher. Any thread.
+void raise_high_water(std::atomic<std::uint64_t>& mark, std::uint64_t seen) noexcept {
+  std::uint64_t highest = mark.load(std::memory_order_relaxed);
+  while (seen > highest && !mark.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
+  }
+}
+
 // Adapts a one-pointer release action to the batch form.
 struct EachItem {
   ReleaseFn release;
@@ -228,14 +235,8 @@ void ReclaimQueue::end_linger() noexcept {
 }
 
 void ReclaimQueue::note_pending(std::uint64_t seen) const noexcept {
-  std::uint64_t highest = max_pending_.load(std::memory_order_relaxed);
-  while (seen > highest &&
-         !max_pending_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
-  }
-  highest = pending_since_trim_.load(std::memory_order_relaxed);
-  while (seen > highest &&
-         !pending_since_trim_.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
-  }
+  raise_high_water(max_pending_, seen);
+  raise_high_water(pending_since_trim_, seen);
 }
 
 void ReclaimQueue::linger_if_empty() noexcept {
@@ -325,7 +326,7 @@ void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) no
   while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
 }
 
-std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context, Pointees pointees) {
+std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees pointees) {
   // Sets the closed bit and publishes the slot-less admission count at that moment in one step
   // (admitted_at_close_ is stored before the CAS that releases it). Closers take turns: otherwise a
   // racing closer that lost the CAS could store its stale count into admitted_at_close_ after the
@@ -353,17 +354,13 @@ std::size_t ReclaimQueue::close_with(ReleaseBatchFn release, void* context, Poin
   return release_all(release, context, SIZE_MAX, /*linger=*/false, pointees);
 }
 
-std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees pointees) {
-  return close_with(release, context, pointees);
-}
-
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
-  if (release == nullptr) return close_with(nullptr, nullptr, Pointees::kOpaque);
+  if (release == nullptr) return close(ReleaseBatchFn{nullptr}, nullptr);
   EachItem each{release, context};
-  return close_with(release_each, &each, Pointees::kOpaque);
+  return close(release_each, &each);
 }
 
-void ReclaimQueue::close_without_release() noexcept { (void)close_with(nullptr, nullptr, Pointees::kOpaque); }
+void ReclaimQueue::close_without_release() noexcept { (void)close(ReleaseBatchFn{nullptr}, nullptr); }
 
 bool ReclaimQueue::maybe_pending() const noexcept { return signaled_.load(std::memory_order_acquire); }
 

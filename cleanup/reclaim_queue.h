@@ -292,7 +292,6 @@ class ReclaimQueue {
   void wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept;
   std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
                           Pointees pointees);
-  std::size_t close_with(ReleaseBatchFn release, void* context, Pointees pointees);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
   // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after
