@@ -7,7 +7,8 @@
 //   wait   — GIL released, poll(2) on the queue's wake-up fd, the queue's closed fd and this worker's own
 //            stop fd. (No main-thread drain through Py_AddPendingCall: a pending call runs between any two
 //            bytecodes, also inside threading's own locked sections, and a finalizer that sets an Event
-//            while the main thread waits on it deadlocks the main thread with itself.)
+//            while the main thread waits on it deadlocks the main thread with itself. On 3.13+ the only
+//            pending call is the step-aside below, which runs no Python.)
 //   drain  — take the GIL (timed), release everything queued, keeping the wake-up signal set (linger)
 //            when it found work, so producers on CUDA's thread skip the eventfd write while traffic
 //            continues. When taking the GIL was contended (another thread held it: a busy main thread
@@ -30,9 +31,10 @@
 // interval it must wait then overlaps with whatever arrives meanwhile. Lingering gains nothing there:
 // the producers skip the write anyway while the loop waits for the GIL with the signal set, so a busy
 // main thread still costs at most one eventfd write per GIL hand-over (per switch interval). The floor
-// stays: a reference that arrives just after a drain gave the GIL back is released about one interval
-// later at best, since nothing else makes a busy GIL holder let go (this loop never changes the switch
-// interval, and never asks the main thread to drain through a pending call).
+// stays on 3.10-3.12: a reference that arrives just after a drain gave the GIL back is released about one
+// interval later at best, since nothing else makes a busy GIL holder let go (this loop never changes the
+// switch interval, and never asks the main thread to drain through a pending call). On 3.13+ the
+// step-aside call below makes it let go at its next eval-breaker check.
 //
 // Each worker has its own stop eventfd, so stopping one never depends on who else reads the queue's fd
 // (an asyncio reader or a drain(timeout) may empty it first) and never wakes another worker.
