@@ -1,5 +1,6 @@
 """trim(): the memory a burst left behind is given back; nothing queued is lost or released by it."""
 
+import threading
 import time
 import weakref
 
@@ -82,6 +83,33 @@ def test_the_drain_thread_gives_a_burst_back_once_the_queue_is_quiet():
         _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
         _wait_until(lambda: not _reclaim._trim_would_help(), "the drain thread trimmed")
         assert cuda_reclaim.trim() is False  # nothing left to give back
+        assert cuda_reclaim.conserved()
+    finally:
+        cuda_reclaim.set_auto_drain(previous)
+
+
+class TrimsOnItsThread:
+    calls = []
+
+    def __del__(self):
+        TrimsOnItsThread.calls.append((threading.get_ident(), cuda_reclaim.trim()))
+
+
+def test_trim_from_a_finalizer_on_the_drain_thread_returns_false():
+    previous = cuda_reclaim.set_auto_drain("off")
+    try:
+        cuda_reclaim.drain()
+        shared = Item()
+        for _ in range(BURST):  # something to give back, so only the drain in progress can refuse
+            cuda_reclaim.defer_release(shared)
+        TrimsOnItsThread.calls = []
+        cuda_reclaim.defer_release(TrimsOnItsThread())
+        cuda_reclaim.set_auto_drain("thread")
+        _wait_until(lambda: TrimsOnItsThread.calls, "the drain thread ran the finalizer")
+        ((thread, trimmed),) = TrimsOnItsThread.calls
+        assert thread != threading.main_thread().ident
+        assert trimmed is False  # busy: the drain thread's own drain is in the storage
+        _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
         assert cuda_reclaim.conserved()
     finally:
         cuda_reclaim.set_auto_drain(previous)
