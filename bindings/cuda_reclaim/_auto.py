@@ -9,7 +9,8 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
 
 - ``_lock`` is held only for short state changes. Nothing that can wait for a finalizer (joining a
   thread, draining, closing) ever runs while it is held, so a finalizer that calls back into
-  cuda_reclaim (hand over, toggle, close, fork) can always take it.
+  cuda_reclaim (hand over, toggle, close, fork) can always take it. Once the interpreter is finalizing
+  it waits for nobody (see _StateLock).
 - A drain thread is told to stop through its own worker (an atomic flag and its own eventfd), never by
   anything another reader of the queue's fd could consume.
 - Stopped threads are joined outside the lock, and never by a drain thread: two drain threads could
@@ -29,7 +30,37 @@ from . import _reclaim
 
 _MODES = ("thread", "gc", "off")
 
-_lock = threading.RLock()  # guards the state below (see the module docstring for what it never covers)
+class _StateLock:
+    """A re-entrant lock that, once the interpreter is finalizing, waits for nobody.
+
+    From then on CPython ends (3.10-3.13) or parks (3.14) every other thread that tries to take the GIL
+    back, so a thread that holds this lock at that point never runs again and never releases it: a
+    finalizer that the garbage collector runs during finalization (and that toggles the drain, say) would
+    wait for it forever. The one thread still running Python takes the lock if it is free, and otherwise
+    goes ahead without it: nobody else can touch the state any more.
+    """
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._taken = []  # per entry, whether it took the lock (LIFO: entries nest on one thread at a time)
+
+    def __enter__(self):
+        if sys.is_finalizing():
+            self._taken.append(self._lock.acquire(blocking=False))
+        else:
+            self._taken.append(self._lock.acquire())
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._taken.pop():
+            self._lock.release()
+        return False
+
+    def is_owned(self):
+        return self._lock._is_owned()  # RLock's own test, the one threading.Condition uses
+
+
+_lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
 _used = False  # a reference was handed over through a Python-side API in this process
 _closed = False  # close() began (explicitly or at exit): no drain thread starts again in this process
@@ -158,7 +189,9 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
     """
     if _on_drain_thread():
         return True
-    if _lock._is_owned():  # RLock's own test, the one threading.Condition uses
+    if sys.is_finalizing():
+        return not _retired  # no other thread runs Python again: waiting could only time out
+    if _lock.is_owned():
         return not _retired
     deadline = None if limit is None else time.monotonic() + limit
     while True:
@@ -264,7 +297,7 @@ def _after_fork_in_child():
     current = threading.current_thread()
     if isinstance(current, _DrainThread):
         current.worker.stop()
-    _lock = threading.RLock()
+    _lock = _StateLock()
     _worker = _thread = None
     _retired = []
     _closed = False

@@ -186,3 +186,11 @@ def test_fork_does_not_hang_when_another_before_fork_hook_holds_a_lock_the_drain
     # The fork may find the drain thread still alive (3.12+ warns).
     env = {"CUDA_RECLAIM_REPORT": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
     assert_clean_exit(run_scenario_script(script, env=env))
+
+
+def test_toggling_in_a_finalizer_at_finalization_does_not_wait_for_a_thread_that_will_never_run():
+    # A daemon thread holds the state lock when finalization begins, so it never releases it; a finalizer
+    # the interpreter runs during finalization toggles the drain and must go ahead without the lock.
+    result = run_scenario_script("reliability_toggle_at_finalization_while_the_lock_is_held.py")
+    assert result.returncode == 0, result.stdout
+    assert "done" in result.stdout and "toggled" in result.stdout, result.stdout
