@@ -187,11 +187,17 @@ def bench_latency(cfg):
 # --- 3. drain throughput -------------------------------------------------------------------------------
 
 
+# The loops over a plain array that frame the drain rows: the limit, the same loop over an array that a
+# native thread wrote (what any hand-over between threads reads), and bindings' release action.
+LOOP_METHODS = ("plain_decref_loop", "plain_decref_loop_written_elsewhere", "plain_release_fn_loop")
+
+
 def _time_drain_once(cfg, fate, method):
     """ns to release cfg.drain_n references by `method`; objects die or survive the release."""
     objects = ext.probes(cfg.drain_n)
-    if method in ("plain_decref_loop", "plain_release_fn_loop"):
-        return ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop")
+    if method in LOOP_METHODS:
+        return ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop",
+                               method == "plain_decref_loop_written_elsewhere")
     strategy, batch = method
     # cuda.core's pending call may run as soon as burst() returns to bytecode, before any drain here:
     # it times itself, and what it did is added in.
@@ -216,7 +222,7 @@ def _time_drain_once(cfg, fate, method):
 
 def bench_drain(cfg):
     cuda_reclaim.set_auto_drain("off")
-    methods = ["plain_decref_loop", "plain_release_fn_loop"] + [("cuda_reclaim", b) for b in DRAIN_BATCHES]
+    methods = list(LOOP_METHODS) + [("cuda_reclaim", b) for b in DRAIN_BATCHES]
     methods += [(s, None) for s in QUEUEING_STRATEGIES if s != "cuda_reclaim"]
     rows = []
     for fate in ("die", "survive"):

@@ -261,19 +261,29 @@ void release_like_bindings(PyObject* const* items, std::size_t count) {
 void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
 constexpr std::size_t kBindingsBatch = 512;  // the queue's batch (cleanup/reclaim_queue.cc)
 
-// decref_loop(objects, die, like_bindings=False) -> int: the physical limit of a drain, timed here: one
-// Py_DECREF per item over a plain array (with like_bindings: through bindings' release action instead).
-// Each item gets one new reference first; with die=True the list is emptied before the loop, so each
-// release deallocates. Returns nanoseconds.
+// decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> int: the physical limit of a
+// drain, timed here: one Py_DECREF per item over a plain array (with like_bindings: through bindings'
+// release action instead). Each item gets one new reference first; with die=True the list is emptied
+// before the loop, so each release deallocates. With written_elsewhere=True a native thread writes the
+// array (as CUDA's thread writes a queue's storage), so that the loop reads pointers from lines another
+// core wrote: the limit of any hand-over between threads. Returns nanoseconds.
 PyObject* py_decref_loop(PyObject*, PyObject* args) {
   PyObject* list;
-  int die, like_bindings = 0;
-  if (!PyArg_ParseTuple(args, "O!p|p", &PyList_Type, &list, &die, &like_bindings)) return nullptr;
+  int die, like_bindings = 0, written_elsewhere = 0;
+  if (!PyArg_ParseTuple(args, "O!p|pp", &PyList_Type, &list, &die, &like_bindings, &written_elsewhere)) {
+    return nullptr;
+  }
   const Py_ssize_t n = PyList_GET_SIZE(list);
   std::vector<PyObject*> items(static_cast<std::size_t>(n));
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    items[static_cast<std::size_t>(i)] = PyList_GET_ITEM(list, i);
-    Py_INCREF(items[static_cast<std::size_t>(i)]);
+  PyObject** const listed = PySequence_Fast_ITEMS(list);
+  for (Py_ssize_t i = 0; i < n; ++i) Py_INCREF(listed[i]);
+  const auto fill = [&items, listed] { std::copy(listed, listed + items.size(), items.begin()); };
+  if (written_elsewhere) {
+    // The list is not mutated meanwhile: the main thread waits here, holding the GIL.
+    std::thread writer(fill);
+    writer.join();
+  } else {
+    fill();
   }
   if (die && PyList_SetSlice(list, 0, n, nullptr) < 0) {
     for (PyObject* item : items) Py_DECREF(item);
@@ -329,7 +339,8 @@ PyMethodDef kMethods[] = {
     {"drain", py_drain, METH_VARARGS, "drain(strategy, max_items=-1) -> int"},
     {"burst", py_burst, METH_VARARGS, "burst(strategy, objects, die=False): hand over one reference to each, natively"},
     {"free_nodes", py_free_nodes, METH_NOARGS, "free_nodes(): free cas_pending_call burst nodes"},
-    {"decref_loop", py_decref_loop, METH_VARARGS, "decref_loop(objects, die, like_bindings=False) -> ns"},
+    {"decref_loop", py_decref_loop, METH_VARARGS,
+     "decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> ns"},
     {"probes", py_probes, METH_O, "probes(n) -> list of n objects"},
     {"pending_call_totals", py_pending_call_totals, METH_NOARGS, "pending_call_totals() -> (calls, released, ns)"},
     {"noop", py_noop, METH_NOARGS, "noop() -> None"},

@@ -124,18 +124,22 @@ def push_breakdown(r):
 
 
 def drain_breakdown(r):
-    """Python drain, per reference: the limit, bindings' batch action over an array, the public drain."""
+    """Python drain, per reference: the limit, bindings' batch action over an array, the limit over an array
+    another thread wrote, the public drain."""
     parts = []
     for fate in ("die", "survive"):
         limit = r.find("drain", fate=fate, strategy="plain_decref_loop", batch="all")
         action = r.find("drain", fate=fate, strategy="plain_release_fn_loop", batch="all")
+        elsewhere = r.find("drain", fate=fate, strategy="plain_decref_loop_written_elsewhere", batch="all")
         ours = r.find("drain", fate=fate, strategy="cuda_reclaim", batch="all")
-        if None in (limit, action, ours):
+        if None in (limit, action, elsewhere, ours):
             return "(no breakdown in this run)"
         per = lambda row: row["ns"] / row["n"]  # noqa: E731
         parts.append(f"*{fate}*: the limit {per(limit):.1f} ns per reference, bindings' batch action over the "
-                     f"same array {per(action):.1f} ns, the public `drain()` {per(ours):.1f} ns "
-                     f"({ours['refs_per_s'] / limit['refs_per_s']:.0%} of the limit)")
+                     f"same array {per(action):.1f} ns, the limit over an array another thread wrote "
+                     f"{per(elsewhere):.1f} ns ({elsewhere['refs_per_s'] / limit['refs_per_s']:.0%}), the public "
+                     f"`drain()` {per(ours):.1f} ns ({ours['refs_per_s'] / limit['refs_per_s']:.0%} of the limit, "
+                     f"{ours['refs_per_s'] / elsewhere['refs_per_s']:.0%} of the hand-over's)")
     return "In this run: " + "; ".join(parts) + "."
 
 

@@ -14,6 +14,7 @@ ANCHORS = {
     "cas_stack": "CAS stack, preallocated nodes (cuda.core)",
     "with_gil": "`with gil: Py_DECREF`",
     "plain_decref_loop": "plain Py_DECREF loop over an array (limit)",
+    "plain_decref_loop_written_elsewhere": "plain Py_DECREF loop over an array that another thread wrote (the limit of a hand-over)",
     "plain_release_fn_loop": "bindings' batch release action over the same array (the drain minus the queue)",
     "plain_loop": "plain loop over an array (limit)",
 }
@@ -24,7 +25,8 @@ LATENCY_KEYS = (
     ("asyncio", "cuda_reclaim", "thread"), ("asyncio", "cuda_reclaim", "asyncio_fd"),
     ("asyncio", "cuda_reclaim", "gc"), ("asyncio", "cas_pending_call", "-"),
 )
-DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
+DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"),
+                 ("plain_decref_loop_written_elsewhere", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
                  ("mutex_vector", "all"), ("mutex_deque", "all"), ("cas_pending_call", "all"))
 CPP_DRAIN = (("plain_loop", 0), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", 0),
              ("mutex_vector", 0), ("mutex_deque", 0), ("cas_stack", 0))
