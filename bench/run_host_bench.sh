@@ -20,6 +20,10 @@ if [[ -n "${BENCH_QUICK:-}" ]]; then quick=(--quick); short_lived=(--threads 200
 export LD_LIBRARY_PATH="${here}/lib${LD_LIBRARY_PATH:+:${LD_LIBRARY_PATH}}"
 export PYTHONPATH="${here}/python" PYTHONDONTWRITEBYTECODE=1
 echo "load average before: $(cat /proc/loadavg)"
+# The Python benchmark first: the load average it states is then the machine's own, not the trailing
+# average of the 16-thread scaling run.
+echo "== Python ($("${python}" -V 2>&1))" >&2
+"${python}" "${here}/python/bench_python.py" "${quick[@]}" --json "${results}/python.json"
 echo "== C++ (Google Benchmark)" >&2
 "${here}/queue_bench" "${quick[@]}" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
   --benchmark_out="${results}/cpp.json" --benchmark_out_format=json >&2
@@ -27,8 +31,6 @@ echo "== C++ producer scaling" >&2
 "${here}/queue_bench" "${quick[@]}" --threads=1,2,4,8,16 --benchmark_filter='BM_Push/' --benchmark_repetitions=3 \
   --benchmark_report_aggregates_only=true --benchmark_out="${results}/scaling.json" \
   --benchmark_out_format=json >&2
-echo "== Python ($("${python}" -V 2>&1))" >&2
-"${python}" "${here}/python/bench_python.py" "${quick[@]}" --json "${results}/python.json"
 echo "== short-lived threads" >&2
 "${python}" "${here}/python/short_lived_threads.py" "${short_lived[@]}" > "${results}/short_lived_threads.md"
 echo "load average after: $(cat /proc/loadavg)"
