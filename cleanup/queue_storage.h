@@ -1,4 +1,5 @@
-// cleanup/queue_storage.h — private to //cleanup: where a ReclaimQueue keeps its pointers.
+// cleanup/queue_storage.h — where a ReclaimQueue keeps its pointers. Internal to cleanup/; exported only
+// through queue_drain.h (an owner that compiles its quiet release into the drain loop).
 //
 // Two parts with different lifetimes:
 //   - ProducerSlot: the queue's fixed set of producer slots (see reclaim_queue.h for why slots). A slot

@@ -20,7 +20,7 @@
 
 #include "cleanup/process_queue.h"
 #include "cleanup/queue_allocation.h"
-#include "cleanup/queue_storage.h"
+#include "cleanup/queue_drain.h"
 
 namespace reclaim {
 
@@ -63,6 +63,15 @@ void raise_high_water(std::atomic<std::uint64_t>& mark, std::uint64_t seen) noex
   while (seen > highest && !mark.compare_exchange_weak(highest, seen, std::memory_order_relaxed)) {
   }
 }
+
+// The take of a plain drain: every pointer taken goes to the release action.
+template <bool kPrefetch>
+struct TakeAll {
+  TakenBatch operator()(PointerQueue& from, void** batch, std::size_t want) const noexcept {
+    const std::size_t taken = dequeue_batch<kPrefetch>(from, batch, want);
+    return TakenBatch{taken, taken};
+  }
+};
 
 // Adapts a one-pointer release action to the batch form.
 struct EachItem {
@@ -249,47 +258,10 @@ void ReclaimQueue::linger_if_empty() noexcept {
 
 std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std::size_t max_items,
                                       bool linger, Pointees pointees) {
-  // The caller is a reader: neither storage changes until it leaves. A storage a failed trim() retired is
-  // emptied first.
-  Storage* const retired = retired_.load(std::memory_order_relaxed);
-  PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
-  note_pending(stored_count());
-  void* batch[kDrainBatch];
-  std::size_t total = 0;
-  while (total < max_items) {
-    const std::size_t want = max_items - total < kDrainBatch ? max_items - total : kDrainBatch;
-    const auto take = [&](PointerQueue& from) {
-      return pointees == Pointees::kPrefetch ? dequeue_batch<true>(from, batch, want)
-                                             : dequeue_batch<false>(from, batch, want);
-    };
-    std::size_t got = retired != nullptr ? take(retired->queue) : 0;
-    PointerQueue& queue = got != 0 ? retired->queue : current;
-    if (got == 0) got = take(current);
-    if (got == 0) break;
-    // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
-    // neither bucket for longer than the dequeue itself.
-    released_.fetch_add(got, std::memory_order_relaxed);
-    if (total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
-    total += got;
-    ReleaseBatch items{batch, got, 0};
-    try {
-      release(&items, context);
-    } catch (...) {
-      // The item being released counts as released (its owner's action ran); the rest are still ours.
-      const std::size_t rest = items.next < got ? got - items.next : 0;
-      if (rest != 0 && queue.enqueue_bulk(batch + items.next, rest)) {
-        released_.fetch_sub(rest, std::memory_order_relaxed);
-        raise_signal();
-      }
-      throw;
-    }
+  if (pointees == Pointees::kPrefetch) {
+    return release_all_taking(release, context, max_items, linger, TakeAll<true>{});
   }
-  if (linger && total != 0) {
-    linger_if_empty();
-  } else {
-    clear_signal_if_empty();
-  }
-  return total;
+  return release_all_taking(release, context, max_items, linger, TakeAll<false>{});
 }
 
 std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items,

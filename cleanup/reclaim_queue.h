@@ -181,6 +181,21 @@ class ReclaimQueue {
   std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX,
                                Pointees pointees = Pointees::kOpaque);
 
+  // drain() (linger false) or drain_and_linger() (linger true) with a batch release action and a quiet
+  // release, for an owner whose pointers can often be released without running any code at all (a
+  // Python reference whose count stays above zero): while the drain copies pointers out of the queue it
+  // offers each to `quiet(void* item) -> bool`; true means `quiet` released it completely, and it never
+  // reaches `release`; false leaves it to `release`, as in drain(). The release in place overlaps the copy
+  // (the pointers' lines arrive from the producer's core meanwhile) instead of following it.
+  // `quiet` runs inside the queue's bulk dequeue, before the pointers it takes are counted as released:
+  // it must run no code that could look at this queue or its counters (no callback, no finalizer, no
+  // lock), never block and never throw; it may be offered pointers in any order and is compiled into
+  // the loop (a template: include cleanup/queue_drain.h, which defines it). Pointees are prefetched
+  // (Pointees::kPrefetch): they must be memory `quiet` may read. Threads: as drain().
+  template <class QuietRelease>
+  std::size_t drain_quietly(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
+                            const QuietRelease& quiet);
+
   // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
   // the signal otherwise. A lingering caller that will not drain again (a drain thread that is stopping)
   // must call it, or pushes would keep skipping the eventfd write with nobody left to drain.
@@ -292,6 +307,11 @@ class ReclaimQueue {
   void wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept;
   std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
                           Pointees pointees);
+  // The drain loop behind release_all() and drain_quietly() (cleanup/queue_drain.h): `take(queue, batch,
+  // want)` takes up to `want` pointers of `queue` into `batch` and returns a TakenBatch.
+  template <class Take>
+  std::size_t release_all_taking(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
+                                 const Take& take);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
   // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after

@@ -1,0 +1,253 @@
+// tests/cleanup/quiet_drain_test.cc — ReclaimQueue::drain_quietly: every pointer is released exactly once,
+// either quietly (during the copy) or by the release action; quiet ones count as released and never
+// reach the action; budgets, lingering, unwinding actions, nested drains and concurrent drains behave as
+// they do for drain().
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "cleanup/queue_drain.h"
+#include "cleanup/reclaim_queue.h"
+#include "tests/cleanup/release_recorder.h"
+
+namespace {
+
+using reclaim::ReclaimQueue;
+using reclaim_test::id_of;
+using reclaim_test::item_for;
+using reclaim_test::ReleaseRecorder;
+
+// A quiet release that takes the ids divisible by `every` and records them in `recorder`.
+struct QuietEvery {
+  std::size_t every;
+  ReleaseRecorder* recorder;
+  bool operator()(void* item) const noexcept {
+    if (id_of(item) % every != 0) return false;
+    ReleaseRecorder::release(item, recorder);
+    return true;
+  }
+};
+
+// A quiet release that takes nothing.
+struct QuietNone {
+  bool operator()(void*) const noexcept { return false; }
+};
+
+// The batch release action: records each item, advancing `next` first (the contract of ReleaseBatchFn).
+struct RecordingAction {
+  ReleaseRecorder* recorder;
+  std::size_t quiet_every = 0;  // nonzero: fail the test if the action gets an item quiet would have taken
+  std::size_t throw_at_id = SIZE_MAX;
+  std::atomic<std::size_t> offending{0};
+
+  static void release(reclaim::ReleaseBatch* batch, void* self) {
+    auto* action = static_cast<RecordingAction*>(self);
+    for (std::size_t i = batch->next; i < batch->count; ++i) {
+      batch->next = i + 1;
+      void* const item = batch->items[i];
+      if (action->quiet_every != 0 && id_of(item) % action->quiet_every == 0) {
+        action->offending.fetch_add(1);
+      }
+      ReleaseRecorder::release(item, action->recorder);
+      if (id_of(item) == action->throw_at_id) {
+        action->throw_at_id = SIZE_MAX;  // once
+        throw std::runtime_error("release failed");
+      }
+    }
+  }
+};
+
+void push_ids(ReclaimQueue& queue, std::size_t first, std::size_t count) {
+  for (std::size_t id = first; id < first + count; ++id) {
+    ASSERT_EQ(queue.push(item_for(id)), reclaim::PushStatus::kQueued);
+  }
+}
+
+void expect_each_released_once(const ReleaseRecorder& quiet, const ReleaseRecorder& action, std::size_t ids) {
+  for (std::size_t id = 0; id < ids; ++id) {
+    ASSERT_EQ(quiet.count(id) + action.count(id), 1) << "id " << id;
+  }
+}
+
+void expect_conserved(const ReclaimQueue& queue, std::uint64_t released, std::uint64_t pending) {
+  const reclaim::CounterSnapshot counters = queue.snapshot();
+  EXPECT_EQ(counters.released, released);
+  EXPECT_EQ(counters.pending, pending);
+  const std::uint64_t gone = counters.leaked_after_close + counters.abandoned_after_fork;
+  EXPECT_EQ(counters.handed_over, counters.released + counters.pending + gone);
+}
+
+// Sizes around the quiet distance and the batch: shorter than the distance (all offered after the copy),
+// between the distance and a batch, and many batches.
+class QuietDrainSizes : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(QuietDrainSizes, QuietReleasesNeverReachTheActionAndEveryPointerIsReleasedOnce) {
+  const std::size_t ids = GetParam();
+  ReclaimQueue queue;
+  push_ids(queue, 0, ids);
+  ReleaseRecorder quiet_recorder(ids), action_recorder(ids);
+  RecordingAction action{&action_recorder, /*quiet_every=*/3};
+  const std::size_t released = queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
+                                                   QuietEvery{3, &quiet_recorder});
+  EXPECT_EQ(released, ids);
+  EXPECT_EQ(action.offending.load(), 0u);
+  EXPECT_EQ(quiet_recorder.total(), (ids + 2) / 3);
+  expect_each_released_once(quiet_recorder, action_recorder, ids);
+  expect_conserved(queue, ids, 0);
+  EXPECT_FALSE(queue.maybe_pending());
+}
+
+INSTANTIATE_TEST_SUITE_P(AroundTheDistanceAndTheBatch, QuietDrainSizes,
+                         ::testing::Values(1, 10, reclaim::kQuietDistance - 1, reclaim::kQuietDistance,
+                                           reclaim::kQuietDistance + 1, reclaim::kDrainBatch - 1,
+                                           reclaim::kDrainBatch, reclaim::kDrainBatch + 1, 10000));
+
+TEST(QuietDrain, WhenEverythingIsQuietTheActionIsNeverCalled) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 3000);
+  ReleaseRecorder quiet_recorder(3000), action_recorder(3000);
+  RecordingAction action{&action_recorder};
+  const QuietEvery all{1, &quiet_recorder};
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, all), 3000u);
+  EXPECT_EQ(action_recorder.total(), 0u);
+  EXPECT_EQ(quiet_recorder.total(), 3000u);
+  expect_conserved(queue, 3000, 0);
+}
+
+TEST(QuietDrain, WhenNothingIsQuietItIsAPlainDrain) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 1500);
+  ReleaseRecorder action_recorder(1500), none(1500);
+  RecordingAction action{&action_recorder};
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietNone{}), 1500u);
+  expect_each_released_once(none, action_recorder, 1500);
+  expect_conserved(queue, 1500, 0);
+}
+
+TEST(QuietDrain, HonoursTheBudgetAndLeavesTheRestPendingAndSignalled) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 1000);
+  ReleaseRecorder quiet_recorder(1000), action_recorder(1000);
+  RecordingAction action{&action_recorder};
+  const QuietEvery even{2, &quiet_recorder};
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, 300, false, even), 300u);
+  EXPECT_EQ(quiet_recorder.total() + action_recorder.total(), 300u);
+  expect_conserved(queue, 300, 700);
+  EXPECT_TRUE(queue.maybe_pending());
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, even), 700u);
+  expect_each_released_once(quiet_recorder, action_recorder, 1000);
+  expect_conserved(queue, 1000, 0);
+}
+
+TEST(QuietDrain, EmptyDrainReturnsZeroWithoutCountingADrain) {
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(1);
+  RecordingAction action{&recorder};
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietNone{}), 0u);
+  EXPECT_EQ(queue.snapshot().nonempty_drains, 0u);
+}
+
+TEST(QuietDrain, LingerKeepsTheSignalUntilTheNextDrainFindsNothing) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 5);
+  ReleaseRecorder quiet_recorder(5), action_recorder(5);
+  RecordingAction action{&action_recorder};
+  const QuietEvery even{2, &quiet_recorder};
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, true, even), 5u);
+  EXPECT_TRUE(queue.maybe_pending());  // lingering: pushes meanwhile skip the eventfd write
+  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, true, QuietNone{}), 0u);
+  EXPECT_FALSE(queue.maybe_pending());
+  expect_each_released_once(quiet_recorder, action_recorder, 5);
+}
+
+TEST(QuietDrain, AnUnwindingActionLeavesItsUnreachedItemsPendingButNeverTheQuietOnes) {
+  constexpr std::size_t kIds = 2000;
+  ReclaimQueue queue;
+  push_ids(queue, 0, kIds);
+  ReleaseRecorder quiet_recorder(kIds), action_recorder(kIds);
+  RecordingAction action{&action_recorder};
+  action.throw_at_id = 101;  // in the first batch, not a multiple of 4
+  EXPECT_THROW(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
+                                   QuietEvery{4, &quiet_recorder}),
+               std::runtime_error);
+  const reclaim::CounterSnapshot after_throw = queue.snapshot();
+  EXPECT_EQ(after_throw.released, quiet_recorder.total() + action_recorder.total());
+  EXPECT_EQ(after_throw.handed_over, after_throw.released + after_throw.pending);
+  EXPECT_TRUE(queue.maybe_pending());
+  // The next drain gets the rest, each exactly once.
+  queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietEvery{4, &quiet_recorder});
+  expect_each_released_once(quiet_recorder, action_recorder, kIds);
+  expect_conserved(queue, kIds, 0);
+}
+
+// An action that pushes new items and drains quietly again, from inside a quiet drain.
+struct ReenteringAction {
+  ReclaimQueue* queue;
+  ReleaseRecorder* quiet_recorder;
+  ReleaseRecorder* action_recorder;
+  std::size_t next_id;  // ids pushed from inside the drain start here
+  std::size_t pushes_left;
+
+  static void release(reclaim::ReleaseBatch* batch, void* self) {
+    auto* action = static_cast<ReenteringAction*>(self);
+    for (std::size_t i = batch->next; i < batch->count; ++i) {
+      batch->next = i + 1;
+      ReleaseRecorder::release(batch->items[i], action->action_recorder);
+      if (action->pushes_left == 0) continue;
+      --action->pushes_left;
+      ASSERT_EQ(action->queue->push(item_for(action->next_id++)), reclaim::PushStatus::kQueued);
+      action->queue->drain_quietly(ReenteringAction::release, action, 7, false,
+                                   QuietEvery{5, action->quiet_recorder});
+    }
+  }
+};
+
+TEST(QuietDrain, AnActionMayPushAndDrainQuietlyAgain) {
+  constexpr std::size_t kFirst = 700, kMore = 300;
+  ReclaimQueue queue;
+  push_ids(queue, 0, kFirst);
+  ReleaseRecorder quiet_recorder(kFirst + kMore), action_recorder(kFirst + kMore);
+  ReenteringAction action{&queue, &quiet_recorder, &action_recorder, kFirst, kMore};
+  std::size_t released = queue.drain_quietly(ReenteringAction::release, &action, SIZE_MAX, false,
+                                             QuietEvery{5, &quiet_recorder});
+  released += queue.drain_quietly(ReenteringAction::release, &action, SIZE_MAX, false,
+                                  QuietEvery{5, &quiet_recorder});
+  EXPECT_LE(released, kFirst + kMore);  // nested drains returned their own share
+  expect_each_released_once(quiet_recorder, action_recorder, kFirst + kMore);
+  expect_conserved(queue, kFirst + kMore, 0);
+}
+
+TEST(QuietDrain, ConcurrentProducersAndQuietDrainsReleaseEachPointerOnce) {
+  constexpr std::size_t kProducers = 4, kPerProducer = 20000, kIds = kProducers * kPerProducer;
+  ReclaimQueue queue;
+  ReleaseRecorder quiet_recorder(kIds), action_recorder(kIds);
+  RecordingAction action{&action_recorder, /*quiet_every=*/3};
+  std::atomic<std::size_t> producers_done{0};
+  std::vector<std::thread> threads;
+  for (std::size_t p = 0; p < kProducers; ++p) {
+    threads.emplace_back([&queue, &producers_done, p] {
+      push_ids(queue, p * kPerProducer, kPerProducer);
+      producers_done.fetch_add(1);
+    });
+  }
+  const auto drainer = [&] {
+    while (producers_done.load() < kProducers || queue.pending() != 0) {
+      queue.drain_quietly(RecordingAction::release, &action, 4096, false, QuietEvery{3, &quiet_recorder});
+    }
+  };
+  std::thread second_drainer(drainer);
+  drainer();
+  second_drainer.join();
+  for (std::thread& thread : threads) thread.join();
+  queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietEvery{3, &quiet_recorder});
+  EXPECT_EQ(action.offending.load(), 0u);
+  expect_each_released_once(quiet_recorder, action_recorder, kIds);
+  expect_conserved(queue, kIds, 0);
+}
+
+}  // namespace
