@@ -3,6 +3,7 @@
 #include "bindings/drain.h"
 
 #include "bindings/host_calls.h"
+#include "cleanup/queue_drain.h"
 #include "bindings/python_compat.h"
 
 namespace reclaim_bindings {
@@ -35,6 +36,29 @@ void release_references(reclaim::ReleaseBatch* batch, void*) {
 // Queued items are Python objects the release action touches at once: the drain prefetches them.
 constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
 
+// The quiet release of a drain (ReclaimQueue::drain_quietly): a reference whose count is above one.
+// Py_DECREF then only decrements the count (no deallocation, no finalizer: no code runs at all, so nothing
+// can see that the drain has not counted it yet), and the drain does it while it copies the batch, when
+// the object's line has just arrived. Host calls are left to release_references (they run a call), and so
+// is every reference that may be the last. Requires the GIL, which is what keeps the count from reaching
+// one meanwhile; in a free-threaded build other threads change counts without it, so nothing is released
+// quietly there.
+struct QuietDecref {
+  HostItemTypes host;
+  bool operator()(void* pointer) const noexcept {
+#ifdef Py_GIL_DISABLED
+    (void)pointer;
+    return false;
+#else
+    PyObject* const item = static_cast<PyObject*>(pointer);
+    const PyTypeObject* const type = Py_TYPE(item);
+    if (type == host.host_call || type == host.host_node || Py_REFCNT(item) <= 1) return false;
+    Py_DECREF(item);  // an immortal object's count is above one here too, and Py_DECREF leaves it alone
+    return true;
+#endif
+  }
+};
+
 // The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
 // runs with an exception set) and put back afterwards. Deliberately not RAII: CPython ends a daemon
 // thread that takes the GIL during finalization with a forced unwind (pthread_exit), which must not run
@@ -59,8 +83,8 @@ bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const SavedException saved = save_exception();
-  const std::size_t released = linger ? queue().drain_and_linger(release_references, nullptr, max_items, kObjects)
-                                      : queue().drain(release_references, nullptr, max_items, kObjects);
+  const QuietDecref quiet{host_item_types()};
+  const std::size_t released = queue().drain_quietly(release_references, nullptr, max_items, linger, quiet);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
