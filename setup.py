@@ -63,6 +63,7 @@ EXTENSION_HEADERS = [
     "bindings/python_compat.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",
+    "cleanup/queue_drain.h",
     "cleanup/queue_storage.h",
     "cleanup/reclaim.h",
     "cleanup/reclaim_abi.h",
