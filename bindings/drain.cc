@@ -3,8 +3,8 @@
 #include "bindings/drain.h"
 
 #include "bindings/host_calls.h"
-#include "cleanup/queue_drain.h"
 #include "bindings/python_compat.h"
+#include "cleanup/queue_drain.h"
 
 namespace reclaim_bindings {
 namespace {
