@@ -82,24 +82,41 @@ void expect_conserved(const ReclaimQueue& queue, std::uint64_t released, std::ui
   EXPECT_EQ(counters.handed_over, counters.released + counters.pending + gone);
 }
 
+// A queue holding ids 0..ids-1, a recorder for what the quiet release takes and one for what the action
+// gets, and quiet drains of that queue through a RecordingAction.
+struct QuietDrainScene {
+  explicit QuietDrainScene(std::size_t ids) : quiet_recorder(ids), action_recorder(ids), ids(ids) {
+    push_ids(queue, 0, ids);
+  }
+  template <class QuietRelease>
+  std::size_t drain(const QuietRelease& quiet, std::size_t max_items = SIZE_MAX, bool linger = false) {
+    return queue.drain_quietly(RecordingAction::release, &action, max_items, linger, quiet);
+  }
+  QuietEvery quiet_every(std::size_t every) { return QuietEvery{every, &quiet_recorder}; }
+  void expect_each_released_once() const {
+    ::expect_each_released_once(quiet_recorder, action_recorder, ids);
+  }
+
+  ReclaimQueue queue;
+  ReleaseRecorder quiet_recorder, action_recorder;
+  RecordingAction action{&action_recorder};
+  std::size_t ids;
+};
+
 // Sizes around the quiet distance and the batch: shorter than the distance (all offered after the copy),
 // between the distance and a batch, and many batches.
 class QuietDrainSizes : public ::testing::TestWithParam<std::size_t> {};
 
 TEST_P(QuietDrainSizes, QuietReleasesNeverReachTheActionAndEveryPointerIsReleasedOnce) {
   const std::size_t ids = GetParam();
-  ReclaimQueue queue;
-  push_ids(queue, 0, ids);
-  ReleaseRecorder quiet_recorder(ids), action_recorder(ids);
-  RecordingAction action{&action_recorder, /*quiet_every=*/3};
-  const std::size_t released = queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
-                                                   QuietEvery{3, &quiet_recorder});
-  EXPECT_EQ(released, ids);
-  EXPECT_EQ(action.offending.load(), 0u);
-  EXPECT_EQ(quiet_recorder.total(), (ids + 2) / 3);
-  expect_each_released_once(quiet_recorder, action_recorder, ids);
-  expect_conserved(queue, ids, 0);
-  EXPECT_FALSE(queue.maybe_pending());
+  QuietDrainScene scene(ids);
+  scene.action.quiet_every = 3;
+  EXPECT_EQ(scene.drain(scene.quiet_every(3)), ids);
+  EXPECT_EQ(scene.action.offending.load(), 0u);
+  EXPECT_EQ(scene.quiet_recorder.total(), (ids + 2) / 3);
+  scene.expect_each_released_once();
+  expect_conserved(scene.queue, ids, 0);
+  EXPECT_FALSE(scene.queue.maybe_pending());
 }
 
 INSTANTIATE_TEST_SUITE_P(AroundTheDistanceAndTheBatch, QuietDrainSizes,
@@ -108,81 +125,60 @@ INSTANTIATE_TEST_SUITE_P(AroundTheDistanceAndTheBatch, QuietDrainSizes,
                                            reclaim::kDrainBatch, reclaim::kDrainBatch + 1, 10000));
 
 TEST(QuietDrain, WhenEverythingIsQuietTheActionIsNeverCalled) {
-  ReclaimQueue queue;
-  push_ids(queue, 0, 3000);
-  ReleaseRecorder quiet_recorder(3000), action_recorder(3000);
-  RecordingAction action{&action_recorder};
-  const QuietEvery all{1, &quiet_recorder};
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, all), 3000u);
-  EXPECT_EQ(action_recorder.total(), 0u);
-  EXPECT_EQ(quiet_recorder.total(), 3000u);
-  expect_conserved(queue, 3000, 0);
+  QuietDrainScene scene(3000);
+  EXPECT_EQ(scene.drain(scene.quiet_every(1)), 3000u);
+  EXPECT_EQ(scene.action_recorder.total(), 0u);
+  EXPECT_EQ(scene.quiet_recorder.total(), 3000u);
+  expect_conserved(scene.queue, 3000, 0);
 }
 
 TEST(QuietDrain, WhenNothingIsQuietItIsAPlainDrain) {
-  ReclaimQueue queue;
-  push_ids(queue, 0, 1500);
-  ReleaseRecorder action_recorder(1500), none(1500);
-  RecordingAction action{&action_recorder};
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietNone{}), 1500u);
-  expect_each_released_once(none, action_recorder, 1500);
-  expect_conserved(queue, 1500, 0);
+  QuietDrainScene scene(1500);
+  EXPECT_EQ(scene.drain(QuietNone{}), 1500u);
+  EXPECT_EQ(scene.quiet_recorder.total(), 0u);
+  scene.expect_each_released_once();
+  expect_conserved(scene.queue, 1500, 0);
 }
 
 TEST(QuietDrain, HonoursTheBudgetAndLeavesTheRestPendingAndSignalled) {
-  ReclaimQueue queue;
-  push_ids(queue, 0, 1000);
-  ReleaseRecorder quiet_recorder(1000), action_recorder(1000);
-  RecordingAction action{&action_recorder};
-  const QuietEvery even{2, &quiet_recorder};
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, 300, false, even), 300u);
-  EXPECT_EQ(quiet_recorder.total() + action_recorder.total(), 300u);
-  expect_conserved(queue, 300, 700);
-  EXPECT_TRUE(queue.maybe_pending());
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, even), 700u);
-  expect_each_released_once(quiet_recorder, action_recorder, 1000);
-  expect_conserved(queue, 1000, 0);
+  QuietDrainScene scene(1000);
+  EXPECT_EQ(scene.drain(scene.quiet_every(2), 300), 300u);
+  EXPECT_EQ(scene.quiet_recorder.total() + scene.action_recorder.total(), 300u);
+  expect_conserved(scene.queue, 300, 700);
+  EXPECT_TRUE(scene.queue.maybe_pending());
+  EXPECT_EQ(scene.drain(scene.quiet_every(2)), 700u);
+  scene.expect_each_released_once();
+  expect_conserved(scene.queue, 1000, 0);
 }
 
 TEST(QuietDrain, EmptyDrainReturnsZeroWithoutCountingADrain) {
-  ReclaimQueue queue;
-  ReleaseRecorder recorder(1);
-  RecordingAction action{&recorder};
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietNone{}), 0u);
-  EXPECT_EQ(queue.snapshot().nonempty_drains, 0u);
+  QuietDrainScene scene(0);
+  EXPECT_EQ(scene.drain(QuietNone{}), 0u);
+  EXPECT_EQ(scene.queue.snapshot().nonempty_drains, 0u);
 }
 
 TEST(QuietDrain, LingerKeepsTheSignalUntilTheNextDrainFindsNothing) {
-  ReclaimQueue queue;
-  push_ids(queue, 0, 5);
-  ReleaseRecorder quiet_recorder(5), action_recorder(5);
-  RecordingAction action{&action_recorder};
-  const QuietEvery even{2, &quiet_recorder};
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, true, even), 5u);
-  EXPECT_TRUE(queue.maybe_pending());  // lingering: pushes meanwhile skip the eventfd write
-  EXPECT_EQ(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, true, QuietNone{}), 0u);
-  EXPECT_FALSE(queue.maybe_pending());
-  expect_each_released_once(quiet_recorder, action_recorder, 5);
+  QuietDrainScene scene(5);
+  EXPECT_EQ(scene.drain(scene.quiet_every(2), SIZE_MAX, /*linger=*/true), 5u);
+  EXPECT_TRUE(scene.queue.maybe_pending());  // lingering: pushes meanwhile skip the eventfd write
+  EXPECT_EQ(scene.drain(QuietNone{}, SIZE_MAX, /*linger=*/true), 0u);
+  EXPECT_FALSE(scene.queue.maybe_pending());
+  scene.expect_each_released_once();
 }
 
 TEST(QuietDrain, AnUnwindingActionLeavesItsUnreachedItemsPendingButNeverTheQuietOnes) {
   constexpr std::size_t kIds = 2000;
-  ReclaimQueue queue;
-  push_ids(queue, 0, kIds);
-  ReleaseRecorder quiet_recorder(kIds), action_recorder(kIds);
-  RecordingAction action{&action_recorder};
-  action.throw_at_id = 101;  // in the first batch, not a multiple of 4
-  EXPECT_THROW(queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
-                                   QuietEvery{4, &quiet_recorder}),
-               std::runtime_error);
-  const reclaim::CounterSnapshot after_throw = queue.snapshot();
-  EXPECT_EQ(after_throw.released, quiet_recorder.total() + action_recorder.total());
+  QuietDrainScene scene(kIds);
+  scene.action.throw_at_id = 101;  // in the first batch, not a multiple of 4
+  EXPECT_THROW(scene.drain(scene.quiet_every(4)), std::runtime_error);
+  const reclaim::CounterSnapshot after_throw = scene.queue.snapshot();
+  EXPECT_EQ(after_throw.released, scene.quiet_recorder.total() + scene.action_recorder.total());
   EXPECT_EQ(after_throw.handed_over, after_throw.released + after_throw.pending);
-  EXPECT_TRUE(queue.maybe_pending());
+  EXPECT_TRUE(scene.queue.maybe_pending());
   // The next drain gets the rest, each exactly once.
-  queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietEvery{4, &quiet_recorder});
-  expect_each_released_once(quiet_recorder, action_recorder, kIds);
-  expect_conserved(queue, kIds, 0);
+  scene.drain(scene.quiet_every(4));
+  scene.expect_each_released_once();
+  expect_conserved(scene.queue, kIds, 0);
 }
 
 // An action that pushes new items and drains quietly again, from inside a quiet drain.
