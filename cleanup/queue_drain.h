@@ -12,14 +12,6 @@
 
 namespace reclaim {
 
-// What one bulk dequeue left for the release action: `taken` pointers came off the queue (all of them
-// count as released), the first `left` of them are in the batch for the action, the others were
-// released quietly while they were copied.
-struct TakenBatch {
-  std::size_t taken;
-  std::size_t left;
-};
-
 // How far behind the copy a quiet release looks at a pointer, in pointers. The copy asks the CPU to fetch
 // each pointee's cache line as it copies the pointer; by the time the quiet release reads that line, the
 // fetch has had this many copies' time to arrive. Measured with Python objects that outlive the drain on
@@ -38,12 +30,15 @@ struct QuietBatchWriter {
   std::uintptr_t batch_address;
   std::size_t index;
   std::size_t left;
+  std::uintptr_t next_source;
   QuietRelease quiet;
 
   QuietBatchWriter& operator*() noexcept { return *this; }
-  QuietBatchWriter& operator=(void* item) noexcept {
+  // `item` is moodycamel's own slot of the pointer, as in BatchWriter.
+  QuietBatchWriter& operator=(void*&& item) noexcept {
     void** const batch = reinterpret_cast<void**>(batch_address);
     __builtin_prefetch(item, 1);
+    next_source = reinterpret_cast<std::uintptr_t>(&item + 1);
     batch[index] = item;
     if (index >= kQuietDistance) offer(batch, batch[index - kQuietDistance]);
     ++index;
@@ -63,13 +58,42 @@ struct QuietBatchWriter {
 template <class QuietRelease>
 __attribute__((flatten)) inline TakenBatch dequeue_quietly(PointerQueue& queue, void** batch,
                                                            std::size_t want, const QuietRelease& quiet) noexcept {
-  QuietBatchWriter<QuietRelease> writer{reinterpret_cast<std::uintptr_t>(batch), 0, 0, quiet};
+  QuietBatchWriter<QuietRelease> writer{reinterpret_cast<std::uintptr_t>(batch), 0, 0, 0, quiet};
   const std::size_t taken = queue.template try_dequeue_bulk<QuietBatchWriter<QuietRelease>&>(writer, want);
   // The last kQuietDistance pointers (or all of a short batch) were copied but not yet offered.
   for (std::size_t k = taken > kQuietDistance ? taken - kQuietDistance : 0; k < taken; ++k) {
     writer.offer(batch, batch[k]);
   }
-  return TakenBatch{taken, writer.left};
+  return TakenBatch{taken, writer.left, writer.next_source};
+}
+
+// How often a drain that found quiet offers useless offers them again, in batches. Quiet offers read
+// every pointee during the copy; when the references are the last ones (objects that die), nothing
+// leaves quietly and that read only makes the copy wait for lines the release action would otherwise
+// fetch while it works (measured on a 16-core Xeon: objects that die drained about 15% slower with the
+// offers than without). So once a batch releases less than half of its pointers quietly, the next
+// batches are taken plainly, and one in kQuietSampleEvery is offered again to notice a change of mix.
+constexpr std::uint32_t kQuietSampleEvery = 16;
+
+// The release action gets a batch in chunks of this many pointers. Before each chunk the drain asks the
+// CPU for the storage lines of the next kLookahead * kReleaseChunk pointers after TakenBatch::next_source:
+// the lines the next dequeues will copy, which another core wrote. Spread over the releases, those
+// fetches arrive while the action works; the copy would otherwise wait for them one after another. So a
+// batch asks for the lines of the next two batches, each line twice (the second time it is already on
+// its way, and the request costs an instruction). Measured on a 16-core Xeon, C++ drain with a no-op
+// release, median of 5 runs of 10^6 pointers another thread pushed: no lookahead 228 M/s; chunks of 64,
+// 128, 256 asking one batch ahead 281, 274, 270 M/s; 128 asking two ahead 320 M/s; a loop over an array
+// 380 M/s.
+constexpr std::size_t kReleaseChunk = 128;
+constexpr std::size_t kLookahead = 2;
+constexpr std::size_t kPointersPerLine = 64 / sizeof(void*);
+
+// Asks the CPU for the `count` cache lines from `address` on, to read. A prefetch never faults: a hint
+// that points past the storage's memory costs nothing but the instruction.
+inline void fetch_lines(std::uintptr_t address, std::size_t count) noexcept {
+  for (std::size_t line = 0; line < count; ++line) {
+    __builtin_prefetch(reinterpret_cast<const void*>(address + line * 64), 0, 3);
+  }
 }
 
 template <class Take>
@@ -94,9 +118,21 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
     if (total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
     total += got.taken;
     if (got.left == 0) continue;
-    ReleaseBatch items{batch, got.left, 0};
+    // Only after a full dequeue: more is probably queued, and those lines are written. After a short one
+    // the queue is (nearly) empty, and fetching the lines the producer writes next would only take
+    // them away from its core.
+    std::uintptr_t ahead = got.taken == want ? got.next_source : 0;
+    ReleaseBatch items{batch, 0, 0};
     try {
-      release(&items, context);
+      while (items.count < got.left) {
+        const std::size_t chunk = got.left - items.count < kReleaseChunk ? got.left - items.count : kReleaseChunk;
+        items.count += chunk;
+        if (ahead != 0) {
+          fetch_lines(ahead, kLookahead * chunk / kPointersPerLine);
+          ahead += kLookahead * chunk * sizeof(void*);
+        }
+        release(&items, context);
+      }
     } catch (...) {
       // The item being released counts as released (its owner's action ran); the rest are still ours.
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
@@ -121,10 +157,22 @@ std::size_t ReclaimQueue::drain_quietly(ReleaseBatchFn release, void* context, s
   // The one atomic load of an empty drain, as in drain().
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   const StorageReader reader(*this);
-  return release_all_taking(release, context, max_items, linger,
-                            [&quiet](PointerQueue& from, void** batch, std::size_t want) {
-                              return dequeue_quietly(from, batch, want, quiet);
-                            });
+  // Batches taken plainly since the last quiet one (0: offer quietly). Shared by every drain_quietly of
+  // this queue as a hint (racing drains may overwrite each other's: it only picks a speed).
+  std::uint32_t plain_run = plain_batches_in_a_row_.load(std::memory_order_relaxed);
+  const std::size_t released = release_all_taking(
+      release, context, max_items, linger,
+      [&quiet, &plain_run](PointerQueue& from, void** batch, std::size_t want) {
+        if (plain_run != 0 && plain_run < kQuietSampleEvery) {
+          ++plain_run;
+          return dequeue_batch<false>(from, batch, want);  // the release action fetches its pointees
+        }
+        const TakenBatch got = dequeue_quietly(from, batch, want, quiet);
+        if (got.taken != 0) plain_run = (got.taken - got.left) * 2 >= got.taken ? 0 : 1;
+        return got;
+      });
+  plain_batches_in_a_row_.store(plain_run, std::memory_order_relaxed);
+  return released;
 }
 
 }  // namespace reclaim

@@ -25,7 +25,7 @@ bool ReclaimQueue::trim_would_help() const noexcept {
 
 bool ReclaimQueue::move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept {
   void* batch[kDrainBatch];
-  for (std::size_t got; (got = dequeue_batch<false>(from->queue, batch, kDrainBatch)) != 0;) {
+  for (std::size_t got; (got = dequeue_batch<false>(from->queue, batch, kDrainBatch).taken) != 0;) {
     if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
       (void)from->queue.enqueue_bulk(batch, got);  // out of memory: back where it was (no new block)
       return false;

@@ -68,8 +68,7 @@ void raise_high_water(std::atomic<std::uint64_t>& mark, std::uint64_t seen) noex
 template <bool kPrefetch>
 struct TakeAll {
   TakenBatch operator()(PointerQueue& from, void** batch, std::size_t want) const noexcept {
-    const std::size_t taken = dequeue_batch<kPrefetch>(from, batch, want);
-    return TakenBatch{taken, taken};
+    return dequeue_batch<kPrefetch>(from, batch, want);
   }
 };
 

@@ -50,10 +50,11 @@ namespace reclaim {
 // Release actions supplied by the owner at each drain, called on the thread that drains, outside any
 // internal lock. Two forms:
 //   ReleaseFn       one pointer per call;
-//   ReleaseBatchFn  one batch per call (up to a few hundred pointers taken off the queue together): the
+//   ReleaseBatchFn  one batch per call (up to a hundred or so pointers taken off the queue together): the
 //                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
 //                   batch). It releases batch->items[batch->next ... batch->count) in order and advances
-//                   `next` past each item *before* releasing it.
+//                   `next` past each item *before* releasing it. One dequeue may be handed over in
+//                   several calls, each with a larger `count` over the same items.
 // Either may push again or drain again (re-entrancy is safe). Neither should throw, but either may unwind:
 // CPython ends a thread that re-takes the GIL during finalization with pthread_exit, whose forced unwind
 // passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
@@ -191,7 +192,12 @@ class ReclaimQueue {
   // it must run no code that could look at this queue or its counters (no callback, no finalizer, no
   // lock), never block and never throw; it may be offered pointers in any order and is compiled into
   // the loop (a template: include cleanup/queue_drain.h, which defines it). Pointees are prefetched
-  // (Pointees::kPrefetch): they must be memory `quiet` may read. Threads: as drain().
+  // (Pointees::kPrefetch): they must be memory `quiet` may read.
+  // Offers pay only when most references leave quietly: once a batch releases less than half of its
+  // pointers quietly, the following batches (of this drain and of later ones) are taken without offers
+  // and without prefetching pointees, and one batch in a few is offered again to notice a change. A
+  // release action used here should therefore fetch its pointees a few items ahead itself (bindings'
+  // does). Threads: as drain().
   template <class QuietRelease>
   std::size_t drain_quietly(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
                             const QuietRelease& quiet);
@@ -368,6 +374,9 @@ class ReclaimQueue {
   std::atomic<std::uint64_t> nonempty_drains_{0};
   mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
+  // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
+  // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
+  std::atomic<std::uint32_t> plain_batches_in_a_row_{0};
 };
 
 // The process-wide queue of this copy of cleanup/, for the code that owns it (drains and closes it):

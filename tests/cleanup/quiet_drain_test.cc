@@ -1,6 +1,7 @@
 // tests/cleanup/quiet_drain_test.cc — ReclaimQueue::drain_quietly: every pointer is released exactly once,
 // either quietly (during the copy) or by the release action; quiet ones count as released and never
-// reach the action; budgets, lingering, unwinding actions, nested drains and concurrent drains behave as
+// reach the action; offers stop when they do not pay and resume when they do; the action gets each
+// batch in chunks; budgets, lingering, unwinding actions, nested drains and concurrent drains behave as
 // they do for drain().
 
 #include <gtest/gtest.h>
@@ -33,24 +34,47 @@ struct QuietEvery {
   }
 };
 
-// A quiet release that takes nothing.
+// A quiet release that takes every id except those divisible by `every` (most of them: offers pay).
+struct QuietAllBut {
+  std::size_t every;
+  ReleaseRecorder* recorder;
+  bool operator()(void* item) const noexcept {
+    if (id_of(item) % every == 0) return false;
+    ReleaseRecorder::release(item, recorder);
+    return true;
+  }
+};
+
+// A quiet release that takes nothing, and counts the offers it gets.
 struct QuietNone {
-  bool operator()(void*) const noexcept { return false; }
+  std::atomic<std::size_t>* offers = nullptr;
+  bool operator()(void*) const noexcept {
+    if (offers != nullptr) offers->fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
 };
 
 // The batch release action: records each item, advancing `next` first (the contract of ReleaseBatchFn).
 struct RecordingAction {
   ReleaseRecorder* recorder;
-  std::size_t quiet_every = 0;  // nonzero: fail the test if the action gets an item quiet would have taken
+  std::size_t quiet_every = 0;  // nonzero: count items the action gets that are not multiples of it
   std::size_t throw_at_id = SIZE_MAX;
   std::atomic<std::size_t> offending{0};
+  // Calls, and the most items one call was given (atomic: concurrent drains share one action).
+  std::atomic<std::size_t> calls{0};
+  std::atomic<std::size_t> longest_call{0};
 
   static void release(reclaim::ReleaseBatch* batch, void* self) {
     auto* action = static_cast<RecordingAction*>(self);
+    action->calls.fetch_add(1);
+    std::size_t longest = action->longest_call.load();
+    while (batch->count - batch->next > longest &&
+           !action->longest_call.compare_exchange_weak(longest, batch->count - batch->next)) {
+    }
     for (std::size_t i = batch->next; i < batch->count; ++i) {
       batch->next = i + 1;
       void* const item = batch->items[i];
-      if (action->quiet_every != 0 && id_of(item) % action->quiet_every == 0) {
+      if (action->quiet_every != 0 && id_of(item) % action->quiet_every != 0) {
         action->offending.fetch_add(1);
       }
       ReleaseRecorder::release(item, action->recorder);
@@ -93,6 +117,7 @@ struct QuietDrainScene {
     return queue.drain_quietly(RecordingAction::release, &action, max_items, linger, quiet);
   }
   QuietEvery quiet_every(std::size_t every) { return QuietEvery{every, &quiet_recorder}; }
+  QuietAllBut quiet_all_but(std::size_t every) { return QuietAllBut{every, &quiet_recorder}; }
   void expect_each_released_once() const {
     ::expect_each_released_once(quiet_recorder, action_recorder, ids);
   }
@@ -107,13 +132,16 @@ struct QuietDrainScene {
 // between the distance and a batch, and many batches.
 class QuietDrainSizes : public ::testing::TestWithParam<std::size_t> {};
 
+// Two ids in three leave quietly: offers pay, so every batch is offered, and the action gets exactly
+// the multiples of three.
 TEST_P(QuietDrainSizes, QuietReleasesNeverReachTheActionAndEveryPointerIsReleasedOnce) {
   const std::size_t ids = GetParam();
   QuietDrainScene scene(ids);
   scene.action.quiet_every = 3;
-  EXPECT_EQ(scene.drain(scene.quiet_every(3)), ids);
+  EXPECT_EQ(scene.drain(scene.quiet_all_but(3)), ids);
   EXPECT_EQ(scene.action.offending.load(), 0u);
-  EXPECT_EQ(scene.quiet_recorder.total(), (ids + 2) / 3);
+  EXPECT_EQ(scene.action_recorder.total(), (ids + 2) / 3);
+  EXPECT_LE(scene.action.longest_call.load(), reclaim::kReleaseChunk);
   scene.expect_each_released_once();
   expect_conserved(scene.queue, ids, 0);
   EXPECT_FALSE(scene.queue.maybe_pending());
@@ -138,6 +166,43 @@ TEST(QuietDrain, WhenNothingIsQuietItIsAPlainDrain) {
   EXPECT_EQ(scene.quiet_recorder.total(), 0u);
   scene.expect_each_released_once();
   expect_conserved(scene.queue, 1500, 0);
+}
+
+// Offers that do not pay stop after one batch, come back once every kQuietSampleEvery batches (across
+// drains too), and stay once they pay again.
+TEST(QuietDrain, OffersStopWhenTheyDoNotPayAndResumeWhenTheyDo) {
+  constexpr std::size_t kBatch = reclaim::kDrainBatch;
+  constexpr std::size_t kBatches = 3 * reclaim::kQuietSampleEvery;
+  QuietDrainScene scene(kBatches * kBatch);
+  std::atomic<std::size_t> offers{0};
+  // One batch per drain: the choice carries over from one drain to the next.
+  for (std::size_t batch = 0; batch < kBatches; ++batch) {
+    EXPECT_EQ(scene.drain(QuietNone{&offers}, kBatch), kBatch);
+  }
+  // The first batch and one in kQuietSampleEvery after it.
+  EXPECT_EQ(offers.load(), (1 + (kBatches - 1) / reclaim::kQuietSampleEvery) * kBatch);
+  EXPECT_EQ(scene.action_recorder.total(), kBatches * kBatch);
+  expect_conserved(scene.queue, kBatches * kBatch, 0);
+
+  // Now most references leave quietly: within kQuietSampleEvery batches offers resume, and then stay.
+  constexpr std::size_t kMore = 4 * reclaim::kQuietSampleEvery * kBatch;
+  ReleaseRecorder quiet_recorder(kMore), action_recorder(kMore);
+  RecordingAction action{&action_recorder};
+  push_ids(scene.queue, 0, kMore);
+  EXPECT_EQ(scene.queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
+                                      QuietAllBut{8, &quiet_recorder}),
+            kMore);
+  expect_each_released_once(quiet_recorder, action_recorder, kMore);
+  EXPECT_GE(quiet_recorder.total(), kMore / 2);
+  EXPECT_LE(action_recorder.total(), reclaim::kQuietSampleEvery * kBatch + kMore / 8);
+}
+
+TEST(QuietDrain, TheActionGetsABatchInChunksOverTheSameItems) {
+  QuietDrainScene scene(reclaim::kDrainBatch);
+  EXPECT_EQ(scene.drain(QuietNone{}), reclaim::kDrainBatch);
+  EXPECT_EQ(scene.action.longest_call.load(), reclaim::kReleaseChunk);
+  EXPECT_EQ(scene.action.calls.load(), reclaim::kDrainBatch / reclaim::kReleaseChunk);
+  scene.expect_each_released_once();
 }
 
 TEST(QuietDrain, HonoursTheBudgetAndLeavesTheRestPendingAndSignalled) {
@@ -166,10 +231,13 @@ TEST(QuietDrain, LingerKeepsTheSignalUntilTheNextDrainFindsNothing) {
   scene.expect_each_released_once();
 }
 
-TEST(QuietDrain, AnUnwindingActionLeavesItsUnreachedItemsPendingButNeverTheQuietOnes) {
+// Ids in the first chunk, and in a later chunk of the first batch (none a multiple of 4).
+class UnwindingQuietDrain : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(UnwindingQuietDrain, AnUnwindingActionLeavesItsUnreachedItemsPendingButNeverTheQuietOnes) {
   constexpr std::size_t kIds = 2000;
   QuietDrainScene scene(kIds);
-  scene.action.throw_at_id = 101;  // in the first batch, not a multiple of 4
+  scene.action.throw_at_id = GetParam();
   EXPECT_THROW(scene.drain(scene.quiet_every(4)), std::runtime_error);
   const reclaim::CounterSnapshot after_throw = scene.queue.snapshot();
   EXPECT_EQ(after_throw.released, scene.quiet_recorder.total() + scene.action_recorder.total());
@@ -180,6 +248,8 @@ TEST(QuietDrain, AnUnwindingActionLeavesItsUnreachedItemsPendingButNeverTheQuiet
   scene.expect_each_released_once();
   expect_conserved(scene.queue, kIds, 0);
 }
+
+INSTANTIATE_TEST_SUITE_P(FirstAndLaterChunk, UnwindingQuietDrain, ::testing::Values(101, 450));
 
 // An action that pushes new items and drains quietly again, from inside a quiet drain.
 struct ReenteringAction {
@@ -222,7 +292,7 @@ TEST(QuietDrain, ConcurrentProducersAndQuietDrainsReleaseEachPointerOnce) {
   constexpr std::size_t kProducers = 4, kPerProducer = 20000, kIds = kProducers * kPerProducer;
   ReclaimQueue queue;
   ReleaseRecorder quiet_recorder(kIds), action_recorder(kIds);
-  RecordingAction action{&action_recorder, /*quiet_every=*/3};
+  RecordingAction action{&action_recorder};
   std::atomic<std::size_t> producers_done{0};
   std::vector<std::thread> threads;
   for (std::size_t p = 0; p < kProducers; ++p) {
@@ -241,7 +311,6 @@ TEST(QuietDrain, ConcurrentProducersAndQuietDrainsReleaseEachPointerOnce) {
   second_drainer.join();
   for (std::thread& thread : threads) thread.join();
   queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false, QuietEvery{3, &quiet_recorder});
-  EXPECT_EQ(action.offending.load(), 0u);
   expect_each_released_once(quiet_recorder, action_recorder, kIds);
   expect_conserved(queue, kIds, 0);
 }
