@@ -242,15 +242,18 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
 
 // The release action bindings/ gives the queue (bindings/drain.cc's release_references), reproduced for
 // the decomposition row of the drain table: one loop over a batch that tells host calls from plain
-// references by their type and checks the thread's error indicator inline after each release. Run over
-// the whole array in batches of the queue's size, it is the drain minus the queue.
+// references by their type, asks for each object's line a few items ahead, and checks the thread's error
+// indicator inline after each release. Run over the whole array in the chunks the queue hands it, it is
+// the drain minus the queue.
 PyTypeObject* volatile g_host_types[2] = {nullptr, nullptr};  // never an object's type here
 
 void release_like_bindings(PyObject* const* items, std::size_t count) {
   const PyThreadState* const thread = PyThreadState_Get();
   const PyTypeObject* const host_call = g_host_types[0];
   const PyTypeObject* const host_node = g_host_types[1];
+  constexpr std::size_t kFetchAhead = 8;  // as bindings/drain.cc
   for (std::size_t index = 0; index < count; ++index) {
+    if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = items[index];
     const PyTypeObject* const type = Py_TYPE(item);
     if (type == host_call || type == host_node) continue;  // never taken: no host calls here
@@ -259,7 +262,7 @@ void release_like_bindings(PyObject* const* items, std::size_t count) {
   }
 }
 void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
-constexpr std::size_t kBindingsBatch = 512;  // the queue's batch (cleanup/reclaim_queue.cc)
+constexpr std::size_t kBindingsBatch = 128;  // the chunk the queue hands its release action (cleanup/queue_drain.h)
 
 // decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> int: the physical limit of a
 // drain, timed here: one Py_DECREF per item over a plain array (with like_bindings: through bindings'
