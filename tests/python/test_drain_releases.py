@@ -72,6 +72,40 @@ def test_objects_that_die_and_survive_mixed_in_one_drain_are_each_released_once(
     assert conserved(cuda_reclaim.stats())
 
 
+# Long enough runs of one kind that the drain stops offering quiet releases during a run of dying objects
+# and offers them again during a run of survivors (it re-checks one batch in 16).
+RUN = 24 * 512
+
+
+@pytest.mark.parametrize("per_drain", [None, 512], ids=["one drain", "one batch per drain"])
+def test_long_runs_of_dying_and_surviving_objects_are_each_released_once(drained, per_drain):
+    Watched.finalized = 0
+    Watched.unconserved = []
+    survivors = [Payload() for _ in range(RUN)]
+    before = reference_counts(survivors)
+    dying = [Watched() for _ in range(2 * RUN)]
+    dying_refs = [weakref.ref(obj) for obj in dying]
+    for obj in dying[:RUN]:
+        cuda_reclaim.defer_release(obj)
+    for obj in survivors:
+        cuda_reclaim.defer_release(obj)
+    for obj in dying[RUN:]:
+        cuda_reclaim.defer_release(obj)
+    del dying, obj
+    released = 0
+    while released < 3 * RUN:
+        got = cuda_reclaim.drain() if per_drain is None else cuda_reclaim.drain(per_drain)
+        assert got > 0
+        released += got
+    assert released == 3 * RUN
+    assert all(ref() is None for ref in dying_refs)
+    assert Watched.finalized == 2 * RUN
+    assert Watched.unconserved == [], "a finalizer that the drain ran saw the counts out of balance"
+    assert reference_counts(survivors) == before
+    assert cuda_reclaim.pending() == 0
+    assert conserved(cuda_reclaim.stats())
+
+
 def test_a_budgeted_drain_releases_exactly_its_budget(drained):
     objects = [Payload() for _ in range(COUNT)]
     before = reference_counts(objects)
