@@ -70,7 +70,7 @@ __attribute__((flatten)) inline TakenBatch dequeue_quietly(PointerQueue& queue, 
 // How often a drain that found quiet offers useless offers them again, in batches. Quiet offers read
 // every pointee during the copy; when the references are the last ones (objects that die), nothing
 // leaves quietly and that read only makes the copy wait for lines the release action would otherwise
-// fetch while it works (measured on a 16-core Xeon: objects that die drained about 15% slower with the
+// fetch while it works (measured on a 16-core Xeon: objects that die drained 10-15% slower with the
 // offers than without). So once a batch releases less than half of its pointers quietly, the next
 // batches are taken plainly, and one in kQuietSampleEvery is offered again to notice a change of mix.
 constexpr std::uint32_t kQuietSampleEvery = 16;
