@@ -28,8 +28,7 @@ void release_references(reclaim::ReleaseBatch* batch, void*) {
     batch->next = index + 1;
     if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = static_cast<PyObject*>(items[index]);
-    const PyTypeObject* const type = Py_TYPE(item);
-    if (type == host.host_call || type == host.host_node) {
+    if (host.includes(Py_TYPE(item))) {
       release_queued_item(item);
     } else {
       Py_DECREF(item);
@@ -56,8 +55,7 @@ struct QuietDecref {
     return false;
 #else
     PyObject* const item = static_cast<PyObject*>(pointer);
-    const PyTypeObject* const type = Py_TYPE(item);
-    if (type == host.host_call || type == host.host_node || Py_REFCNT(item) <= 1) return false;
+    if (host.includes(Py_TYPE(item)) || Py_REFCNT(item) <= 1) return false;
     Py_DECREF(item);  // an immortal object's count is above one here too, and Py_DECREF leaves it alone
     return true;
 #endif

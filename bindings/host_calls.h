@@ -32,6 +32,9 @@ void release_queued_item(PyObject* item);
 struct HostItemTypes {
   const PyTypeObject* host_call;
   const PyTypeObject* host_node;
+  // True when an item of `type` is a host call or host-node call (run by the release action, never
+  // Py_DECREF'd as a plain reference).
+  bool includes(const PyTypeObject* type) const noexcept { return type == host_call || type == host_node; }
 };
 HostItemTypes host_item_types() noexcept;
 
