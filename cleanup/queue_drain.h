@@ -164,8 +164,9 @@ std::size_t ReclaimQueue::drain_quietly(ReleaseBatchFn release, void* context, s
       release, context, max_items, linger,
       [&quiet, &plain_run](PointerQueue& from, void** batch, std::size_t want) {
         if (plain_run != 0 && plain_run < kQuietSampleEvery) {
-          ++plain_run;
-          return dequeue_batch<false>(from, batch, want);  // the release action fetches its pointees
+          const TakenBatch got = dequeue_batch<false>(from, batch, want);  // the action fetches pointees
+          if (got.taken != 0) ++plain_run;  // an empty look (at a retired storage) is not a batch
+          return got;
         }
         const TakenBatch got = dequeue_quietly(from, batch, want, quiet);
         if (got.taken != 0) plain_run = (got.taken - got.left) * 2 >= got.taken ? 0 : 1;
