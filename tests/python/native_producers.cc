@@ -1,6 +1,7 @@
 // tests/python/native_producers.cc — test-only extension `_native_producers`: std::threads that Python
 // did not create hand references over through the public C API (the capsule's CUhostFn-compatible
-// host_destructor), as CUDA's callback thread does. The thread bodies never touch Python.
+// host_destructor), as CUDA's callback thread does. The thread bodies never touch Python. Also
+// `LeavesAnException`, a type whose deallocator leaves an exception set, as a faulty C extension's may.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -68,7 +69,31 @@ PyObject* hand_over_detached(PyObject*, PyObject* args) {
   return PyLong_FromLong(threads);
 }
 
+// LeavesAnException(): an object whose deallocator frees it and then leaves a RuntimeError set (a bug in
+// a C extension, which a drain must report and survive). Each deallocation counts in `deallocated`.
+Py_ssize_t g_leaky_deallocated = 0;
+
+void leaky_dealloc(PyObject* self) {
+  PyTypeObject* const type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);
+  ++g_leaky_deallocated;
+  PyErr_SetString(PyExc_RuntimeError, "left set by a deallocator");
+}
+
+PyType_Slot kLeakySlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(leaky_dealloc)},
+    {Py_tp_doc, const_cast<char*>("An object whose deallocator leaves a RuntimeError set.")},
+    {0, nullptr},
+};
+PyType_Spec kLeakySpec = {"_native_producers.LeavesAnException", sizeof(PyObject), 0, Py_TPFLAGS_DEFAULT,
+                          kLeakySlots};
+
+// leaky_deallocated() -> int: how many LeavesAnException objects were deallocated so far.
+PyObject* leaky_deallocated(PyObject*, PyObject*) { return PyLong_FromSsize_t(g_leaky_deallocated); }
+
 PyMethodDef kMethods[] = {
+    {"leaky_deallocated", leaky_deallocated, METH_NOARGS, "leaky_deallocated() -> int"},
     {"hand_over", hand_over, METH_VARARGS, "hand_over(objs, threads=1, delay_us=0) -> int"},
     {"hand_over_detached", hand_over_detached, METH_VARARGS,
      "hand_over_detached(objs, threads=1, delay_us=0) -> int"},
@@ -81,5 +106,13 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_native_producers", nullptr, -1, 
 
 PyMODINIT_FUNC PyInit__native_producers(void) {
   if (cuda_reclaim_import(&g_api) < 0) return nullptr;
-  return PyModule_Create(&kModule);
+  PyObject* const module = PyModule_Create(&kModule);
+  if (module == nullptr) return nullptr;
+  PyObject* const leaky = PyType_FromSpec(&kLeakySpec);
+  if (leaky == nullptr || PyModule_AddObject(module, "LeavesAnException", leaky) < 0) {
+    Py_XDECREF(leaky);
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }

@@ -3,6 +3,8 @@
 import sys
 import weakref
 
+import pytest
+
 import cuda_reclaim
 
 
@@ -27,6 +29,28 @@ def test_finalizer_exception_goes_to_unraisablehook_and_the_drain_goes_on(draine
     assert cuda_reclaim.drain() == 10
     assert Counted.released == 5
     assert len(seen) == 5 and all(isinstance(e, RuntimeError) for e in seen)
+
+
+def test_an_exception_a_deallocator_leaves_set_is_reported_and_every_later_release_still_runs(
+    drained, monkeypatch
+):
+    _native_producers = pytest.importorskip("_native_producers")
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_value))
+    Counted.released = 0
+    before = _native_producers.leaky_deallocated()
+    # Three kinds interleaved in one batch: the faulty deallocator's exception is still set when the next
+    # releases run (as when CPython unwinds a frame), and Python finalizers run regardless.
+    for i in range(30):
+        cuda_reclaim.defer_release(_native_producers.LeavesAnException() if i % 3 == 0 else Counted())
+    assert cuda_reclaim.drain() == 30
+    assert _native_producers.leaky_deallocated() - before == 10
+    assert Counted.released == 20
+    assert seen and all(isinstance(e, RuntimeError) and str(e) == "left set by a deallocator" for e in seen)
+    # Nothing is left set for the caller, and the next drain starts clean.
+    assert sys.exc_info() == (None, None, None)
+    cuda_reclaim.defer_release(Counted())
+    assert cuda_reclaim.drain() == 1 and Counted.released == 21
 
 
 class DrainsAgain:

@@ -53,6 +53,10 @@ def test_exceptions_go_to_the_future_with_their_traceback():
     fake_cuda.run_script(SCENARIOS, "exceptions_go_to_the_future")
 
 
+def test_a_call_after_a_deallocator_that_leaves_an_exception_set_runs_clean():
+    fake_cuda.run_script(SCENARIOS, "a_call_after_a_deallocator_that_leaves_an_exception_runs_clean")
+
+
 def test_calls_of_one_stream_run_in_stream_order_whichever_cuda_thread_and_drain_runs_them():
     # Four CUDA threads take turns on three streams (so consecutive host functions of one stream push
     # through different producer slots); the automatic drain thread and small budgeted drains on the main

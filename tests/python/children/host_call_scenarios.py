@@ -81,6 +81,24 @@ def exceptions_go_to_the_future():
     print("still running")
 
 
+def a_call_after_a_deallocator_that_leaves_an_exception_runs_clean():
+    # CUDA's thread hands over, in stream order, a reference whose deallocator leaves an exception set (a
+    # faulty C extension) and then a host call: one drain releases both. The call must start with no
+    # exception set (else CPython would fail it with a SystemError), and the leftover one is reported.
+    import _native_producers
+
+    fake = fake_driver()
+    seen = []
+    sys.unraisablehook = lambda unraisable: seen.append(str(unraisable.exc_value))
+    cuda_reclaim.keep_alive_until(0x8250, _native_producers.LeavesAnException())
+    future = cuda_reclaim.launch_host_func(0x8250, lambda: "ran clean")
+    assert fake.fake_cuda_run_host_functions() == 2
+    assert cuda_reclaim.drain() == 2
+    assert _native_producers.leaky_deallocated() == 1
+    assert future.result(timeout=0) == "ran clean"
+    assert seen == ["left set by a deallocator"], seen
+
+
 def stream_order_across_cuda_threads_and_drains():
     fake = fake_driver()
     cuda_reclaim.set_auto_drain("thread")
@@ -291,6 +309,7 @@ if __name__ == "__main__":
         without_a_driver,
         runs_in_a_drain_into_its_future,
         exceptions_go_to_the_future,
+        a_call_after_a_deallocator_that_leaves_an_exception_runs_clean,
         stream_order_across_cuda_threads_and_drains,
         a_call_that_drains_again,
         a_cancelled_future_never_runs,
