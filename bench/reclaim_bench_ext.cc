@@ -242,24 +242,38 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
 
 // The release action bindings/ gives the queue (bindings/drain.cc's release_references), reproduced for
 // the decomposition row of the drain table: one loop over a batch that tells host calls from plain
-// references by their type, asks for each object's line a few items ahead, and checks the thread's error
-// indicator inline after each release. Run over the whole array in the chunks the queue hands it, it is
-// the drain minus the queue.
+// references by their type, asks for each object's line a few items ahead, keeps its place for an
+// unwind, and reads the thread's error indicator once, after the loop. Run over the whole array in the
+// chunks the queue hands it, it is the drain minus the queue.
 PyTypeObject* volatile g_host_types[2] = {nullptr, nullptr};  // never an object's type here
 
-void release_like_bindings(PyObject* const* items, std::size_t count) {
+struct ChunkLikeBindings {  // reclaim::ReleaseBatch's fields that the action reads and writes
+  PyObject* const* items;
+  std::size_t count;
+  std::size_t next;
+};
+
+__attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* chunk) {
   const PyThreadState* const thread = PyThreadState_Get();
   const PyTypeObject* const host_call = g_host_types[0];
   const PyTypeObject* const host_node = g_host_types[1];
+  PyObject* const* const items = chunk->items;
+  const std::size_t count = chunk->count;
   constexpr std::size_t kFetchAhead = 8;  // as bindings/drain.cc
-  for (std::size_t index = 0; index < count; ++index) {
+  for (std::size_t index = chunk->next; index < count; ++index) {
+    chunk->next = index + 1;
     if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = items[index];
     const PyTypeObject* const type = Py_TYPE(item);
     if (type == host_call || type == host_node) continue;  // never taken: no host calls here
     Py_DECREF(item);
-    if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
   }
+  if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
+}
+
+void release_like_bindings(PyObject* const* items, std::size_t count) {
+  ChunkLikeBindings chunk{items, count, 0};
+  release_chunk_like_bindings(&chunk);
 }
 void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
 constexpr std::size_t kBindingsBatch = 128;  // the chunk the queue hands its release action (cleanup/queue_drain.h)
