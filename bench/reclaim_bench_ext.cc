@@ -261,11 +261,11 @@ __attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* ch
   const std::size_t count = chunk->count;
   constexpr std::size_t kFetchAhead = 8;  // as bindings/drain.cc
   for (std::size_t index = chunk->next; index < count; ++index) {
-    chunk->next = index + 1;
     if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = items[index];
     const PyTypeObject* const type = Py_TYPE(item);
     if (type == host_call || type == host_node) continue;  // never taken: no host calls here
+    chunk->next = index + 1;
     Py_DECREF(item);
   }
   if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);

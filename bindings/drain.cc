@@ -36,13 +36,16 @@ void release_references(reclaim::ReleaseBatch* batch, void*) {
   const std::size_t count = batch->count;
   // The index lives in a register; batch->next is only written (for an unwind), never read back.
   for (std::size_t index = batch->next; index < count; ++index) {
-    batch->next = index + 1;
     if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = static_cast<PyObject*>(items[index]);
     if (host.includes(Py_TYPE(item))) {
+      // Reported while batch->next still points at the call: sys.unraisablehook runs Python code, and
+      // should it unwind, the call is put back rather than lost.
       report_leftover_exception(thread);
+      batch->next = index + 1;
       release_queued_item(item);
     } else {
+      batch->next = index + 1;
       Py_DECREF(item);
     }
   }
