@@ -23,8 +23,9 @@ namespace {
 // exception current, and a debug build checks that a deallocator leaves the indicator as it found it),
 // so a plain release needs no clean indicator; one that leaves an exception set is a bug that the report
 // after the loop still catches (the last such exception of the batch, as CPython's own loops would keep
-// it). A host call runs the user's function, which must start clean. Reading it after every release
-// instead cost 5% of the release of dying objects.
+// it). A host call runs the user's function, which must start clean. Read after every release, the
+// indicator cost the release action over an array of dying objects about 5% on one machine; on a 16-core
+// Xeon the difference stayed within the run-to-run noise.
 constexpr std::size_t kFetchAhead = 8;
 void report_leftover_exception(const PyThreadState* thread) {
   if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
