@@ -11,6 +11,9 @@
 //                                  thread does): what moving them between cores adds.
 //   BM_Drain/<strategy>/<batch>    owner cost per released pointer (no-op release), vs a plain loop over
 //                                  an array (the limit); batch = the drain's max_items (0: all at once).
+//                                  Strategy moodycamel_bulk is moodycamel's own bulk dequeue alone, in
+//                                  batches of cuda-reclaim's size, then the release over each batch: the
+//                                  floor of any drain that must finish a bulk dequeue before it releases.
 //   BM_HeapBytes/<strategy>        heap bytes in use per pending pointer after a burst, and after draining
 //                                  (mallinfo2, all arenas; includes malloc's own overhead).
 // Speed is reported, never asserted. bench/run_benchmarks.sh runs this and turns it into docs/benchmarks.md.
@@ -30,6 +33,7 @@
 
 #include "bench/anchors.h"
 #include "benchmark/benchmark.h"
+#include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
 #include "concurrentqueue/concurrentqueue.h"
 
@@ -114,6 +118,27 @@ struct StackStrategy {
     (void)stack.push(node);  // a real producer would schedule the owner here when this returns true
   }
   std::size_t drain(std::size_t) { return CoalescedStack::release_list(stack.take_all(), count_release_item); }
+};
+
+// moodycamel alone, as cuda-reclaim's storage uses it (an explicit producer), with no slot, count or
+// signal around it: the drain takes batches of cuda-reclaim's size into an array on the stack, then calls
+// the release for each pointer of the batch.
+struct MoodycamelBulkStrategy {
+  moodycamel::ConcurrentQueue<void*> queue{g_drain_items};
+  moodycamel::ProducerToken token{queue};
+  void push(int, std::size_t i) { queue.enqueue(token, fake_item(i)); }
+  std::size_t drain(std::size_t max_items) {
+    void* batch[reclaim::kDrainBatch];
+    std::size_t total = 0;
+    while (total < max_items) {
+      const std::size_t want = std::min(max_items - total, reclaim::kDrainBatch);
+      const std::size_t taken = queue.try_dequeue_bulk(batch, want);
+      if (taken == 0) break;
+      for (std::size_t index = 0; index < taken; ++index) count_release_item(batch[index]);
+      total += taken;
+    }
+    return total;
+  }
 };
 
 template <class Strategy>
@@ -304,10 +329,15 @@ void register_all() {
       ->Arg(4096)
       ->Arg(0)
       ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_Drain/moodycamel_bulk", BM_Drain<MoodycamelBulkStrategy>)
+      ->Arg(0)
+      ->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/mutex_vector", BM_Drain<VectorStrategy>)->Arg(0)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/mutex_deque", BM_Drain<DequeStrategy>)->Arg(0)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_Drain/cas_stack", BM_Drain<StackStrategy>)->Arg(0)->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/cuda_reclaim", BM_DrainPushedElsewhere<ReclaimStrategy>)
+      ->Iterations(drain_iterations);
+  benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/moodycamel_bulk", BM_DrainPushedElsewhere<MoodycamelBulkStrategy>)
       ->Iterations(drain_iterations);
   benchmark::RegisterBenchmark("BM_DrainPushedElsewhere/mutex_vector", BM_DrainPushedElsewhere<VectorStrategy>)
       ->Iterations(drain_iterations);
