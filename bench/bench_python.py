@@ -7,7 +7,8 @@ machine. Sections:
             or busy (running bytecode, so the GIL is contended); p50, p99, max.
   latency   push -> object actually released (a Probe's tp_dealloc stamps the time), with the main
             thread busy, sleeping in C (time.sleep), or idle in an asyncio loop.
-  drain     references released per second vs a plain Py_DECREF loop, objects that die or survive.
+  drain     references released per second vs a plain Py_DECREF loop, objects that die or survive, in
+            address order, and objects that die in a scattered order.
   idle      an empty drain() vs a no-op C function; CPU time of the idle auto-drain thread.
   memory    RSS per pending reference after a burst of pushes, and after draining (child processes).
 
@@ -192,17 +193,24 @@ def bench_latency(cfg):
 LOOP_METHODS = ("plain_decref_loop", "plain_decref_loop_written_elsewhere", "plain_release_fn_loop")
 
 
+# What happens to the objects when their reference is released, and the order of their addresses: *die*
+# and *survive* in address order, *die, scattered* in one fixed shuffled order (bench/reclaim_bench_ext.cc's
+# probes()).
+DRAIN_FATES = ("die", "survive", "die, scattered")
+
+
 def _time_drain_once(cfg, fate, method):
     """ns to release cfg.drain_n references by `method`; objects die or survive the release."""
-    objects = ext.probes(cfg.drain_n)
+    objects = ext.probes(cfg.drain_n, fate.endswith("scattered"))
+    die = fate != "survive"
     if method in LOOP_METHODS:
-        return ext.decref_loop(objects, fate == "die", method == "plain_release_fn_loop",
+        return ext.decref_loop(objects, die, method == "plain_release_fn_loop",
                                method == "plain_decref_loop_written_elsewhere")
     strategy, batch = method
     # cuda.core's pending call may run as soon as burst() returns to bytecode, before any drain here:
     # it times itself, and what it did is added in.
     _, before_released, before_ns = ext.pending_call_totals()
-    ext.burst(strategy, objects, fate == "die")  # die: the strategy holds the only references
+    ext.burst(strategy, objects, die)  # die: the strategy holds the only references
     released = 0
     start = time.perf_counter_ns()
     if strategy == "cuda_reclaim":
@@ -225,7 +233,7 @@ def bench_drain(cfg):
     methods = list(LOOP_METHODS) + [("cuda_reclaim", b) for b in DRAIN_BATCHES]
     methods += [(s, None) for s in QUEUEING_STRATEGIES if s != "cuda_reclaim"]
     rows = []
-    for fate in ("die", "survive"):
+    for fate in DRAIN_FATES:
         # Round-robin over the methods, repeated: a burst of load on the machine hits every method alike.
         samples = {i: [] for i in range(len(methods))}
         for _ in range(cfg.repeats):

@@ -11,6 +11,8 @@
 #include <Python.h>
 
 #include <algorithm>
+#include <functional>
+#include <random>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -317,10 +319,16 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
   return PyLong_FromLongLong(now_ns() - start);
 }
 
-// probes(n) -> list of n Probe objects (not stamped): cheap distinct objects for bursts.
-PyObject* py_probes(PyObject*, PyObject* arg) {
-  const Py_ssize_t n = PyLong_AsSsize_t(arg);
-  if (n == -1 && PyErr_Occurred()) return nullptr;
+// probes(n, scattered=False) -> list of n Probe objects (not stamped): cheap distinct objects for bursts,
+// listed in address order, or with scattered=True in one fixed pseudo-random order of their addresses.
+// pymalloc hands out addresses in an order that depends on what was freed before, so without the sort
+// each drain method would meet its own memory order; sorted, every method meets the same one (the plain
+// loop's best: the hardware's own prefetcher follows it), and scattered, every method meets the same
+// order of objects that were not released in the order they were made (as CUDA hands references back).
+PyObject* py_probes(PyObject*, PyObject* args) {
+  Py_ssize_t n;
+  int scattered = 0;
+  if (!PyArg_ParseTuple(args, "n|p", &n, &scattered)) return nullptr;
   if (n < 0) {
     PyErr_SetString(PyExc_ValueError, "n must be >= 0");
     return nullptr;
@@ -335,6 +343,9 @@ PyObject* py_probes(PyObject*, PyObject* arg) {
     }
     PyList_SET_ITEM(list, i, probe);
   }
+  PyObject** const items = PySequence_Fast_ITEMS(list);
+  std::sort(items, items + n, std::less<PyObject*>());
+  if (scattered) std::shuffle(items, items + n, std::mt19937_64(20261203));
   return list;
 }
 
@@ -358,7 +369,7 @@ PyMethodDef kMethods[] = {
     {"free_nodes", py_free_nodes, METH_NOARGS, "free_nodes(): free cas_pending_call burst nodes"},
     {"decref_loop", py_decref_loop, METH_VARARGS,
      "decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> ns"},
-    {"probes", py_probes, METH_O, "probes(n) -> list of n objects"},
+    {"probes", py_probes, METH_VARARGS, "probes(n, scattered=False) -> list of n objects"},
     {"pending_call_totals", py_pending_call_totals, METH_NOARGS, "pending_call_totals() -> (calls, released, ns)"},
     {"noop", py_noop, METH_NOARGS, "noop() -> None"},
     {nullptr, nullptr, 0, nullptr},

@@ -1,7 +1,7 @@
 """The numbers in the prose of docs/benchmarks.md (bench/report/template.md), each derived from the run
 being reported, so that a regenerated report never repeats a number that its run did not measure."""
 
-from report.tables import count, fmt_ns
+from report.tables import DRAIN_FATES, count, fmt_ns
 
 ANCHOR_STRATEGIES = ("mutex_vector", "mutex_deque", "cas_pending_call")
 
@@ -139,7 +139,7 @@ def drain_breakdown(r):
     """Python drain, per reference: the limit, bindings' batch action over an array, the limit over an array
     another thread wrote, the public drain."""
     parts = []
-    for fate in ("die", "survive"):
+    for fate in DRAIN_FATES:
         limit = r.find("drain", fate=fate, strategy="plain_decref_loop", batch="all")
         action = r.find("drain", fate=fate, strategy="plain_release_fn_loop", batch="all")
         elsewhere = r.find("drain", fate=fate, strategy="plain_decref_loop_written_elsewhere", batch="all")

@@ -29,6 +29,7 @@ LATENCY_KEYS = (
 DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"),
                  ("plain_decref_loop_written_elsewhere", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
                  ("mutex_vector", "all"), ("mutex_deque", "all"), ("cas_pending_call", "all"))
+DRAIN_FATES = ("die", "survive", "die, scattered")  # as bench_python.py's
 CPP_DRAIN = (("plain_loop", 0), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", 0),
              ("moodycamel_bulk", 0), ("mutex_vector", 0), ("mutex_deque", 0), ("cas_stack", 0))
 CPP_DRAIN_PUSHED_ELSEWHERE = ("cuda_reclaim", "moodycamel_bulk", "mutex_vector", "mutex_deque", "cas_stack")
@@ -258,7 +259,7 @@ def latency_table(r):
 
 def drain_tables(r):
     rows = []
-    for fate in ("die", "survive"):
+    for fate in DRAIN_FATES:
         limit = r.find("drain", fate=fate, strategy="plain_decref_loop", batch="all")
         for strategy, batch in DRAIN_METHODS:
             row = r.find("drain", fate=fate, strategy=strategy, batch=batch)
@@ -363,7 +364,7 @@ def slower_rows(r):
             if anchor["p50"] < best_row["p50"]:
                 notes.append(f"release latency p50, main {main}: cuda.core's pending call {fmt_ns(anchor['p50'])} "
                              f"vs cuda-reclaim's best ({best_row['drain']}) {fmt_ns(best_row['p50'])}")
-    for fate in ("die", "survive"):
+    for fate in DRAIN_FATES:
         ours = r.find("drain", fate=fate, strategy="cuda_reclaim", batch="all")
         for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call"):
             row = r.find("drain", fate=fate, strategy=strategy, batch="all")
