@@ -293,20 +293,23 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
     return nullptr;
   }
   const Py_ssize_t n = PyList_GET_SIZE(list);
-  std::vector<PyObject*> items(static_cast<std::size_t>(n));
+  // The same steps as burst(), in its order: the objects are touched (a new reference each, and with die
+  // the list's dropped), and only then is the array the loop reads written, as a strategy's pushes are
+  // after the objects' last touch. So the loop meets the objects' lines as the drains do.
   PyObject** const listed = PySequence_Fast_ITEMS(list);
   for (Py_ssize_t i = 0; i < n; ++i) Py_INCREF(listed[i]);
-  const auto fill = [&items, listed] { std::copy(listed, listed + items.size(), items.begin()); };
+  const std::vector<PyObject*> taken(listed, listed + n);
+  if (die && PyList_SetSlice(list, 0, n, nullptr) < 0) {
+    for (PyObject* item : taken) Py_DECREF(item);
+    return nullptr;
+  }
+  std::vector<PyObject*> items(static_cast<std::size_t>(n));
+  const auto fill = [&items, &taken] { std::copy(taken.begin(), taken.end(), items.begin()); };
   if (written_elsewhere) {
-    // The list is not mutated meanwhile: the main thread waits here, holding the GIL.
-    std::thread writer(fill);
+    std::thread writer(fill);  // the main thread waits here, holding the GIL
     writer.join();
   } else {
     fill();
-  }
-  if (die && PyList_SetSlice(list, 0, n, nullptr) < 0) {
-    for (PyObject* item : items) Py_DECREF(item);
-    return nullptr;
   }
   const std::int64_t start = now_ns();
   if (like_bindings) {
