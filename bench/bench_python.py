@@ -24,6 +24,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -242,6 +243,7 @@ def bench_drain(cfg):
         for i, method in enumerate(methods):
             # The best of the repeats: a throughput is what the code can do; interference only slows it.
             ns = min(samples[i])
+            median_ns = statistics.median(samples[i])
             strategy, batch = (method, None) if isinstance(method, str) else method
             rows.append({
                 "section": "drain",
@@ -250,6 +252,7 @@ def bench_drain(cfg):
                 "batch": "all" if batch is None else batch,
                 "n": cfg.drain_n,
                 "ns": ns,
+                "median_ns": median_ns,
                 "refs_per_s": cfg.drain_n / (ns / 1e9),
             })
     cuda_reclaim.set_auto_drain("thread")

@@ -266,9 +266,11 @@ def drain_tables(r):
             if row is None or limit is None:
                 continue
             label = ANCHORS[strategy] + (f", `drain({batch})` from Python" if strategy == "cuda_reclaim" else "")
+            medians = ("median_ns" in row and "median_ns" in limit)
             rows.append([fate, label, f"{row['refs_per_s'] / 1e6:.1f}", fmt_ns(row["ns"] / row["n"]),
-                         f"{row['refs_per_s'] / limit['refs_per_s']:.0%}"])
-    python = table(["objects", "drain", "M refs/s", "per ref", "of the limit"], rows)
+                         f"{row['refs_per_s'] / limit['refs_per_s']:.0%}",
+                         f"{limit['median_ns'] / row['median_ns']:.0%}" if medians else "–"])
+    python = table(["objects", "drain", "M refs/s", "per ref", "of the limit", "of the limit, medians"], rows)
     rows = []
     limit = r.bench(r"BM_Drain/plain_loop/0/iterations:\d+")
     for strategy, batch in CPP_DRAIN:
