@@ -120,11 +120,11 @@ struct StackStrategy {
   std::size_t drain(std::size_t) { return CoalescedStack::release_list(stack.take_all(), count_release_item); }
 };
 
-// moodycamel alone, as cuda-reclaim's storage uses it (an explicit producer), with no slot, count or
-// signal around it: the drain takes batches of cuda-reclaim's size into an array on the stack, then calls
-// the release for each pointer of the batch.
+// moodycamel alone, as cuda-reclaim's storage uses it (its traits, an explicit producer), with no slot,
+// count or signal around it: the drain takes batches of cuda-reclaim's size into an array on the stack,
+// then calls the release for each pointer of the batch.
 struct MoodycamelBulkStrategy {
-  moodycamel::ConcurrentQueue<void*> queue{g_drain_items};
+  reclaim::PointerQueue queue{g_drain_items};
   moodycamel::ProducerToken token{queue};
   void push(int, std::size_t i) { queue.enqueue(token, fake_item(i)); }
   std::size_t drain(std::size_t max_items) {
