@@ -11,12 +11,12 @@
 #include <Python.h>
 
 #include <algorithm>
-#include <functional>
-#include <random>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 

@@ -70,7 +70,7 @@ PyObject* hand_over_detached(PyObject*, PyObject* args) {
 }
 
 // LeavesAnException(): an object whose deallocator frees it and then leaves a RuntimeError set (a bug in
-// a C extension, which a drain must report and survive). Each deallocation counts in `deallocated`.
+// a C extension, which a drain must report and survive). leaky_deallocated() counts the deallocations.
 Py_ssize_t g_leaky_deallocated = 0;
 
 void leaky_dealloc(PyObject* self) {

@@ -47,8 +47,8 @@ def test_an_exception_a_deallocator_leaves_set_is_reported_and_every_later_relea
     assert _native_producers.leaky_deallocated() - before == 10
     assert Counted.released == 20
     assert seen and all(isinstance(e, RuntimeError) and str(e) == "left set by a deallocator" for e in seen)
-    # Nothing is left set for the caller, and the next drain starts clean.
-    assert sys.exc_info() == (None, None, None)
+    # drain() returned its count, so it left no exception set (CPython turns a C function's result with an
+    # exception set into a SystemError); and the next drain starts clean.
     cuda_reclaim.defer_release(Counted())
     assert cuda_reclaim.drain() == 1 and Counted.released == 21
 

@@ -84,7 +84,7 @@ def exceptions_go_to_the_future():
 def a_call_after_a_deallocator_that_leaves_an_exception_runs_clean():
     # CUDA's thread hands over, in stream order, a reference whose deallocator leaves an exception set (a
     # faulty C extension) and then a host call: one drain releases both. The call must start with no
-    # exception set (else CPython would fail it with a SystemError), and the leftover one is reported.
+    # exception set (run with one, it never completes its future), and the leftover one is reported.
     import _native_producers
 
     fake = fake_driver()
