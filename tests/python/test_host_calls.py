@@ -57,6 +57,11 @@ def test_a_call_after_a_deallocator_that_leaves_an_exception_set_runs_clean():
     fake_cuda.run_script(SCENARIOS, "a_call_after_a_deallocator_that_leaves_an_exception_runs_clean")
 
 
+@pytest.mark.parametrize("then", ["drain", "close"])
+def test_the_report_before_a_call_may_drain_again_or_close(then):
+    fake_cuda.run_script(SCENARIOS, "the_report_before_a_call_may_drain_again_or_close", then)
+
+
 def test_calls_of_one_stream_run_in_stream_order_whichever_cuda_thread_and_drain_runs_them():
     # Four CUDA threads take turns on three streams (so consecutive host functions of one stream push
     # through different producer slots); the automatic drain thread and small budgeted drains on the main

@@ -99,6 +99,39 @@ def a_call_after_a_deallocator_that_leaves_an_exception_runs_clean():
     assert seen == ["left set by a deallocator"], seen
 
 
+def the_report_before_a_call_may_drain_again_or_close(then):
+    # The leftover exception's report (sys.unraisablehook, Python code) runs inside the drain, just before
+    # the host call: a hook that drains again or closes must find the counts conserved, and the call runs
+    # (drain) or is cancelled (close), never lost and never left outstanding.
+    import _native_producers
+
+    fake = fake_driver()
+    seen = []
+
+    def hook(unraisable):
+        seen.append(str(unraisable.exc_value))
+        s = cuda_reclaim.stats()
+        assert s["handed_over"] == s["released"] + s["pending"] + s["leaked_after_close"] + s[
+            "abandoned_after_fork"
+        ], s
+        if then == "drain":
+            cuda_reclaim.drain()
+        else:
+            cuda_reclaim.close()
+
+    sys.unraisablehook = hook
+    cuda_reclaim.keep_alive_until(0x8260, _native_producers.LeavesAnException())
+    future = cuda_reclaim.launch_host_func(0x8260, lambda: "ran")
+    assert fake.fake_cuda_run_host_functions() == 2
+    assert cuda_reclaim.drain() == 2
+    assert seen == ["left set by a deallocator"], seen
+    if then == "drain":
+        assert future.result(timeout=0) == "ran"
+    else:
+        assert future.cancelled(), future
+    assert cuda_reclaim.stats()["calls_outstanding"] == 0
+
+
 def stream_order_across_cuda_threads_and_drains():
     fake = fake_driver()
     cuda_reclaim.set_auto_drain("thread")
@@ -310,6 +343,7 @@ if __name__ == "__main__":
         runs_in_a_drain_into_its_future,
         exceptions_go_to_the_future,
         a_call_after_a_deallocator_that_leaves_an_exception_runs_clean,
+        the_report_before_a_call_may_drain_again_or_close,
         stream_order_across_cuda_threads_and_drains,
         a_call_that_drains_again,
         a_cancelled_future_never_runs,
