@@ -246,13 +246,15 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
 // the decomposition row of the drain table: one loop over a batch that tells host calls from plain
 // references by their type, asks for each object's line a few items ahead, keeps its place for an
 // unwind, and reads the thread's error indicator once, after the loop. Run over the whole array in the
-// chunks the queue hands it, it is the drain minus the queue.
+// chunks the queue hands it (and fetching ahead across a chunk's end, up to the end of its dequeue, as the
+// queue lets it), it is the drain minus the queue.
 PyTypeObject* volatile g_host_types[2] = {nullptr, nullptr};  // never an object's type here
 
 struct ChunkLikeBindings {  // reclaim::ReleaseBatch's fields that the action reads and writes
   PyObject* const* items;
   std::size_t count;
   std::size_t next;
+  std::size_t available;
 };
 
 __attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* chunk) {
@@ -261,9 +263,10 @@ __attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* ch
   const PyTypeObject* const host_node = g_host_types[1];
   PyObject* const* const items = chunk->items;
   const std::size_t count = chunk->count;
+  const std::size_t available = chunk->available;
   constexpr std::size_t kFetchAhead = 8;  // as bindings/drain.cc
   for (std::size_t index = chunk->next; index < count; ++index) {
-    if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
+    if (index + kFetchAhead < available) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = items[index];
     const PyTypeObject* const type = Py_TYPE(item);
     if (type == host_call || type == host_node) continue;  // never taken: no host calls here
@@ -273,12 +276,20 @@ __attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* ch
   if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
 }
 
-void release_like_bindings(PyObject* const* items, std::size_t count) {
-  ChunkLikeBindings chunk{items, count, 0};
-  release_chunk_like_bindings(&chunk);
+// The sizes the queue uses (cleanup/queue_storage.h, cleanup/queue_drain.h): pointers per dequeue, and the
+// chunks of a dequeue it hands the release action one call at a time.
+constexpr std::size_t kBindingsDequeue = 512;
+constexpr std::size_t kBindingsChunk = 128;
+
+// One dequeue's worth of items, handed over in chunks over the same items, as the queue does.
+void release_like_bindings(PyObject* const* items, std::size_t available) {
+  ChunkLikeBindings chunk{items, 0, 0, available};
+  while (chunk.count < available) {
+    chunk.count += std::min(kBindingsChunk, available - chunk.count);
+    release_chunk_like_bindings(&chunk);
+  }
 }
 void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
-constexpr std::size_t kBindingsBatch = 128;  // the chunk the queue hands its release action (cleanup/queue_drain.h)
 
 // decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> int: the physical limit of a
 // drain, timed here: one Py_DECREF per item over a plain array (with like_bindings: through bindings'
@@ -313,8 +324,8 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
   }
   const std::int64_t start = now_ns();
   if (like_bindings) {
-    for (std::size_t first = 0; first < items.size(); first += kBindingsBatch) {
-      g_release_like_bindings(items.data() + first, std::min(kBindingsBatch, items.size() - first));
+    for (std::size_t first = 0; first < items.size(); first += kBindingsDequeue) {
+      g_release_like_bindings(items.data() + first, std::min(kBindingsDequeue, items.size() - first));
     }
   } else {
     for (PyObject* item : items) Py_DECREF(item);

@@ -16,7 +16,9 @@ namespace {
 // host calls) are Py_DECREF'd here without a call. Each object's line is asked for kFetchAhead items
 // before its release, so that the fetch overlaps with the releases in between (the drain hands over
 // batches without prefetched pointees when the references are mostly the last ones:
-// cleanup/queue_drain.h).
+// cleanup/queue_drain.h). The fetch looks across the end of a call into the items the same dequeue hands
+// over next (batch->available): stopping at the call's end would leave the first kFetchAhead objects of
+// every call unfetched, and the queue hands its dequeues over in chunks.
 //
 // The error indicator is read once per batch, after the loop, and before each host call. A deallocator
 // must work with an exception set (CPython's own unwinding releases a frame's references with the
@@ -35,9 +37,10 @@ void release_references(reclaim::ReleaseBatch* batch, void*) {
   const HostItemTypes host = host_item_types();
   void* const* const items = batch->items;
   const std::size_t count = batch->count;
+  const std::size_t available = batch->available;
   // The index lives in a register; batch->next is only written (for an unwind), never read back.
   for (std::size_t index = batch->next; index < count; ++index) {
-    if (index + kFetchAhead < count) __builtin_prefetch(items[index + kFetchAhead], 1);
+    if (index + kFetchAhead < available) __builtin_prefetch(items[index + kFetchAhead], 1);
     PyObject* const item = static_cast<PyObject*>(items[index]);
     if (host.includes(Py_TYPE(item))) {
       // Reported while batch->next still points at the call: sys.unraisablehook runs Python code, and

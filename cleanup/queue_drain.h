@@ -122,7 +122,7 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
     // the queue is (nearly) empty, and fetching the lines the producer writes next would only take
     // them away from its core.
     std::uintptr_t ahead = got.taken == want ? got.next_source : 0;
-    ReleaseBatch items{batch, 0, 0};
+    ReleaseBatch items{batch, 0, 0, got.left};
     try {
       while (items.count < got.left) {
         const std::size_t chunk = got.left - items.count < kReleaseChunk ? got.left - items.count : kReleaseChunk;

@@ -54,7 +54,9 @@ namespace reclaim {
 //                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
 //                   batch). It releases batch->items[batch->next ... batch->count) in order and advances
 //                   `next` past each item *before* releasing it. One dequeue may be handed over in
-//                   several calls, each with a larger `count` over the same items.
+//                   several calls, each with a larger `count` over the same items; `available` says
+//                   how many of those items are already there, so that the action may read ahead across
+//                   a call's end (to ask for its pointees' lines) without releasing what is not yet its.
 // Either may push again or drain again (re-entrancy is safe). Neither should throw, but either may unwind:
 // CPython ends a thread that re-takes the GIL during finalization with pthread_exit, whose forced unwind
 // passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
@@ -65,6 +67,10 @@ struct ReleaseBatch {
   void* const* items;
   std::size_t count;
   std::size_t next;  // advanced by the release action past each item before it releases it
+  // items[0 ... available) are valid pointers (available >= count). Those from `count` on belong to a
+  // later call of the same drain: the action may read them (to prefetch what they point to), never
+  // release them. A call whose items end with their dequeue has available == count.
+  std::size_t available;
 };
 using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
 

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cleanup/queue_drain.h"
@@ -203,6 +204,53 @@ TEST(QuietDrain, TheActionGetsABatchInChunksOverTheSameItems) {
   EXPECT_EQ(scene.action.longest_call.load(), reclaim::kReleaseChunk);
   EXPECT_EQ(scene.action.calls.load(), reclaim::kDrainBatch / reclaim::kReleaseChunk);
   scene.expect_each_released_once();
+}
+
+// A batch action that releases its items and notes, for each call, the ids it may read ahead
+// (items[count ... available)): those must be exactly the items the next calls release, in order, and a
+// call must never be told that fewer items are there than it is to release.
+struct ReadAheadAction {
+  std::vector<std::size_t> released;                // ids, in release order
+  std::vector<std::vector<std::size_t>> read_ahead;  // per call
+  std::vector<std::size_t> released_after;          // per call: released.size() when it returned
+  std::size_t available_below_count = 0;
+
+  static void release(reclaim::ReleaseBatch* batch, void* self) {
+    auto* action = static_cast<ReadAheadAction*>(self);
+    if (batch->available < batch->count) ++action->available_below_count;
+    for (std::size_t i = batch->next; i < batch->count; ++i) {
+      batch->next = i + 1;
+      action->released.push_back(id_of(batch->items[i]));
+    }
+    std::vector<std::size_t> ahead;
+    for (std::size_t i = batch->count; i < batch->available; ++i) ahead.push_back(id_of(batch->items[i]));
+    action->read_ahead.push_back(std::move(ahead));
+    action->released_after.push_back(action->released.size());
+  }
+};
+
+TEST(QuietDrain, TheActionMayReadAheadToTheEndOfItsDequeueAndNoFurther) {
+  constexpr std::size_t kIds = reclaim::kDrainBatch + reclaim::kReleaseChunk / 2;
+  ReclaimQueue queue;
+  push_ids(queue, 0, kIds);
+  ReadAheadAction action;
+  ASSERT_EQ(queue.drain_quietly(ReadAheadAction::release, &action, SIZE_MAX, false, QuietNone{}), kIds);
+  EXPECT_EQ(action.available_below_count, 0u);
+  ASSERT_EQ(action.released.size(), kIds);
+  // A full dequeue in chunks, then the short one.
+  const std::size_t calls = reclaim::kDrainBatch / reclaim::kReleaseChunk + 1;
+  ASSERT_EQ(action.read_ahead.size(), calls);
+  for (std::size_t call = 0; call < calls; ++call) {
+    const std::vector<std::size_t>& ahead = action.read_ahead[call];
+    const std::size_t after = action.released_after[call];
+    // The first call of the first dequeue sees the rest of its dequeue; the last call of each sees none.
+    const std::size_t end_of_dequeue = after <= reclaim::kDrainBatch ? reclaim::kDrainBatch : kIds;
+    EXPECT_EQ(ahead.size(), end_of_dequeue - after) << "call " << call;
+    for (std::size_t k = 0; k < ahead.size(); ++k) {
+      EXPECT_EQ(ahead[k], action.released[after + k]) << "call " << call << ", item " << k;
+    }
+  }
+  expect_conserved(queue, kIds, 0);
 }
 
 TEST(QuietDrain, HonoursTheBudgetAndLeavesTheRestPendingAndSignalled) {
