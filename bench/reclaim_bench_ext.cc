@@ -46,7 +46,15 @@ struct Run {
   std::vector<StackNode> nodes;      // cas_pending_call's preallocated nodes, parallel to items
   std::vector<std::int64_t> cost_ns;  // per-call duration, parallel to items
   std::vector<std::int64_t> push_ns;  // time just before each hand-over, parallel to items
-  std::unique_ptr<std::atomic<std::size_t>[]> done;  // hand-overs completed, per thread
+  // Hand-overs completed, per thread, each on its own cache line: a producer stores to it after every
+  // hand-over, and neighbouring counters on one line would make every producer's store miss (the line
+  // moves between their cores), a miss that the next locked instruction inside the timed hand-over (the
+  // queue's slot exchange, the stack's compare-exchange, the mutex) waits for. That would charge the
+  // lock-free strategies for the harness; a mutex whose threads take turns sleeping would escape it.
+  struct alignas(64) Progress {
+    std::atomic<std::size_t> done{0};
+  };
+  std::unique_ptr<Progress[]> progress;
   std::atomic<int> started{0};   // producers at the start line; they go together, so that they contend
   std::atomic<int> finished{0};
   std::vector<std::thread> workers;
@@ -70,7 +78,7 @@ void produce(Run* run, int thread) noexcept {
     run->push_ns[k] = start;
     hand_over(run->strategy, run->items[k], &run->nodes[k]);
     run->cost_ns[k] = now_ns() - start;
-    run->done[thread].store(i + 1, std::memory_order_release);
+    run->progress[thread].done.store(i + 1, std::memory_order_release);
     if (run->spacing_us > 0) {
       std::this_thread::sleep_until(begin + std::chrono::microseconds(run->spacing_us) * static_cast<long>(i + 1));
     }
@@ -115,8 +123,7 @@ PyObject* py_start(PyObject*, PyObject* args) {
   run->nodes.resize(total);
   run->cost_ns.assign(total, 0);
   run->push_ns.assign(total, 0);
-  run->done.reset(new std::atomic<std::size_t>[threads]);
-  for (int t = 0; t < threads; ++t) run->done[t].store(0);
+  run->progress.reset(new Run::Progress[static_cast<std::size_t>(threads)]);
   run->deadline_ns = now_ns() + static_cast<std::int64_t>(budget_s * 1e9);
   for (int t = 0; t < threads; ++t) run->workers.emplace_back(produce, run.get(), t);
   g_run = std::move(run);
@@ -159,7 +166,7 @@ PyObject* py_finish(PyObject* self, PyObject*) {
   std::vector<std::int64_t> cost, pushed, released;
   for (int t = 0; t < run->threads; ++t) {
     const std::size_t first = static_cast<std::size_t>(t) * run->per_thread;
-    const std::size_t count = run->done[t].load(std::memory_order_acquire);
+    const std::size_t count = run->progress[t].done.load(std::memory_order_acquire);
     for (std::size_t k = first; k < first + count; ++k) {
       cost.push_back(run->cost_ns[k]);
       pushed.push_back(run->push_ns[k]);
