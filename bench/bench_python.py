@@ -62,6 +62,7 @@ class Config:
         self.producer_calls = 2_000 if quick else 100_000  # per thread: long enough for threads to overlap
         self.gil_calls = 50 if quick else 400  # with_gil per thread: each may wait a switch interval
         self.producer_budget_s = 0.3 if quick else 1.0  # a run stops early when this passes
+        self.producer_repeats = 1 if quick else 3
         self.latency_n = 20 if quick else 200
         self.latency_spacing_us = 1000
         self.latency_grace_s = 0.05  # time given after the last push before unreleased counts as never
@@ -122,22 +123,33 @@ def drain_everything():
 
 
 def bench_producer(cfg):
-    rows = []
     cuda_reclaim.set_auto_drain("thread")  # the default: cuda-reclaim's own drain runs as it would
-    for main in ("idle", "busy"):
-        for threads in (1, 2, 4):
-            for strategy in PRODUCER_STRATEGIES:
-                calls = cfg.gil_calls if strategy == "with_gil" else cfg.producer_calls
-                ext.start(strategy, threads, calls, 0, cfg.producer_budget_s)
-                if main == "idle":
-                    ext.wait()  # blocked in C with the GIL released, like time.sleep
-                else:
-                    busy_until(ext.done)
-                cost, _, _ = ext.finish()
-                drain_everything()
-                row = {"section": "producer", "main": main, "threads": threads, "strategy": strategy}
-                row.update(summarize(int64s(cost)))
-                rows.append(row)
+    runs = {}
+    # Every (main thread, producers, strategy) runs cfg.producer_repeats times, the repeats interleaved,
+    # and a row reports the medians of the runs' percentiles: one run's p50 moves by tens of nanoseconds
+    # from one repeat to the next (where the threads land, what the machine does meanwhile).
+    for _ in range(cfg.producer_repeats):
+        for main in ("idle", "busy"):
+            for threads in (1, 2, 4):
+                for strategy in PRODUCER_STRATEGIES:
+                    calls = cfg.gil_calls if strategy == "with_gil" else cfg.producer_calls
+                    ext.start(strategy, threads, calls, 0, cfg.producer_budget_s)
+                    if main == "idle":
+                        ext.wait()  # blocked in C with the GIL released, like time.sleep
+                    else:
+                        busy_until(ext.done)
+                    cost, _, _ = ext.finish()
+                    drain_everything()
+                    runs.setdefault((main, threads, strategy), []).append(summarize(int64s(cost)))
+    rows = []
+    for (main, threads, strategy), summaries in runs.items():
+        row = {"section": "producer", "main": main, "threads": threads, "strategy": strategy,
+               "repeats": len(summaries)}
+        row["n"] = int(statistics.median(s["n"] for s in summaries))
+        for key in ("p50", "p99"):
+            row[key] = statistics.median(s[key] for s in summaries)
+        row["max"] = max(s["max"] for s in summaries)
+        rows.append(row)
     return rows
 
 

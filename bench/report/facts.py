@@ -40,6 +40,15 @@ def section_n(r, section):
     return count(row["n"] if row else None)
 
 
+def producer_repeats(r):
+    """How the producer rows were taken: the repeats of each row (older runs have none recorded: one)."""
+    repeats = max((row.get("repeats", 1) for row in r.rows if row["section"] == "producer"), default=1)
+    if repeats == 1:
+        return " Each row is one run."
+    return (f" Each row runs {repeats} times, the repeats interleaved with the other rows; the table shows the "
+            f"medians of the runs' p50s and p99s and the largest max, and `calls` is per run.")
+
+
 def producer_gap(r):
     """How far cuda-reclaim's producer p50 is behind the fastest anchor, over this run's rows."""
     gaps = []
@@ -199,6 +208,7 @@ def all_facts(r, gpu, command, scaling=None):
         "memory_n": section_n(r, "memory"),
         "switch_interval": fmt_ms(r.py["machine"]["switch_interval_s"]),
         "producer_gap": producer_gap(r),
+        "producer_repeats": producer_repeats(r),
         "idle_p99": idle_p99(r),
         "pending_call_busy": pending_call_busy(r),
         "dequeue_share": dequeue_share(r),
