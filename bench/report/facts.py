@@ -204,7 +204,8 @@ def memory_per_reference(r):
 def gpu_wakeups(gpu):
     if gpu is None or "stats" not in gpu:
         return ""
-    return (f" Section 6 shows it on a GPU: {gpu['stats'].get('eventfd_writes', '?')} eventfd writes for "
+    writes = gpu["stats"].get("eventfd_writes", "?")
+    return (f" Section 6 shows it on a GPU: {writes} eventfd {'write' if writes == 1 else 'writes'} for "
             f"{gpu['handed_over']} hand-overs from CUDA's thread.")
 
 
