@@ -61,6 +61,7 @@ EXTENSION_HEADERS = [
     "bindings/host_calls.h",
     "bindings/module_state.h",
     "bindings/python_compat.h",
+    "bindings/release_loop.h",
     "cleanup/process_queue.h",
     "cleanup/queue_allocation.h",
     "cleanup/queue_drain.h",

@@ -4,56 +4,20 @@
 
 #include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
+#include "bindings/release_loop.h"
 #include "cleanup/queue_drain.h"
 
 namespace reclaim_bindings {
 namespace {
 
-// The release action, one batch at a time. Requires the GIL. A plain reference is Py_DECREF'd; a host
-// call or host-node call runs here (host_calls.h). A finalizer's exception goes to sys.unraisablehook
-// (CPython does that itself for __del__; this catches what a C-level dealloc leaves set) and never stops
-// the drain. One tight loop per batch: the thread state is fetched once, and plain references (all but
-// host calls) are Py_DECREF'd here without a call. Each object's line is asked for kFetchAhead items
-// before its release, so that the fetch overlaps with the releases in between (the drain hands over
-// batches without prefetched pointees when the references are mostly the last ones:
-// cleanup/queue_drain.h). The fetch looks across the end of a call into the items the same dequeue hands
-// over next (batch->available): stopping at the call's end would leave the first kFetchAhead objects of
-// every call unfetched, and the queue hands its dequeues over in chunks.
-//
-// The error indicator is read once per batch, after the loop, and before each host call. A deallocator
-// must work with an exception set (CPython's own unwinding releases a frame's references with the
-// exception current, and a debug build checks that a deallocator leaves the indicator as it found it),
-// so a plain release needs no clean indicator; one that leaves an exception set is a bug that the report
-// after the loop still catches (the last such exception of the batch, as CPython's own loops would keep
-// it). A host call runs the user's function, which must start clean. Read after every release, the
-// indicator cost the release action over an array of dying objects about 5% on one machine; on a 16-core
-// Xeon the difference stayed within the run-to-run noise.
-constexpr std::size_t kFetchAhead = 8;
-void report_leftover_exception(const PyThreadState* thread) {
-  if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
-}
-void release_references(reclaim::ReleaseBatch* batch, void*) {
-  const PyThreadState* const thread = PyThreadState_Get();
-  const HostItemTypes host = host_item_types();
-  void* const* const items = batch->items;
-  const std::size_t count = batch->count;
-  const std::size_t available = batch->available;
-  // The index lives in a register; batch->next is only written (for an unwind), never read back.
-  for (std::size_t index = batch->next; index < count; ++index) {
-    if (index + kFetchAhead < available) __builtin_prefetch(items[index + kFetchAhead], 1);
-    PyObject* const item = static_cast<PyObject*>(items[index]);
-    if (host.includes(Py_TYPE(item))) {
-      // Reported while batch->next still points at the call: sys.unraisablehook runs Python code, and
-      // should it unwind, the call is put back rather than lost.
-      report_leftover_exception(thread);
-      batch->next = index + 1;
-      release_queued_item(item);
-    } else {
-      batch->next = index + 1;
-      Py_DECREF(item);
-    }
-  }
-  report_leftover_exception(thread);
+// The release action, one batch at a time (bindings/release_loop.h): a plain reference is Py_DECREF'd in
+// the loop; a host call or host-node call runs here (host_calls.h). A finalizer's exception goes to
+// sys.unraisablehook (CPython does that itself for __del__; the loop catches what a C-level dealloc leaves
+// set) and never stops the drain. Requires the GIL. Out of line: inlined into the drain loop (which
+// drain_quietly lets the compiler do), the loop shares its registers with the drain's and executes more
+// instructions per reference (bench/count_instructions.py).
+__attribute__((noinline)) void release_references(reclaim::ReleaseBatch* batch, void*) {
+  release_batch(batch, host_item_types(), release_queued_item);
 }
 
 // Queued items are Python objects the release action touches at once: the drain prefetches them.
