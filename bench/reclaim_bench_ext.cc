@@ -23,6 +23,7 @@
 #include "bench/bench_strategies.h"
 #include "bench/probe_type.h"
 #include "bindings/python_compat.h"
+#include "bindings/release_loop.h"
 
 namespace {
 
@@ -249,38 +250,22 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// The release action bindings/ gives the queue (bindings/drain.cc's release_references), reproduced for
-// the decomposition row of the drain table: one loop over a batch that tells host calls from plain
-// references by their type, asks for each object's line a few items ahead, keeps its place for an
-// unwind, and reads the thread's error indicator once, after the loop. Run over the whole array in the
+// The release action bindings/ gives the queue (bindings/drain.cc's release_references: the loop of
+// bindings/release_loop.h) for the decomposition row of the drain table. Run over the whole array in the
 // chunks the queue hands it (and fetching ahead across a chunk's end, up to the end of its dequeue, as the
 // queue lets it), it is the drain minus the queue.
-PyTypeObject* volatile g_host_types[2] = {nullptr, nullptr};  // never an object's type here
-
-struct ChunkLikeBindings {  // reclaim::ReleaseBatch's fields that the action reads and writes
-  PyObject* const* items;
-  std::size_t count;
-  std::size_t next;
-  std::size_t available;
+struct NoHostTypes {  // as bindings/host_calls.h's HostItemTypes
+  const PyTypeObject* host_call;
+  const PyTypeObject* host_node;
+  bool includes(const PyTypeObject* type) const noexcept { return type == host_call || type == host_node; }
 };
+PyTypeObject* volatile g_no_host_types[2] = {nullptr, nullptr};  // never an object's type here
 
-__attribute__((noinline)) void release_chunk_like_bindings(ChunkLikeBindings* chunk) {
-  const PyThreadState* const thread = PyThreadState_Get();
-  const PyTypeObject* const host_call = g_host_types[0];
-  const PyTypeObject* const host_node = g_host_types[1];
-  PyObject* const* const items = chunk->items;
-  const std::size_t count = chunk->count;
-  const std::size_t available = chunk->available;
-  constexpr std::size_t kFetchAhead = 8;  // as bindings/drain.cc
-  for (std::size_t index = chunk->next; index < count; ++index) {
-    if (index + kFetchAhead < available) __builtin_prefetch(items[index + kFetchAhead], 1);
-    PyObject* const item = items[index];
-    const PyTypeObject* const type = Py_TYPE(item);
-    if (type == host_call || type == host_node) continue;  // never taken: no host calls here
-    chunk->next = index + 1;
-    Py_DECREF(item);
-  }
-  if (reclaim_bindings::python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
+// Out of line, as bindings/ reads its types (host_item_types()), so that the loop compiles as the drain's.
+__attribute__((noinline)) NoHostTypes no_host_types() { return NoHostTypes{g_no_host_types[0], g_no_host_types[1]}; }
+
+__attribute__((noinline)) void release_chunk_like_bindings(reclaim::ReleaseBatch* chunk) {
+  reclaim_bindings::release_batch(chunk, no_host_types(), [](PyObject* item) { Py_DECREF(item); });  // never called
 }
 
 // The sizes the queue uses (cleanup/queue_storage.h, cleanup/queue_drain.h): pointers per dequeue, and the
@@ -290,13 +275,19 @@ constexpr std::size_t kBindingsChunk = 128;
 
 // One dequeue's worth of items, handed over in chunks over the same items, as the queue does.
 void release_like_bindings(PyObject* const* items, std::size_t available) {
-  ChunkLikeBindings chunk{items, 0, 0, available};
+  reclaim::ReleaseBatch chunk{reinterpret_cast<void* const*>(items), 0, 0, available};
   while (chunk.count < available) {
     chunk.count += std::min(kBindingsChunk, available - chunk.count);
     release_chunk_like_bindings(&chunk);
   }
 }
 void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
+
+// The limit's loop, out of line so that an instruction count can be restricted to it
+// (bench/count_instructions.py).
+__attribute__((noinline)) void decref_each(PyObject* const* items, std::size_t count) {
+  for (std::size_t index = 0; index < count; ++index) Py_DECREF(items[index]);
+}
 
 // decref_loop(objects, die, like_bindings=False, written_elsewhere=False) -> int: the physical limit of a
 // drain, timed here: one Py_DECREF per item over a plain array (with like_bindings: through bindings'
@@ -335,7 +326,7 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
       g_release_like_bindings(items.data() + first, std::min(kBindingsDequeue, items.size() - first));
     }
   } else {
-    for (PyObject* item : items) Py_DECREF(item);
+    decref_each(items.data(), items.size());
   }
   return PyLong_FromLongLong(now_ns() - start);
 }
