@@ -33,7 +33,7 @@ def short_lived_threads(path):
         return f"Results: `{path}`.\n\n" + f.read().strip()
 
 
-def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_plot_name=None):
+def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_plot_name=None, instructions=None):
     """The report: the template filled with this run's tables and facts."""
     drain_python, drain_cpp = tables.drain_tables(r)
     idle_calls, idle_thread = tables.idle_tables(r)
@@ -50,6 +50,8 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_
         plot=f"![producer cost and release latency]({plot_name})" if plot_name else "",
         drain_python=drain_python,
         drain_cpp=drain_cpp,
+        instruction_results=tables.instruction_results(instructions, args.instructions),
+        instruction_gap=tables.instruction_gap(instructions),
         idle_calls=idle_calls,
         idle_thread=idle_thread,
         memory_python=memory_python,
@@ -81,12 +83,16 @@ def main(argv=None):
                         help="queue_bench's JSON with --threads=1,2,4,8,16 from a many-core host, if present")
     parser.add_argument("--gpu-callbacks", default="docs/benchmarks-gpu-callbacks.json",
                         help="gpu_callbacks_bench.py's JSON from a GPU machine (section 7), if present")
+    parser.add_argument("--instructions", default="docs/benchmarks-instructions.json",
+                        help="count_instructions.py's JSON (instructions per released reference), if present")
     args = parser.parse_args(argv)
     r = tables.Results(load_json(args.python), load_json(args.cpp))
     gpu = load_json(args.gpu) if args.gpu and os.path.exists(args.gpu) else None
     gpu_callbacks = (load_json(args.gpu_callbacks)
                      if args.gpu_callbacks and os.path.exists(args.gpu_callbacks) else None)
     scaling = load_json(args.scaling) if args.scaling and os.path.exists(args.scaling) else None
+    instructions = (load_json(args.instructions)
+                    if args.instructions and os.path.exists(args.instructions) else None)
     plot_name = scaling_plot_name = None
     if args.plot and not args.check:
         from report import plot  # matplotlib is needed only here
@@ -96,7 +102,10 @@ def main(argv=None):
         scaling_path = args.plot[: -len(".png")] + "-scaling.png" if args.plot.endswith(".png") else None
         if scaling is not None and scaling_path and plot.plot_scaling(scaling, scaling_path):
             scaling_plot_name = os.path.basename(scaling_path)
-    text = document(r, gpu, args, plot_name, gpu_callbacks, scaling, scaling_plot_name)
+    if instructions is not None and not instructions.get("skipped"):
+        r.missing += [f"instructions: {method}" for method in tables.INSTRUCTION_METHODS
+                      if method not in instructions["methods"]]
+    text = document(r, gpu, args, plot_name, gpu_callbacks, scaling, scaling_plot_name, instructions)
     if r.missing:
         print("make_report: missing rows:\n  " + "\n  ".join(sorted(set(r.missing))), file=sys.stderr)
         return 1

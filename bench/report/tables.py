@@ -393,3 +393,79 @@ def slower_rows(r):
                          f"{row['drained_rss_delta'] / 2**20:.1f} MiB vs "
                          f"{ours.get('trimmed_rss_delta', ours['drained_rss_delta']) / 2**20:.1f} MiB")
     return notes
+
+
+# Instruction counts (bench/count_instructions.py): the methods in the drain table's order, and the parts of
+# a method's own code in the order they run for cuda-reclaim.
+INSTRUCTION_METHODS = ("plain_decref_loop", "plain_release_fn_loop", "cuda_reclaim", "mutex_vector", "cas_pending_call")
+INSTRUCTION_PARTS = {
+    "release_loop": "the release loop (bindings' release action for cuda-reclaim)",
+    "copy": "moodycamel's copy into the batch",
+    "quiet_sampling": "the batches offered quietly to notice a change of mix",
+    "drain_loop": "the drain loop (counts, chunks, lookahead)",
+}
+
+
+def instruction_results(data, path):
+    """The drain section's instruction table from count_instructions.py's JSON, or a line saying there is none."""
+    if data is None:
+        return "No instruction counts given to this report (`--instructions`)."
+    if data.get("skipped"):
+        return f"No instruction counts in `{path}`: {data['skipped']}."
+    methods = data["methods"]
+    limit = methods["plain_decref_loop"]["per_ref"]
+    rows = []
+    for method in INSTRUCTION_METHODS:
+        counted = methods.get(method)
+        if counted is None:
+            continue
+        parts = counted["parts_per_ref"]
+        chain = parts.get("release_chain", 0.0)
+        label = ANCHORS[method] + (", `drain()` from Python" if method == "cuda_reclaim" else "")
+        rows.append([label, f"{counted['per_ref']:.1f}", f"{chain:.1f}", f"{counted['per_ref'] - chain:.1f}",
+                     f"{limit / counted['per_ref']:.0%}"])
+    n = methods["plain_decref_loop"]["n"]
+    ours = methods.get("cuda_reclaim")
+    split = ""
+    if ours is not None:
+        split = " cuda-reclaim's own instructions per reference, by part: " + ", ".join(
+            f"{INSTRUCTION_PARTS[part]} {ours['parts_per_ref'][part]:.1f}"
+            for part in INSTRUCTION_PARTS if part in ours["parts_per_ref"]) + "."
+    return "\n".join([
+        f"Counted with Python {data['python']} (results: `{path}`; command: `bazel run -c opt "
+        f"//bench:count_instructions -- --json OUT`): {n:,} objects that die, in address order, each method's "
+        "drain function and everything it calls.",
+        "",
+        table(["drain (die)", "instructions per ref", "release chain (CPython, the deallocator)",
+               "the method's own", "the limit's count over this"], rows),
+        "",
+        split.strip(),
+    ])
+
+
+def instruction_gap(data):
+    """The drain bullet's account of the die gap in instructions (count_instructions.py's JSON), or ''."""
+    if data is None or data.get("skipped"):
+        return ""
+    methods = data["methods"]
+    loop, ours = methods["plain_decref_loop"], methods.get("cuda_reclaim")
+    vector, stack = methods.get("mutex_vector"), methods.get("cas_pending_call")
+    if ours is None:
+        return ""
+    own = ours["parts_per_ref"]
+    loop_own = loop["parts_per_ref"].get("release_loop", 0.0)
+    queue = own.get("copy", 0.0) + own.get("drain_loop", 0.0) + own.get("quiet_sampling", 0.0)
+    without_extras = loop["per_ref"] + queue
+    anchors = ", ".join(f"{name} {m['per_ref']:.1f}" for name, m in
+                        (("the PyO3-style vector", vector), ("cuda.core's stack", stack)) if m is not None)
+    return (
+        f"In instructions (section 3's count, Python {data['python']}): the limit's loop executes "
+        f"{loop['per_ref']:.1f} per dying reference ({loop_own:.1f} of them its own), {anchors}; cuda-reclaim's "
+        f"drain {ours['per_ref']:.1f}, {ours['per_ref'] - loop['per_ref']:.1f} more than the loop: its release action "
+        f"{own.get('release_loop', 0.0):.1f} against the loop's {loop_own:.1f}, moodycamel's copy "
+        f"{own.get('copy', 0.0):.1f}, the batches offered quietly {own.get('quiet_sampling', 0.0):.1f}, the drain "
+        f"loop {own.get('drain_loop', 0.0):.1f}. The count ratio, {loop['per_ref'] / ours['per_ref']:.0%}, is the "
+        f"*die* row's time ratio within a few points. A drain whose release action were the bare loop would "
+        f"execute {without_extras:.1f} ({loop['per_ref'] / without_extras:.0%} of the loop's count): the queue's "
+        "own share (the copy, the sampling, the drain loop) fits within the target; the action's extras do not."
+    )
