@@ -51,7 +51,7 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_
         drain_python=drain_python,
         drain_cpp=drain_cpp,
         instruction_results=tables.instruction_results(instructions, args.instructions),
-        instruction_gap=tables.instruction_gap(instructions),
+        instruction_gap=tables.instruction_gap(instructions, r),
         idle_calls=idle_calls,
         idle_thread=idle_thread,
         memory_python=memory_python,
