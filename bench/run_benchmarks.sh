@@ -12,6 +12,9 @@
 #       bench/run_host_bench.sh (a bundle from bench/make_host_bundle.sh, run on a quiet host or one with
 #       16 cores or more); its scaling.json and short_lived_threads.md are kept next to the report
 #       (docs/benchmarks-scaling.json, docs/benchmarks-short-lived-threads.md)
+# The report also renders the committed results of runs made apart: the GPU sections'
+# (docs/benchmarks-gpu*.json) and the drains' instruction counts (docs/benchmarks-instructions.json, from
+# `bazel run -c opt //bench:count_instructions -- --json docs/benchmarks-instructions.json`, under valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON_BIN_PATH:-python3}"
