@@ -22,6 +22,7 @@ PACKAGES=(
   libbenchmark-dev         # /usr/include/benchmark + libbenchmark{.so,_main.a} -> @benchmark
   python3                  # default interpreter for @python_headers
   python3-dev              # Python.h for the default python3 -> @python_headers
+  valgrind                 # callgrind for bench/count_instructions.py (run by //bench:bench_smoke_test)
 )
 
 is_installed() {
