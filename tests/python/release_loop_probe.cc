@@ -1,0 +1,156 @@
+// tests/python/release_loop_probe.cc — test-only extension `_release_loop_probe`: runs bindings' release
+// loop (bindings/release_loop.h) over a batch of objects whose releases the test scripts, so that the
+// loop's contract can be checked item by item: the order of releases, where `next` stands when a release
+// unwinds, and when an exception a deallocator left behind is reported. A queue never hands this loop an
+// unwinding release on purpose; CPython's forced unwind of a thread that re-takes the GIL during
+// finalization (pthread_exit) is what this stands in for, with a C++ exception thrown from a deallocator
+// or a call.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "bindings/release_loop.h"
+
+namespace {
+
+// What a scripted object does when it is released.
+enum Mode : int {
+  kPlain = 0,       // deallocates
+  kThrows = 1,      // deallocates, then throws (a call: runs, releases itself, then throws)
+  kLeavesError = 2  // deallocates and leaves RuntimeError set
+};
+
+struct Scripted {
+  PyObject_HEAD
+  long id;
+  int mode;
+};
+
+// The events of one release(): +id when a scripted object is deallocated, 1000 + id when a call starts
+// (and, for a call, whether the error indicator was clean then: 2000 + id when it was not).
+std::vector<long> g_events;
+
+void scripted_dealloc(PyObject* self) {
+  auto* scripted = reinterpret_cast<Scripted*>(self);
+  const long id = scripted->id;
+  const int mode = scripted->mode;
+  g_events.push_back(id);
+  Py_TYPE(self)->tp_free(self);
+  if (mode == kLeavesError) PyErr_SetString(PyExc_RuntimeError, "left by a deallocator");
+  if (mode == kThrows) throw std::runtime_error("a release unwinds");
+}
+
+PyType_Slot kSlots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(scripted_dealloc)}, {0, nullptr}};
+PyType_Spec kPlainSpec = {"_release_loop_probe.Plain", sizeof(Scripted), 0, Py_TPFLAGS_DEFAULT, kSlots};
+PyType_Spec kCallSpec = {"_release_loop_probe.Call", sizeof(Scripted), 0, Py_TPFLAGS_DEFAULT, kSlots};
+PyTypeObject* g_plain_type = nullptr;
+PyTypeObject* g_call_type = nullptr;
+
+// The loop's host types: calls are g_call_type's objects.
+struct ProbeHostTypes {
+  const PyTypeObject* call;
+  bool includes(const PyTypeObject* type) const noexcept { return type == call; }
+};
+
+// A call: starts (noting whether the indicator is clean), then releases the item it was handed.
+void run_call(PyObject* item) {
+  const long id = reinterpret_cast<Scripted*>(item)->id;
+  g_events.push_back((PyErr_Occurred() == nullptr ? 1000 : 2000) + id);
+  Py_DECREF(item);
+}
+
+PyObject* make(const char* kind, long id, int mode) {
+  PyTypeObject* type = kind[0] == 'c' ? g_call_type : g_plain_type;
+  Scripted* object = PyObject_New(Scripted, type);
+  if (object == nullptr) return nullptr;
+  object->id = id;
+  object->mode = mode;
+  return reinterpret_cast<PyObject*>(object);
+}
+
+// release(script, chunks=None) -> (next, unwound, events): makes one object per (kind, mode) of `script`
+// ("plain" or "call"; ids 1, 2, ... in order), each held only by the batch, and runs the release loop
+// over them, in calls of the sizes `chunks` gives (the queue hands a dequeue over in chunks: each call's
+// count is larger, `available` is the whole batch). A C++ exception out of the loop is caught here
+// (unwound=True), and `next` is where it left the batch. What the loop did not release is released here
+// afterwards (plainly, after the events are taken).
+PyObject* release(PyObject*, PyObject* args) {
+  PyObject* script;
+  PyObject* chunks = Py_None;
+  if (!PyArg_ParseTuple(args, "O!|O", &PyList_Type, &script, &chunks)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(script);
+  std::vector<void*> items;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    const char* kind;
+    int mode;
+    if (!PyArg_ParseTuple(PyList_GET_ITEM(script, i), "si", &kind, &mode)) break;
+    PyObject* object = make(kind, static_cast<long>(i + 1), mode);
+    if (object == nullptr) break;
+    items.push_back(object);
+  }
+  std::vector<std::size_t> sizes;
+  if (!PyErr_Occurred() && chunks != Py_None) {
+    PyObject* sequence = PySequence_Fast(chunks, "chunks must be a sequence of sizes");
+    if (sequence != nullptr) {
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); ++i) {
+        const Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sequence, i));
+        if (size < 0) break;
+        sizes.push_back(static_cast<std::size_t>(size));
+      }
+      Py_DECREF(sequence);
+    }
+  }
+  if (PyErr_Occurred()) {
+    for (void* item : items) {
+      reinterpret_cast<Scripted*>(item)->mode = kPlain;
+      Py_DECREF(static_cast<PyObject*>(item));
+    }
+    g_events.clear();
+    return nullptr;
+  }
+  if (sizes.empty()) sizes.push_back(items.size());
+  g_events.clear();
+  reclaim::ReleaseBatch batch{items.data(), 0, 0, items.size()};
+  bool unwound = false;
+  try {
+    for (std::size_t size : sizes) {
+      batch.count = std::min(items.size(), batch.count + size);
+      reclaim_bindings::release_batch(&batch, ProbeHostTypes{g_call_type}, run_call);
+    }
+  } catch (const std::runtime_error&) {
+    unwound = true;
+  }
+  PyObject* events = PyList_New(0);
+  for (long event : g_events) {
+    PyObject* value = PyLong_FromLong(event);
+    if (events != nullptr && value != nullptr) PyList_Append(events, value);
+    Py_XDECREF(value);
+  }
+  for (std::size_t i = batch.next; i < items.size(); ++i) {
+    reinterpret_cast<Scripted*>(items[i])->mode = kPlain;
+    Py_DECREF(static_cast<PyObject*>(items[i]));
+  }
+  g_events.clear();
+  if (events == nullptr) return nullptr;
+  return Py_BuildValue("nON", static_cast<Py_ssize_t>(batch.next), unwound ? Py_True : Py_False, events);
+}
+
+PyMethodDef kMethods[] = {
+    {"release", release, METH_VARARGS, "release(script, chunks=None) -> (next, unwound, events)"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_release_loop_probe", nullptr, -1, kMethods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__release_loop_probe(void) {
+  g_plain_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kPlainSpec));
+  g_call_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kCallSpec));
+  if (g_plain_type == nullptr || g_call_type == nullptr) return nullptr;
+  return PyModule_Create(&kModule);
+}

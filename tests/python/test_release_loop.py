@@ -1,0 +1,76 @@
+"""bindings' release loop (bindings/release_loop.h), item by item, over scripted objects.
+
+The drain's counts rely on the loop's side of reclaim::ReleaseBatchFn's contract: it releases the batch in
+order, advances `next` past an item before releasing it (so that an unwinding release leaves `next` just
+past the item that unwound, and the drain puts back exactly the rest), and a call starts with a clean error
+indicator while a deallocator's leftover exception still reaches sys.unraisablehook. The test extension
+`_release_loop_probe` runs the loop itself over objects whose deallocators (or calls) do what each test
+scripts; a C++ exception stands in for CPython's forced unwind of a thread during finalization.
+"""
+
+import sys
+
+import pytest
+
+# Built with the suite by Bazel (and handed to the sdist's run of it): a missing module is a broken build.
+import _release_loop_probe as probe
+
+PLAIN, THROWS, LEAVES_ERROR = 0, 1, 2
+CALL_STARTED_CLEAN, CALL_STARTED_WITH_ERROR = 1000, 2000
+
+
+def test_releases_every_item_in_order_and_ends_past_the_last():
+    next_index, unwound, events = probe.release([("plain", PLAIN)] * 5)
+    assert (next_index, unwound, events) == (5, False, [1, 2, 3, 4, 5])
+
+
+def test_a_batch_handed_over_in_chunks_is_released_once_in_order():
+    # The queue hands one dequeue over in several calls with a growing count; the fetch ahead reads across
+    # each call's end (up to `available`, the whole batch) but releases nothing of the next call.
+    script = [("plain", PLAIN)] * 20 + [("call", PLAIN)] + [("plain", PLAIN)] * 3
+    next_index, unwound, events = probe.release(script, [3, 9, 1, 11])
+    assert (next_index, unwound) == (24, False)
+    assert events == list(range(1, 21)) + [CALL_STARTED_CLEAN + 21, 21, 22, 23, 24]
+
+
+def test_an_unwinding_release_leaves_next_just_past_it():
+    next_index, unwound, events = probe.release(
+        [("plain", PLAIN), ("plain", THROWS), ("plain", PLAIN), ("plain", PLAIN)])
+    assert unwound
+    assert next_index == 2, "the item that unwound counts as released; the drain puts back the rest"
+    assert events == [1, 2], "nothing after the unwinding release was released"
+
+
+def test_an_unwinding_release_in_the_fetching_loop_leaves_next_just_past_it():
+    # Far enough from the end that the item is released by the loop that fetches ahead.
+    script = [("plain", PLAIN)] * 30
+    script[5] = ("plain", THROWS)
+    next_index, unwound, events = probe.release(script)
+    assert (next_index, unwound, events) == (6, True, [1, 2, 3, 4, 5, 6])
+
+
+def test_an_unwinding_call_leaves_next_just_past_it():
+    next_index, unwound, events = probe.release([("plain", PLAIN), ("call", THROWS), ("plain", PLAIN)])
+    assert unwound
+    assert next_index == 2
+    assert events == [1, CALL_STARTED_CLEAN + 2, 2]
+
+
+@pytest.fixture
+def unraisable(monkeypatch):
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda hooked: seen.append(hooked.exc_value))
+    return seen
+
+
+def test_an_exception_left_by_a_deallocator_is_reported_before_the_next_call(unraisable):
+    next_index, unwound, events = probe.release([("plain", LEAVES_ERROR), ("call", PLAIN), ("plain", PLAIN)])
+    assert (next_index, unwound) == (3, False)
+    assert events == [1, CALL_STARTED_CLEAN + 2, 2, 3], "the call must start with a clean error indicator"
+    assert [str(e) for e in unraisable] == ["left by a deallocator"]
+
+
+def test_an_exception_left_by_the_last_release_is_reported_after_the_loop(unraisable):
+    next_index, unwound, events = probe.release([("plain", PLAIN), ("plain", LEAVES_ERROR)])
+    assert (next_index, unwound, events) == (2, False, [1, 2])
+    assert [type(e) for e in unraisable] == [RuntimeError]
