@@ -1,8 +1,8 @@
 """bindings' release loop (bindings/release_loop.h), item by item, over scripted objects.
 
 The drain's counts rely on the loop's side of reclaim::ReleaseBatchFn's contract: it releases the batch in
-order, advances `next` past an item before releasing it (so that an unwinding release leaves `next` just
-past the item that unwound, and the drain puts back exactly the rest), and a call starts with a clean error
+order, ends with `next` at the batch's count, and an unwinding release leaves `next` just past the item that
+unwound (so that the drain puts back exactly the rest); and a call starts with a clean error
 indicator while a deallocator's leftover exception still reaches sys.unraisablehook. The test extension
 `_release_loop_probe` runs the loop itself over objects whose deallocators (or calls) do what each test
 scripts; a C++ exception stands in for CPython's forced unwind of a thread during finalization.
@@ -74,3 +74,13 @@ def test_an_exception_left_by_the_last_release_is_reported_after_the_loop(unrais
     next_index, unwound, events = probe.release([("plain", PLAIN), ("plain", LEAVES_ERROR)])
     assert (next_index, unwound, events) == (2, False, [1, 2])
     assert [type(e) for e in unraisable] == [RuntimeError]
+
+
+def test_an_unwinding_report_before_a_call_leaves_next_at_the_call(monkeypatch):
+    # The report of a leftover exception runs sys.unraisablehook before the call; should that unwind, the
+    # call never ran, so `next` stays at it and the drain puts it back.
+    monkeypatch.setattr(sys, "unraisablehook", probe.throwing_hook)
+    next_index, unwound, events = probe.release([("plain", LEAVES_ERROR), ("call", PLAIN), ("plain", PLAIN)])
+    assert unwound
+    assert next_index == 1
+    assert events == [1], "neither the call nor anything after it was released"
