@@ -38,7 +38,7 @@ METHODS = {
 # Where an instruction of cuda-reclaim's drain belongs, by the function that ran it (callgrind's names).
 # Anything not named here inside the extension is the drain loop (counts, chunks, lookahead, signal).
 PARTS = (
-    ("release_loop", re.compile(r"release_references|release_chunk_like_bindings|decref_each|drain_strategy|pending_call")),
+    ("release_loop", re.compile(r"release_references|release_batch<|release_chunk_like_bindings|decref_each|drain_strategy|pending_call")),
     ("copy", re.compile(r"dequeue_batch<")),
     ("quiet_sampling", re.compile(r"dequeue_quietly<")),
 )

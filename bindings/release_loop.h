@@ -23,8 +23,11 @@ inline void report_leftover_exception(const PyThreadState* thread) {
   if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
 }
 
-// Releases batch->items[batch->next ... batch->count) in order, advancing batch->next past each item
-// before releasing it (reclaim::ReleaseBatchFn's contract). An item whose type `host.includes()` is a call:
+// Releases batch->items[batch->next ... batch->count) in order and leaves batch->next at count; should a
+// release unwind, a handler sets batch->next just past the item being released (at a call whose release
+// never began when the report before it unwinds) and rethrows (reclaim::ReleaseBatchFn's contract). A
+// store of `next` before each release would cost every item an instruction, and nothing reads it while the
+// loop runs. An item whose type `host.includes()` is a call:
 // `run_call(item)` runs it (and steals the reference); any other is a plain reference, Py_DECREF'd here
 // without a call. Each object's line is asked for kFetchAhead items before its release, across the end of
 // the call into the items the same dequeue hands over next (batch->available): stopping at the call's end
@@ -48,27 +51,30 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostTypes& host, R
   void* const* const items = batch->items;
   const std::size_t count = batch->count;
   const std::size_t available = batch->available;
-  const auto release = [&](std::size_t index) {
-    PyObject* const item = static_cast<PyObject*>(items[index]);
+  std::size_t index = batch->next;
+  bool reporting = false;  // in the report before a call: an unwind from there leaves the call unreleased
+  const auto release = [&](PyObject* item) {
     if (host.includes(Py_TYPE(item))) {
-      // Reported while batch->next still points at the call: sys.unraisablehook runs Python code, and
-      // should it unwind, the call is put back rather than lost.
+      reporting = true;
       report_leftover_exception(thread);
-      batch->next = index + 1;
+      reporting = false;
       run_call(item);
     } else {
-      batch->next = index + 1;
       Py_DECREF(item);
     }
   };
   const std::size_t fetching = available > kFetchAhead ? std::min(count, available - kFetchAhead) : 0;
-  // The index lives in a register; batch->next is only written (for an unwind), never read back.
-  std::size_t index = batch->next;
-  for (; index < fetching; ++index) {
-    __builtin_prefetch(items[index + kFetchAhead], 1);
-    release(index);
+  try {
+    for (; index < fetching; ++index) {
+      __builtin_prefetch(items[index + kFetchAhead], 1);
+      release(static_cast<PyObject*>(items[index]));
+    }
+    for (; index < count; ++index) release(static_cast<PyObject*>(items[index]));
+  } catch (...) {
+    batch->next = reporting ? index : index + 1;
+    throw;
   }
-  for (; index < count; ++index) release(index);
+  batch->next = count;
   report_leftover_exception(thread);
 }
 

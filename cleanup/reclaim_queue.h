@@ -52,8 +52,11 @@ namespace reclaim {
 //   ReleaseFn       one pointer per call;
 //   ReleaseBatchFn  one batch per call (up to a hundred or so pointers taken off the queue together): the
 //                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
-//                   batch). It releases batch->items[batch->next ... batch->count) in order and advances
-//                   `next` past each item *before* releasing it. One dequeue may be handed over in
+//                   batch). It releases batch->items[batch->next ... batch->count) in order; `next`
+//                   must be `count` when it returns, and, should a release unwind, just past the item
+//                   being released (or at an item whose release never began) by the time the unwind
+//                   leaves the action: advanced before each release, or set by a handler that rethrows.
+//                   Nothing reads `next` while the action runs. One dequeue may be handed over in
 //                   several calls, each with a larger `count` over the same items; `available` says
 //                   how many of those items are already there, so that the action may read ahead across
 //                   a call's end (to ask for its pointees' lines) without releasing what is not yet its.
@@ -66,7 +69,7 @@ using ReleaseFn = void (*)(void* item, void* context);
 struct ReleaseBatch {
   void* const* items;
   std::size_t count;
-  std::size_t next;  // advanced by the release action past each item before it releases it
+  std::size_t next;  // where the release action is: see ReleaseBatchFn
   // items[0 ... available) are valid pointers (available >= count). Those from `count` on belong to a
   // later call of the same drain: the action may read them (to prefetch what they point to), never
   // release them. A call whose items end with their dequeue has available == count.
