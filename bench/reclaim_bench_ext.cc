@@ -254,15 +254,12 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
 // bindings/release_loop.h) for the decomposition row of the drain table. Run over the whole array in the
 // chunks the queue hands it (and fetching ahead across a chunk's end, up to the end of its dequeue, as the
 // queue lets it), it is the drain minus the queue.
-struct NoHostTypes {  // as bindings/host_calls.h's HostItemTypes
-  const PyTypeObject* host_call;
-  const PyTypeObject* host_node;
-  bool includes(const PyTypeObject* type) const noexcept { return type == host_call || type == host_node; }
-};
 PyTypeObject* volatile g_no_host_types[2] = {nullptr, nullptr};  // never an object's type here
 
 // Out of line, as bindings/ reads its types (host_item_types()), so that the loop compiles as the drain's.
-__attribute__((noinline)) NoHostTypes no_host_types() { return NoHostTypes{g_no_host_types[0], g_no_host_types[1]}; }
+__attribute__((noinline)) reclaim_bindings::HostItemTypes no_host_types() {
+  return reclaim_bindings::HostItemTypes{g_no_host_types[0], g_no_host_types[1]};
+}
 
 __attribute__((noinline)) void release_chunk_like_bindings(reclaim::ReleaseBatch* chunk) {
   reclaim_bindings::release_batch(chunk, no_host_types(), [](PyObject* item) { Py_DECREF(item); });  // never called

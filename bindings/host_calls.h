@@ -18,6 +18,8 @@
 
 #include <Python.h>
 
+#include "bindings/release_loop.h"
+
 namespace reclaim_bindings {
 
 // The release action for one queued item: runs a host call (or parks it until the calls before it on its
@@ -27,15 +29,8 @@ namespace reclaim_bindings {
 void release_queued_item(PyObject* item);
 
 // The two private types whose objects release_queued_item() runs rather than Py_DECREFs (null before
-// add_host_call_functions()): a drain reads them once per batch and releases plain references inline.
-// Any thread; never blocks. The types never change once created.
-struct HostItemTypes {
-  const PyTypeObject* host_call;
-  const PyTypeObject* host_node;
-  // True when an item of `type` is a host call or host-node call (run by the release action, never
-  // Py_DECREF'd as a plain reference).
-  bool includes(const PyTypeObject* type) const noexcept { return type == host_call || type == host_node; }
-};
+// add_host_call_functions()): a drain reads them once per batch and releases plain references inline
+// (bindings/release_loop.h). Any thread; never blocks. The types never change once created.
 HostItemTypes host_item_types() noexcept;
 
 // After close()'s final drain: cancels every host call not run yet (CUDA never handed it back, or it

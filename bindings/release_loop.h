@@ -18,6 +18,17 @@ namespace reclaim_bindings {
 // are mostly the last ones: cleanup/queue_drain.h).
 constexpr std::size_t kFetchAhead = 8;
 
+// The two private types whose objects are calls the release loop runs rather than Py_DECREFs (host calls
+// and host-node calls: bindings/host_calls.h's host_item_types(); null before they exist). Plain values,
+// read once per batch.
+struct HostItemTypes {
+  const PyTypeObject* host_call;
+  const PyTypeObject* host_node;
+  // True when an item of `type` is a host call or host-node call (run by the release action, never
+  // Py_DECREF'd as a plain reference).
+  bool includes(const PyTypeObject* type) const noexcept { return type == host_call || type == host_node; }
+};
+
 // Hands an exception that a release left set to sys.unraisablehook. Requires the GIL.
 inline void report_leftover_exception(const PyThreadState* thread) {
   if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
@@ -27,9 +38,8 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // release unwind, a handler sets batch->next just past the item being released (at a call whose release
 // never began when the report before it unwinds) and rethrows (reclaim::ReleaseBatchFn's contract). A
 // store of `next` before each release would cost every item an instruction, and nothing reads it while the
-// loop runs. An item whose type `host.includes()` is a call:
-// `run_call(item)` runs it (and steals the reference); any other is a plain reference, Py_DECREF'd here
-// without a call. Each object's line is asked for kFetchAhead items before its release, across the end of
+// loop runs. An item whose type is one of `host`'s is a call: `run_call(item)` runs it (and steals the
+// reference); any other is a plain reference, Py_DECREF'd here without a call. Each object's line is asked for kFetchAhead items before its release, across the end of
 // the call into the items the same dequeue hands over next (batch->available): stopping at the call's end
 // would leave the first kFetchAhead objects of every call unfetched, and the queue hands its dequeues over
 // in chunks.
@@ -45,8 +55,8 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // Two loops, so that the one almost every item goes through has no bound check on its fetch: up to
 // `fetching`, the item kFetchAhead places on belongs to the dequeue; after it, none does.
 // Requires the GIL; re-entrant (a release may drain again).
-template <class HostTypes, class RunCall>
-inline void release_batch(reclaim::ReleaseBatch* batch, const HostTypes& host, RunCall run_call) {
+template <class RunCall>
+inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemTypes& host, RunCall run_call) {
   const PyThreadState* const thread = PyThreadState_Get();
   void* const* const items = batch->items;
   const std::size_t count = batch->count;
