@@ -43,6 +43,7 @@
 #include <sys/eventfd.h>
 #include <poll.h>
 #include <sched.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -124,30 +125,61 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
 // A main thread that runs bytecode gives the GIL up only after a waiter has waited a switch interval. On
 // 3.13+ a pending call reaches it at its next eval-breaker check, within microseconds, and the call used
 // here runs no Python code and releases nothing: it only gives the GIL up, at the very point where CPython
-// itself drops it for a waiter that asked, and takes it back once a drain thread has it (or after
-// kStepAsideMilliseconds). The drain and its finalizers still run on the drain thread, never on the main
+// itself drops it for a waiter that asked, and takes it back once a drain thread has had it (see
+// wait_for_a_drain_thread_to_take_the_gil). The drain and its finalizers still run on the drain thread, never on the main
 // thread (a drain run by a pending call would run finalizers inside whatever the main thread was doing,
 // threading's locked sections included, where one that sets an Event the main thread waits on deadlocks
 // it). One call is outstanding at a time; a call that finds no drain thread waiting returns at once (the
 // GIL was free after all: the main thread was blocked in C when the call was added).
 
-constexpr auto kStepAsideMilliseconds = std::chrono::milliseconds(2);
+// How long a main thread that stepped aside waits for a drain thread to take the GIL, at most. It is
+// not a time slice: the wait ends as soon as a drain thread has had the GIL or none waits any more, like
+// CPython's own forced switch (the thread that drops the GIL on request waits until another took it). A
+// fixed slice is too short on a loaded machine: a drain thread woken by the drop may not be scheduled
+// within it, the main thread takes the GIL back, and the drain thread then waits a whole switch interval
+// after all. The bound only covers a drain thread that is not scheduled at all for this long; it then
+// waits out the switch interval as it would without the call.
+constexpr auto kStepAsideLimit = std::chrono::seconds(1);
+// The first part of the wait yields the CPU (a drain thread usually takes the GIL within microseconds);
+// after it the main thread sleeps in short steps, so that on a busy machine it leaves its core to the
+// drain thread it waits for.
+constexpr auto kStepAsideYielding = std::chrono::microseconds(200);
+constexpr long kStepAsideSleepNanoseconds = 100 * 1000;
 
 std::atomic<int> g_drain_threads_waiting{0};           // drain threads inside take_gil after a wake-up
 std::atomic<std::uint64_t> g_drain_thread_acquisitions{0};  // bumped by a drain thread holding the GIL
 std::atomic<bool> g_step_aside_scheduled{false};      // a step-aside call is added and has not run yet
 
-// The pending call. Main thread, GIL held, between two bytecodes.
+// Main thread, GIL released by it. Returns once a drain thread has taken the GIL since `seen` (the
+// acquisition count before the release), once no drain thread waits for it any more (it left, or it took
+// the GIL and has already been counted out), or after kStepAsideLimit.
+void wait_for_a_drain_thread_to_take_the_gil(std::uint64_t seen) {
+  const auto started = std::chrono::steady_clock::now();
+  for (;;) {
+    if (g_drain_thread_acquisitions.load(std::memory_order_acquire) != seen ||
+        g_drain_threads_waiting.load(std::memory_order_seq_cst) == 0) {
+      return;
+    }
+    const auto waited = std::chrono::steady_clock::now() - started;
+    if (waited >= kStepAsideLimit) return;
+    if (waited < kStepAsideYielding) {
+      sched_yield();
+    } else {
+      struct timespec step = {0, kStepAsideSleepNanoseconds};
+      (void)::nanosleep(&step, nullptr);
+    }
+  }
+}
+
+// The pending call. Main thread, GIL held, between two bytecodes. (Only the main thread runs pending
+// calls, and it is not finalizing while it runs one: a drain thread that the finalization ends or hangs
+// inside take_gil is never waited for here.)
 int step_aside_for_a_drain_thread(void*) {
   g_step_aside_scheduled.store(false, std::memory_order_seq_cst);
   if (g_drain_threads_waiting.load(std::memory_order_seq_cst) == 0 || interpreter_finalizing()) return 0;
   const std::uint64_t seen = g_drain_thread_acquisitions.load(std::memory_order_acquire);
   PyThreadState* state = PyEval_SaveThread();
-  const auto deadline = std::chrono::steady_clock::now() + kStepAsideMilliseconds;
-  while (g_drain_thread_acquisitions.load(std::memory_order_acquire) == seen &&
-         std::chrono::steady_clock::now() < deadline) {
-    sched_yield();
-  }
+  wait_for_a_drain_thread_to_take_the_gil(seen);
   PyEval_RestoreThread(state);
   return 0;
 }

@@ -14,14 +14,19 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
   5. stopped, it leaves the signal settled: a push stays pending with the fd readable, drain() gets it.
   6. (3.13+) with a switch interval of 30 s, a main thread in bytecode still lets the drain thread in:
      the drain thread's pending call makes it step aside, so a push is released while the main thread
-     spins (on 3.10-3.12 a pending call does not reach a busy main thread promptly: skipped there).
+     spins (on 3.10-3.12 a pending call does not reach a busy main thread promptly: skipped there); also
+     with every CPU crowded by spinning processes, where the drain thread woken by the step-aside may
+     wait milliseconds for a core: the main thread must wait for it, not for a fixed slice.
 
 Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
 
-    python drain_thread_busy_main.py [--pushes 3000] [--rounds 3]
+    python drain_thread_busy_main.py [--pushes 3000] [--rounds 3] [--crowded-pushes 300]
 """
 
 import argparse
+import contextlib
+import os
+import subprocess
 import sys
 import time
 
@@ -89,7 +94,31 @@ def stream(pushes, delay_us, wait):
     wait(push_is_an_edge_and_released, "a push after the stream is an edge")
 
 
-def main_thread_steps_aside():
+@contextlib.contextmanager
+def crowded_cpus(per_cpu):
+    """`per_cpu` spinning processes for every CPU this process may run on, for the duration."""
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        for _ in range(per_cpu * len(os.sched_getaffinity(0)))
+    ]
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        for spinner in spinners:
+            spinner.wait()
+
+
+def push_released_while_spinning(what):
+    start = released()
+    _native_producers.hand_over([Payload()])
+    deadline = time.monotonic() + 10.0  # a third of the switch interval
+    while released() == start:
+        assert time.monotonic() < deadline, f"the busy main thread did not step aside for the drain thread ({what})"
+
+
+def main_thread_steps_aside(crowded_pushes):
     """6: without the step-aside call, a drain thread would wait the whole switch interval (30 s here)."""
     if sys.version_info < (3, 13):
         print("drain_thread_busy_main: step-aside: not used before 3.13 (skipped)", flush=True)
@@ -98,11 +127,10 @@ def main_thread_steps_aside():
     sys.setswitchinterval(30.0)
     try:
         for _ in range(5):
-            start = released()
-            _native_producers.hand_over([Payload()])
-            deadline = time.monotonic() + 10.0  # a third of the switch interval
-            while released() == start:
-                assert time.monotonic() < deadline, "the busy main thread did not step aside for the drain thread"
+            push_released_while_spinning("idle machine")
+        with crowded_cpus(per_cpu=4):
+            for _ in range(crowded_pushes):
+                push_released_while_spinning("crowded CPUs")
     finally:
         sys.setswitchinterval(previous)
 
@@ -119,6 +147,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--pushes", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--crowded-pushes", type=int, default=300)
     args = parser.parse_args(argv)
 
     cuda_reclaim.set_auto_drain("thread")
@@ -132,7 +161,7 @@ def main(argv=None):
         stream(args.pushes, 200, mixed_until)  # 3: contended and free, linger on and off
         stream(args.pushes // 10, 0, busy_until)  # bursts faster than any drain
 
-    main_thread_steps_aside()  # 6
+    main_thread_steps_aside(args.crowded_pushes)  # 6
 
     # 4. Idle: blocked in poll(2), not woken at all.
     # It may still be finishing its last linger: a window without any switch proves it; a thread that
