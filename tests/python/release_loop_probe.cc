@@ -4,12 +4,16 @@
 // unwinds, and when an exception a deallocator left behind is reported. A queue never hands this loop an
 // unwinding release on purpose; CPython's forced unwind of a thread that re-takes the GIL during
 // finalization (pthread_exit) is what this stands in for, with a C++ exception thrown from a deallocator
-// or a call.
+// or a call. The objects lie in one block of the probe's own memory, next to each other in the order the
+// test asks for (ascending addresses, as objects allocated one after another; or descending), so that
+// either of the loop's ways (the CPU's prefetcher following the releases, or the loop fetching ahead) is
+// the one a test runs.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <vector>
 
@@ -34,12 +38,14 @@ struct Scripted {
 // (and, for a call, whether the error indicator was clean then: 2000 + id when it was not).
 std::vector<long> g_events;
 
+// The objects' memory belongs to release()'s block: deallocating one only notes it and lets its type go.
 void scripted_dealloc(PyObject* self) {
   auto* scripted = reinterpret_cast<Scripted*>(self);
   const long id = scripted->id;
   const int mode = scripted->mode;
   g_events.push_back(id);
-  Py_TYPE(self)->tp_free(self);
+  PyTypeObject* type = Py_TYPE(self);
+  Py_DECREF(type);  // PyObject_Init took a reference to the heap type
   if (mode == kLeavesError) PyErr_SetString(PyExc_RuntimeError, "left by a deallocator");
   if (mode == kThrows) throw std::runtime_error("a release unwinds");
 }
@@ -69,35 +75,53 @@ void release_what_is_left(const std::vector<void*>& items) {
   g_events.clear();
 }
 
-PyObject* make(const char* kind, long id, int mode) {
+// Places a scripted object in `memory` (uninitialised, owned by the caller); it is alive until released.
+PyObject* place(Scripted* memory, const char* kind, long id, int mode) {
   PyTypeObject* type = kind[0] == 'c' ? g_call_type : g_plain_type;
-  Scripted* object = PyObject_New(Scripted, type);
-  if (object == nullptr) return nullptr;
-  object->id = id;
-  object->mode = mode;
-  return reinterpret_cast<PyObject*>(object);
+  PyObject* object = PyObject_Init(reinterpret_cast<PyObject*>(memory), type);
+  memory->id = id;
+  memory->mode = mode;
+  return object;
 }
 
-// release(script, chunks=None) -> (next, unwound, events): makes one object per (kind, mode) of `script`
-// ("plain" or "call"; ids 1, 2, ... in order), each held only by the batch, and runs the release loop
+// Whether release() lays the objects out at descending addresses ("descending") rather than ascending
+// ones ("ascending"). Returns 1 or 0, or -1 with ValueError set.
+int descending_layout(const char* layout) {
+  if (std::strcmp(layout, "ascending") == 0) return 0;
+  if (std::strcmp(layout, "descending") == 0) return 1;
+  PyErr_Format(PyExc_ValueError, "layout must be 'ascending' or 'descending', not '%s'", layout);
+  return -1;
+}
+
+// release(script, chunks=None, layout="ascending") -> (next, unwound, events, fetched_ahead): places one
+// object per (kind, mode) of `script` ("plain" or "call"; ids 1, 2, ... in order), each held only by the
+// batch, next to each other at ascending or descending addresses (`layout`), and runs the release loop
 // over them, in calls of the sizes `chunks` gives (the queue hands a dequeue over in chunks: each call's
 // count is larger, `available` is the whole batch). A C++ exception out of the loop is caught here
 // (unwound=True), and `next` is where it left the batch. What the loop did not deallocate is released here
-// afterwards (plainly, after the events are taken).
-PyObject* release(PyObject*, PyObject* args) {
+// afterwards (plainly, after the events are taken). `fetched_ahead`: whether the loop's own test of the
+// whole batch's layout chose to fetch ahead.
+PyObject* release(PyObject*, PyObject* args, PyObject* kwargs) {
+  static const char* keywords[] = {"script", "chunks", "layout", nullptr};
   PyObject* script;
   PyObject* chunks = Py_None;
-  if (!PyArg_ParseTuple(args, "O!|O", &PyList_Type, &script, &chunks)) return nullptr;
+  const char* layout = "ascending";
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!|Os", const_cast<char**>(keywords), &PyList_Type, &script,
+                                   &chunks, &layout)) {
+    return nullptr;
+  }
+  const int descending = descending_layout(layout);
+  if (descending < 0) return nullptr;
   g_events.clear();
   const Py_ssize_t n = PyList_GET_SIZE(script);
+  std::vector<Scripted> memory(static_cast<std::size_t>(n));
   std::vector<void*> items;
   for (Py_ssize_t i = 0; i < n; ++i) {
     const char* kind;
     int mode;
     if (!PyArg_ParseTuple(PyList_GET_ITEM(script, i), "si", &kind, &mode)) break;
-    PyObject* object = make(kind, static_cast<long>(i + 1), mode);
-    if (object == nullptr) break;
-    items.push_back(object);
+    Scripted* slot = &memory[static_cast<std::size_t>(descending ? n - 1 - i : i)];
+    items.push_back(place(slot, kind, static_cast<long>(i + 1), mode));
   }
   std::vector<std::size_t> sizes;
   if (!PyErr_Occurred() && chunks != Py_None) {
@@ -116,6 +140,7 @@ PyObject* release(PyObject*, PyObject* args) {
     return nullptr;
   }
   if (sizes.empty()) sizes.push_back(items.size());
+  const bool fetched_ahead = !reclaim_bindings::objects_follow_in_address_order(items.data(), 0, items.size());
   reclaim::ReleaseBatch batch{items.data(), 0, 0, items.size()};
   bool unwound = false;
   try {
@@ -134,7 +159,24 @@ PyObject* release(PyObject*, PyObject* args) {
   }
   release_what_is_left(items);
   if (events == nullptr) return nullptr;
-  return Py_BuildValue("nON", static_cast<Py_ssize_t>(batch.next), unwound ? Py_True : Py_False, events);
+  return Py_BuildValue("nONO", static_cast<Py_ssize_t>(batch.next), unwound ? Py_True : Py_False, events,
+                       fetched_ahead ? Py_True : Py_False);
+}
+
+// follow_in_address_order(addresses) -> bool: the release loop's test of a batch's layout
+// (objects_follow_in_address_order), over made-up addresses (never dereferenced).
+PyObject* follow_in_address_order(PyObject*, PyObject* addresses) {
+  PyObject* sequence = PySequence_Fast(addresses, "addresses must be a sequence of integers");
+  if (sequence == nullptr) return nullptr;
+  std::vector<void*> items;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); ++i) {
+    const std::size_t address = PyLong_AsSize_t(PySequence_Fast_GET_ITEM(sequence, i));
+    if (address == static_cast<std::size_t>(-1) && PyErr_Occurred()) break;
+    items.push_back(reinterpret_cast<void*>(address));
+  }
+  Py_DECREF(sequence);
+  if (PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(reclaim_bindings::objects_follow_in_address_order(items.data(), 0, items.size()));
 }
 
 // throwing_hook(unraisable): a sys.unraisablehook that unwinds (a C++ exception), as a thread ended in the
@@ -142,7 +184,10 @@ PyObject* release(PyObject*, PyObject* args) {
 PyObject* throwing_hook(PyObject*, PyObject*) { throw std::runtime_error("the report unwinds"); }
 
 PyMethodDef kMethods[] = {
-    {"release", release, METH_VARARGS, "release(script, chunks=None) -> (next, unwound, events)"},
+    {"release", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(release)), METH_VARARGS | METH_KEYWORDS,
+     "release(script, chunks=None, layout='ascending') -> (next, unwound, events, fetched_ahead)"},
+    {"follow_in_address_order", follow_in_address_order, METH_O,
+     "follow_in_address_order(addresses) -> bool: the release loop's test of a batch's layout"},
     {"throwing_hook", throwing_hook, METH_O, "throwing_hook(unraisable): throws a C++ exception"},
     {nullptr, nullptr, 0, nullptr},
 };
