@@ -40,7 +40,7 @@ METHODS = {
 PARTS = (
     ("release_loop", re.compile(r"release_references|release_batch<|release_chunk_like_bindings|decref_each|drain_strategy|pending_call")),
     ("copy", re.compile(r"dequeue_batch<")),
-    ("quiet_sampling", re.compile(r"dequeue_quietly<")),
+    ("quiet_sampling", re.compile(r"dequeue_quietly<|mostly_quiet<")),
 )
 RELEASE_CHAIN = "release_chain"
 DRAIN_LOOP = "drain_loop"

@@ -32,16 +32,21 @@ constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
 // quietly there.
 struct QuietDecref {
   HostItemTypes host;
-  bool operator()(void* pointer) const noexcept {
+  // Whether operator() would release `pointer` now: reads its type and count, changes nothing.
+  bool would_release(void* pointer) const noexcept {
 #ifdef Py_GIL_DISABLED
     (void)pointer;
     return false;
 #else
     PyObject* const item = static_cast<PyObject*>(pointer);
-    if (host.includes(Py_TYPE(item)) || Py_REFCNT(item) <= 1) return false;
-    Py_DECREF(item);  // an immortal object's count is above one here too, and Py_DECREF leaves it alone
-    return true;
+    return !host.includes(Py_TYPE(item)) && Py_REFCNT(item) > 1;
 #endif
+  }
+  bool operator()(void* pointer) const noexcept {
+    if (!would_release(pointer)) return false;
+    // An immortal object's count is above one here too, and Py_DECREF leaves it alone.
+    Py_DECREF(static_cast<PyObject*>(pointer));
+    return true;
   }
 };
 

@@ -204,9 +204,11 @@ class ReclaimQueue {
   // (Pointees::kPrefetch): they must be memory `quiet` may read.
   // Offers pay only when most references leave quietly: once a batch releases less than half of its
   // pointers quietly, the following batches (of this drain and of later ones) are taken without offers
-  // and without prefetching pointees, and one batch in a few is offered again to notice a change. A
-  // release action used here should therefore fetch its pointees a few items ahead itself (bindings'
-  // does). Threads: as drain().
+  // and without prefetching pointees; in one batch of a few, a few pointers are looked at with
+  // `quiet.would_release(void* item) -> bool` (whether `quiet` would release it now; it reads the pointee
+  // and changes nothing, under the same rules as `quiet`), and when at least half would leave quietly the
+  // next batch is offered again. A release action used here should therefore fetch its pointees a few
+  // items ahead itself (bindings' does). Threads: as drain().
   template <class QuietRelease>
   std::size_t drain_quietly(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
                             const QuietRelease& quiet);

@@ -28,8 +28,9 @@ using reclaim_test::ReleaseRecorder;
 struct QuietEvery {
   std::size_t every;
   ReleaseRecorder* recorder;
+  bool would_release(void* item) const noexcept { return id_of(item) % every == 0; }
   bool operator()(void* item) const noexcept {
-    if (id_of(item) % every != 0) return false;
+    if (!would_release(item)) return false;
     ReleaseRecorder::release(item, recorder);
     return true;
   }
@@ -39,16 +40,22 @@ struct QuietEvery {
 struct QuietAllBut {
   std::size_t every;
   ReleaseRecorder* recorder;
+  bool would_release(void* item) const noexcept { return id_of(item) % every != 0; }
   bool operator()(void* item) const noexcept {
-    if (id_of(item) % every == 0) return false;
+    if (!would_release(item)) return false;
     ReleaseRecorder::release(item, recorder);
     return true;
   }
 };
 
-// A quiet release that takes nothing, and counts the offers it gets.
+// A quiet release that takes nothing, and counts the offers it gets and the looks at pointers.
 struct QuietNone {
   std::atomic<std::size_t>* offers = nullptr;
+  std::atomic<std::size_t>* looks = nullptr;
+  bool would_release(void*) const noexcept {
+    if (looks != nullptr) looks->fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
   bool operator()(void*) const noexcept {
     if (offers != nullptr) offers->fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -169,19 +176,20 @@ TEST(QuietDrain, WhenNothingIsQuietItIsAPlainDrain) {
   expect_conserved(scene.queue, 1500, 0);
 }
 
-// Offers that do not pay stop after one batch, come back once every kQuietSampleEvery batches (across
-// drains too), and stay once they pay again.
+// Offers that do not pay stop after one batch; once every kQuietSampleEvery batches (across drains too) a
+// few pointers are looked at, and offers come back when most of those would leave quietly, and stay.
 TEST(QuietDrain, OffersStopWhenTheyDoNotPayAndResumeWhenTheyDo) {
   constexpr std::size_t kBatch = reclaim::kDrainBatch;
   constexpr std::size_t kBatches = 3 * reclaim::kQuietSampleEvery;
   QuietDrainScene scene(kBatches * kBatch);
-  std::atomic<std::size_t> offers{0};
+  std::atomic<std::size_t> offers{0}, looks{0};
   // One batch per drain: the choice carries over from one drain to the next.
   for (std::size_t batch = 0; batch < kBatches; ++batch) {
-    EXPECT_EQ(scene.drain(QuietNone{&offers}, kBatch), kBatch);
+    EXPECT_EQ(scene.drain(QuietNone{&offers, &looks}, kBatch), kBatch);
   }
-  // The first batch and one in kQuietSampleEvery after it.
-  EXPECT_EQ(offers.load(), (1 + (kBatches - 1) / reclaim::kQuietSampleEvery) * kBatch);
+  // The first batch only is offered; one in kQuietSampleEvery after it is looked at.
+  EXPECT_EQ(offers.load(), kBatch);
+  EXPECT_EQ(looks.load(), (kBatches - 1) / reclaim::kQuietSampleEvery * reclaim::kQuietPeeks);
   EXPECT_EQ(scene.action_recorder.total(), kBatches * kBatch);
   expect_conserved(scene.queue, kBatches * kBatch, 0);
 
@@ -197,6 +205,30 @@ TEST(QuietDrain, OffersStopWhenTheyDoNotPayAndResumeWhenTheyDo) {
   EXPECT_GE(quiet_recorder.total(), kMore / 2);
   EXPECT_LE(action_recorder.total(), reclaim::kQuietSampleEvery * kBatch + kMore / 8);
 }
+
+// After a run of batches where nothing left quietly, a regular mix where most references would leave
+// quietly (all but every second, eighth or 64th, as pushed) is noticed within kQuietSampleEvery batches:
+// the looks do not line up with the mix.
+class QuietMixPeriods : public ::testing::TestWithParam<std::size_t> {};
+
+TEST_P(QuietMixPeriods, OffersResumeWithinASampleRun) {
+  constexpr std::size_t kBatch = reclaim::kDrainBatch;
+  const std::size_t plain_ids = 2 * kBatch, mixed_ids = 3 * reclaim::kQuietSampleEvery * kBatch;
+  QuietDrainScene scene(plain_ids);
+  EXPECT_EQ(scene.drain(QuietNone{}), plain_ids);  // nothing quiet: later batches are taken plainly
+  ReleaseRecorder quiet_recorder(mixed_ids), action_recorder(mixed_ids);
+  RecordingAction action{&action_recorder};
+  push_ids(scene.queue, 0, mixed_ids);
+  EXPECT_EQ(scene.queue.drain_quietly(RecordingAction::release, &action, SIZE_MAX, false,
+                                      QuietAllBut{GetParam(), &quiet_recorder}),
+            mixed_ids);
+  expect_each_released_once(quiet_recorder, action_recorder, mixed_ids);
+  // At most one sample run of plain batches, then only the references that are not quiet.
+  EXPECT_LE(action_recorder.total(), (reclaim::kQuietSampleEvery + 1) * kBatch + mixed_ids / GetParam());
+  expect_conserved(scene.queue, plain_ids + mixed_ids, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(EverySecondEighthOr64th, QuietMixPeriods, ::testing::Values(2, 8, 64));
 
 TEST(QuietDrain, TheActionGetsABatchInChunksOverTheSameItems) {
   QuietDrainScene scene(reclaim::kDrainBatch);
