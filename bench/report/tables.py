@@ -401,7 +401,7 @@ INSTRUCTION_METHODS = ("plain_decref_loop", "plain_release_fn_loop", "cuda_recla
 INSTRUCTION_PARTS = {
     "release_loop": "the release loop (bindings' release action for cuda-reclaim)",
     "copy": "moodycamel's copy into the batch",
-    "quiet_sampling": "the batches offered quietly to notice a change of mix",
+    "quiet_sampling": "the looks at a few pointers of one batch in 16, to notice a change of mix",
     "drain_loop": "the drain loop (counts, chunks, lookahead)",
 }
 
@@ -468,7 +468,7 @@ def instruction_gap(data, r):
         f"{loop['per_ref']:.1f} per dying reference ({loop_own:.1f} of them its own), {anchors}; cuda-reclaim's "
         f"drain {ours['per_ref']:.1f}, {ours['per_ref'] - loop['per_ref']:.1f} more than the loop: its release action "
         f"{own.get('release_loop', 0.0):.1f} against the loop's {loop_own:.1f}, moodycamel's copy "
-        f"{own.get('copy', 0.0):.1f}, the batches offered quietly {own.get('quiet_sampling', 0.0):.1f}, the drain "
+        f"{own.get('copy', 0.0):.1f}, the looks for a change of mix {own.get('quiet_sampling', 0.0):.1f}, the drain "
         f"loop {own.get('drain_loop', 0.0):.1f}. The count ratio is {loop['per_ref'] / ours['per_ref']:.0%}"
         f"{time_ratio}. A drain whose release action were the bare loop would "
         f"execute {without_extras:.1f} ({loop['per_ref'] / without_extras:.0%} of the loop's count): "
