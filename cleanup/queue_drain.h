@@ -79,9 +79,10 @@ __attribute__((flatten)) inline TakenBatch dequeue_quietly(PointerQueue& queue, 
 constexpr std::uint32_t kQuietSampleEvery = 16;
 constexpr std::size_t kQuietPeeks = 8;
 
-// The looks are kQuietPeekStride pointers apart (modulo the batch): a prime, so that a regular mix (every
-// second or every eighth reference the last one, say) cannot line up with the looks; its residues modulo
-// any small period cycle through them all.
+// The looks are kQuietPeekStride pointers apart (modulo the batch): a prime, so that a regular mix with a
+// shorter period (every second or every eighth reference the last one, say) cannot line up with the
+// looks: they fall on as many different places of the period as they can. (A mix whose period is a
+// multiple of the stride can line up: then only the speed of that drain suffers, never a count.)
 constexpr std::size_t kQuietPeekStride = 61;
 
 // Whether at least half of kQuietPeeks pointers spread over batch[0, taken) (all of a shorter batch) would
