@@ -254,15 +254,15 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
 // bindings/release_loop.h) for the decomposition row of the drain table. Run over the whole array in the
 // chunks the queue hands it (and fetching ahead across a chunk's end, up to the end of its dequeue, as the
 // queue lets it), it is the drain minus the queue.
-PyTypeObject* volatile g_no_host_types[2] = {nullptr, nullptr};  // never an object's type here
+PyTypeObject* volatile g_no_host_item_type = nullptr;  // never an object's type here
 
-// Out of line, as bindings/ reads its types (host_item_types()), so that the loop compiles as the drain's.
-__attribute__((noinline)) reclaim_bindings::HostItemTypes no_host_types() {
-  return reclaim_bindings::HostItemTypes{g_no_host_types[0], g_no_host_types[1]};
+// Out of line, as bindings/ reads its type (host_item_type()), so that the loop compiles as the drain's.
+__attribute__((noinline)) reclaim_bindings::HostItemType no_host_item_type() {
+  return reclaim_bindings::HostItemType{g_no_host_item_type};
 }
 
 __attribute__((noinline)) void release_chunk_like_bindings(reclaim::ReleaseBatch* chunk) {
-  reclaim_bindings::release_batch(chunk, no_host_types(), [](PyObject* item) { Py_DECREF(item); });  // never called
+  reclaim_bindings::release_batch(chunk, no_host_item_type(), [](PyObject* item) { Py_DECREF(item); });  // never called
 }
 
 // The sizes the queue uses (cleanup/queue_storage.h, cleanup/queue_drain.h): pointers per dequeue, and the

@@ -35,16 +35,26 @@ struct StreamOrder {
   Py_ssize_t references = 0;  // host calls pointing here, plus running loops
 };
 
+// What a _HostItem carries. The release action (bindings/release_loop.h) tells the items it runs from plain
+// references by one compare of their type, so host calls and host nodes are one private type,
+// cuda_reclaim._reclaim._HostItem, and this field, right after the object header in both layouts, tells
+// them apart.
+enum class HostItemKind : std::uint8_t {
+  kCall = 1,  // a HostCall
+  kNode = 2,  // a HostNode
+};
+
 enum class CallState : int {
   kWaiting = 0,  // launched: CUDA holds it, or the queue does
   kParked = 1,   // dequeued before a call of its stream that comes first: on its order's parked list
   kDone = 2,     // ran, or was cancelled; fields cleared
 };
 
-// cuda_reclaim._reclaim._HostCall: one launch_host_func call. The slot is graph/'s part (the trampoline
+// A _HostItem of kind kCall: one launch_host_func call. The slot is graph/'s part (the trampoline
 // writes its place); everything else is touched with the GIL only.
 struct HostCall {
   PyObject_HEAD
+  HostItemKind kind;  // kCall
   reclaim::graph::HostCallSlot slot;
   StreamOrder* order;
   CallState state;
@@ -58,10 +68,11 @@ struct HostCall {
   HostCall* parked_next;
 };
 
-// cuda_reclaim._reclaim._HostNode: one add_host_node node. One Python reference stands for every native
+// A _HostItem of kind kNode: one add_host_node node. One Python reference stands for every native
 // one (graph/host_calls.h's HostNodeSlot::native_refs) and is dropped by whoever takes that count to zero.
 struct HostNode {
   PyObject_HEAD
+  HostItemKind kind;  // kNode
   reclaim::graph::HostNodeSlot slot;
   PyObject* fn;
   PyObject* args;  // tuple
@@ -105,11 +116,15 @@ void forget_stream_orders();
 
 // --- host_calls.cc: host calls ----------------------------------------------------------------------------
 
-// Creates the _HostCall type (once per process; never released). Returns false with an exception set.
-// Requires the GIL.
-bool ready_host_call_type();
+// Creates the _HostItem type, of host calls and host nodes (once per process; never released). Returns
+// false with an exception set. Requires the GIL.
+bool ready_host_item_type();
 
-// A new _HostCall (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
+// The _HostItem type (borrowed, never released; null before ready_host_item_type). Any thread; never
+// blocks.
+PyTypeObject* host_item_type_object() noexcept;
+
+// A new host call (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
 // takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
 // with an exception set; then the order's reference is dropped. Requires the GIL.
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future);
@@ -129,20 +144,13 @@ void host_call_arrived(HostCall* call);
 // Cancels every call on the outstanding list (close, fork child). Requires the GIL; re-entrant.
 void cancel_all_host_calls();
 
-// Whether `item` (borrowed) is a _HostCall (false before ready_host_call_type). Requires the GIL.
+// Whether `item` (borrowed) is a _HostItem of kind kCall (false before ready_host_item_type). Requires the
+// GIL.
 bool is_host_call(PyObject* item);
 
 // --- host_nodes.cc: graph host nodes ----------------------------------------------------------------------
 
-// Creates the _HostNode type (once per process; never released). Returns false with an exception set.
-// Requires the GIL.
-bool ready_host_node_type();
-
-// The _HostNode type (borrowed, never released; null before ready_host_node_type). Any thread; never
-// blocks.
-const PyTypeObject* host_node_type() noexcept;
-
-// A new _HostNode calling fn(*args) at every firing (it takes its own references to fn and args), with its
+// A new host node calling fn(*args) at every firing (it takes its own references to fn and args), with its
 // native count's reference taken: two references in all, the caller's and that one. Null with an exception
 // set. Requires the GIL.
 HostNode* new_host_node(PyObject* fn, PyObject* args);
@@ -151,7 +159,12 @@ HostNode* new_host_node(PyObject* fn, PyObject* args);
 // when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.
 void host_node_arrived(HostNode* node);
 
-// Whether `item` (borrowed) is a _HostNode (false before ready_host_node_type). Requires the GIL.
+// Whether `item` (borrowed) is a _HostItem of kind kNode (false before ready_host_item_type). Requires the
+// GIL.
 bool is_host_node(PyObject* item);
+
+// The part of a dying node's deallocation that is the node's own: drops its function and arguments and
+// ends its slot (the _HostItem type's deallocator frees the memory). Requires the GIL.
+void clear_host_node(HostNode* node);
 
 }  // namespace reclaim_bindings

@@ -17,7 +17,7 @@ namespace {
 // drain_quietly lets the compiler do), the loop shares its registers with the drain's and executes more
 // instructions per reference (bench/count_instructions.py).
 __attribute__((noinline)) void release_references(reclaim::ReleaseBatch* batch, void*) {
-  release_batch(batch, host_item_types(), release_queued_item);
+  release_batch(batch, host_item_type(), release_queued_item);
 }
 
 // Queued items are Python objects the release action touches at once: the drain prefetches them.
@@ -31,7 +31,7 @@ constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
 // one meanwhile; in a free-threaded build other threads change counts without it, so nothing is released
 // quietly there.
 struct QuietDecref {
-  HostItemTypes host;
+  HostItemType host;
   // Whether operator() would release `pointer` now: reads its type and count, changes nothing.
   bool would_release(void* pointer) const noexcept {
 #ifdef Py_GIL_DISABLED
@@ -74,7 +74,7 @@ bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const SavedException saved = save_exception();
-  const QuietDecref quiet{host_item_types()};
+  const QuietDecref quiet{host_item_type()};
   const std::size_t released = queue().drain_quietly(release_references, nullptr, max_items, linger, quiet);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);

@@ -181,7 +181,7 @@ PyMethodDef kHostCallMethods[] = {
 }  // namespace
 
 int add_host_call_functions(PyObject* module) {
-  if (!ready_host_call_type() || !ready_host_node_type()) return -1;
+  if (!ready_host_item_type()) return -1;
   return PyModule_AddFunctions(module, kHostCallMethods);
 }
 

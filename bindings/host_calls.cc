@@ -1,6 +1,6 @@
 // bindings/host_calls.cc — host calls from launch to end (see host_calls.h and call_items.h): the
-// outstanding list, running a call into its future in stream order, cancelling, the _HostCall type, and
-// the release action that tells call items from plain references.
+// outstanding list, running a call into its future in stream order, cancelling, the _HostItem type (of
+// host calls and host nodes), and the release action that tells call items from plain references.
 //
 // Nothing here runs on CUDA's threads: those only run graph/'s trampolines, which write the slot embedded
 // in a call and push it.
@@ -8,6 +8,8 @@
 #define PY_SSIZE_T_CLEAN
 #include "bindings/host_calls.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <new>
 
 #include "bindings/call_items.h"
@@ -19,8 +21,14 @@ CallCounters g_call_counters;
 namespace {
 
 // Created once per process and never released: the release action compares item types against it, and
-// items may outlive any one module object (a re-import makes a new module with the same types).
-PyTypeObject* g_host_call_type = nullptr;
+// items may outlive any one module object (a re-import makes a new module with the same type).
+PyTypeObject* g_host_item_type = nullptr;
+
+// Both layouts keep `kind` at the same place, right after the object header.
+static_assert(offsetof(HostCall, kind) == offsetof(HostNode, kind), "kind must be where both layouts have it");
+static_assert(offsetof(HostCall, kind) == sizeof(PyObject), "kind must follow the object header");
+
+HostItemKind kind_of(PyObject* item) { return reinterpret_cast<HostCall*>(item)->kind; }
 
 HostCall* g_outstanding = nullptr;  // head of the outstanding list
 
@@ -132,9 +140,8 @@ void run_in_order(StreamOrder* order, HostCall* call) {
   release_stream_order(order);
 }
 
-void host_call_dealloc(PyObject* object) {
-  auto* call = reinterpret_cast<HostCall*>(object);
-  PyTypeObject* type = Py_TYPE(object);
+// The part of a dying call's deallocation that is the call's own.
+void clear_host_call(HostCall* call) {
   if (call->state != CallState::kDone) {
     // Released by something other than this module's release action (a drain through another copy's
     // table with its own action): it never runs, so say so through its future.
@@ -144,38 +151,57 @@ void host_call_dealloc(PyObject* object) {
     release_parts(parts);
   }
   if (call->order != nullptr) release_stream_order(call->order);
+}
+
+void host_item_dealloc(PyObject* object) {
+  PyTypeObject* type = Py_TYPE(object);
+  if (kind_of(object) == HostItemKind::kCall) {
+    clear_host_call(reinterpret_cast<HostCall*>(object));
+  } else {
+    clear_host_node(reinterpret_cast<HostNode*>(object));
+  }
   type->tp_free(object);
   Py_DECREF(type);
 }
 
-PyType_Slot kHostCallSlots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(host_call_dealloc)},
-    {Py_tp_doc, const_cast<char*>("A launch_host_func call on its way through CUDA and the queue (private).")},
+PyType_Slot kHostItemSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(host_item_dealloc)},
+    {Py_tp_doc, const_cast<char*>("A launch_host_func call or an add_host_node function on its way through CUDA "
+                                  "and the queue (private).")},
     {0, nullptr},
 };
 
-PyType_Spec kHostCallSpec = {
-    "cuda_reclaim._reclaim._HostCall", sizeof(HostCall), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kHostCallSlots,
+PyType_Spec kHostItemSpec = {
+    "cuda_reclaim._reclaim._HostItem", static_cast<int>(std::max(sizeof(HostCall), sizeof(HostNode))), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kHostItemSlots,
 };
 
 }  // namespace
 
-bool ready_host_call_type() {
-  if (g_host_call_type == nullptr) {
-    g_host_call_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHostCallSpec));
+bool ready_host_item_type() {
+  if (g_host_item_type == nullptr) {
+    g_host_item_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHostItemSpec));
   }
-  return g_host_call_type != nullptr;
+  return g_host_item_type != nullptr;
 }
 
-bool is_host_call(PyObject* item) { return g_host_call_type != nullptr && Py_TYPE(item) == g_host_call_type; }
+PyTypeObject* host_item_type_object() noexcept { return g_host_item_type; }
+
+bool is_host_call(PyObject* item) {
+  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == HostItemKind::kCall;
+}
+
+bool is_host_node(PyObject* item) {
+  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == HostItemKind::kNode;
+}
 
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future) {
-  auto* call = PyObject_New(HostCall, g_host_call_type);
+  auto* call = PyObject_New(HostCall, g_host_item_type);  // the type's size fits either kind
   if (call == nullptr) {
     release_stream_order(order);
     return nullptr;
   }
+  call->kind = HostItemKind::kCall;
   new (&call->slot) reclaim::graph::HostCallSlot();
   Py_INCREF(fn);
   Py_INCREF(args);
@@ -253,7 +279,7 @@ void release_queued_item(PyObject* item) {
   }
 }
 
-HostItemTypes host_item_types() noexcept { return HostItemTypes{g_host_call_type, host_node_type()}; }
+HostItemType host_item_type() noexcept { return HostItemType{g_host_item_type}; }
 
 void cancel_outstanding_calls() { cancel_all_host_calls(); }
 

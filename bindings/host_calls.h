@@ -2,10 +2,11 @@
 // (cuda_reclaim.launch_host_func) and graph host nodes (cuda_reclaim.add_host_node). See docs/callbacks.md.
 //
 // What travels through the queue is a Python object of a private type, pushed by a graph/ trampoline that
-// touches nothing but atomics: a _HostCall (one per launch; carries the function, its arguments and the
-// concurrent.futures.Future) or a _HostNode (one per node; pushed once per firing, kept alive by a native
-// count). The release action of every drain (release_queued_item) tells them from plain references by
-// their type and runs the call there, on the draining thread, with the GIL.
+// touches nothing but atomics: a _HostItem, either a host call (one per launch; carries the function, its
+// arguments and the concurrent.futures.Future) or a host node (one per node; pushed once per firing, kept
+// alive by a native count). The release action of every drain (release_queued_item) tells them from plain
+// references by their type (one type for both kinds: one compare per item) and runs the call there, on
+// the draining thread, with the GIL.
 //
 // Ordering: the calls of one stream run in stream order (graph/host_calls.h's CallOrder gives each call
 // its place when CUDA runs it; a call that arrives early waits in its stream's parked set).
@@ -28,10 +29,10 @@ namespace reclaim_bindings {
 // Requires an attached thread state (GIL); re-entrant (a call may drain again).
 void release_queued_item(PyObject* item);
 
-// The two private types whose objects release_queued_item() runs rather than Py_DECREFs (null before
-// add_host_call_functions()): a drain reads them once per batch and releases plain references inline
-// (bindings/release_loop.h). Any thread; never blocks. The types never change once created.
-HostItemTypes host_item_types() noexcept;
+// The private type whose objects release_queued_item() runs rather than Py_DECREFs (null before
+// add_host_call_functions()): a drain reads it once per batch and releases plain references inline
+// (bindings/release_loop.h). Any thread; never blocks. The type never changes once created.
+HostItemType host_item_type() noexcept;
 
 // After close()'s final drain: cancels every host call not run yet (CUDA never handed it back, or it
 // waits for a call that never will be): its future is cancelled, its function and arguments released;

@@ -1,5 +1,5 @@
-// bindings/host_nodes.cc — graph host nodes (see host_calls.h and call_items.h): the _HostNode type and
-// what a drain does with one firing.
+// bindings/host_nodes.cc — graph host nodes (see host_calls.h and call_items.h): making one (a _HostItem
+// of kind kNode), what a drain does with one firing, and what a dying node drops.
 //
 // A node is pushed once per firing of every executable graph made from its graph; its Python lifetime is
 // graph/'s native count, so CUDA's thread never changes a Python refcount.
@@ -10,50 +10,18 @@
 #include "bindings/call_items.h"
 
 namespace reclaim_bindings {
-namespace {
-
 namespace graph = reclaim::graph;
 
-// Created once per process and never released, as the _HostCall type (host_calls.cc).
-PyTypeObject* g_host_node_type = nullptr;
-
-void host_node_dealloc(PyObject* object) {
-  auto* node = reinterpret_cast<HostNode*>(object);
-  PyTypeObject* type = Py_TYPE(object);
+void clear_host_node(HostNode* node) {
   Py_XDECREF(node->fn);
   Py_XDECREF(node->args);
   node->slot.~HostNodeSlot();
-  type->tp_free(object);
-  Py_DECREF(type);
 }
-
-PyType_Slot kHostNodeSlots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(host_node_dealloc)},
-    {Py_tp_doc, const_cast<char*>("An add_host_node function, called once per firing (private).")},
-    {0, nullptr},
-};
-
-PyType_Spec kHostNodeSpec = {
-    "cuda_reclaim._reclaim._HostNode", sizeof(HostNode), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kHostNodeSlots,
-};
-
-}  // namespace
-
-bool ready_host_node_type() {
-  if (g_host_node_type == nullptr) {
-    g_host_node_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHostNodeSpec));
-  }
-  return g_host_node_type != nullptr;
-}
-
-bool is_host_node(PyObject* item) { return g_host_node_type != nullptr && Py_TYPE(item) == g_host_node_type; }
-
-const PyTypeObject* host_node_type() noexcept { return g_host_node_type; }
 
 HostNode* new_host_node(PyObject* fn, PyObject* args) {
-  auto* node = PyObject_New(HostNode, g_host_node_type);
+  auto* node = PyObject_New(HostNode, host_item_type_object());  // the type's size fits either kind
   if (node == nullptr) return nullptr;
+  node->kind = HostItemKind::kNode;
   new (&node->slot) graph::HostNodeSlot();
   node->slot.payload = node;
   Py_INCREF(fn);

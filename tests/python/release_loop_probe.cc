@@ -146,7 +146,7 @@ PyObject* release(PyObject*, PyObject* args, PyObject* kwargs) {
   try {
     for (std::size_t size : sizes) {
       batch.count = std::min(items.size(), batch.count + size);
-      reclaim_bindings::release_batch(&batch, reclaim_bindings::HostItemTypes{g_call_type, nullptr}, run_call);
+      reclaim_bindings::release_batch(&batch, reclaim_bindings::HostItemType{g_call_type}, run_call);
     }
   } catch (const std::runtime_error&) {
     unwound = true;
