@@ -32,15 +32,17 @@ struct HostItemType {
 // Whether the objects of items[from, to) follow each other in ascending address order, close together
 // (sampled every kOrderSampleStep items): there the CPU's own prefetcher follows the releases from line to
 // line, and asking for each object's line ahead only costs instructions. Any sample out of order or far
-// apart says no: the loop fetches ahead.
-constexpr std::size_t kOrderSampleStep = 16;
+// apart says no: the loop fetches ahead. (Every 32nd item: four looks at a chunk of 128, about 0.2
+// instructions per item.)
+constexpr std::size_t kOrderSampleStep = 32;
 constexpr std::uintptr_t kOrderSampleSpan = kOrderSampleStep * 256;  // bytes between two samples, at most
 inline bool objects_follow_in_address_order(void* const* items, std::size_t from, std::size_t to) noexcept {
   if (to - from <= kOrderSampleStep) return false;
-  for (std::size_t k = from; k + kOrderSampleStep < to; k += kOrderSampleStep) {
-    const std::uintptr_t here = reinterpret_cast<std::uintptr_t>(items[k]);
-    const std::uintptr_t later = reinterpret_cast<std::uintptr_t>(items[k + kOrderSampleStep]);
+  std::uintptr_t here = reinterpret_cast<std::uintptr_t>(items[from]);
+  for (std::size_t k = from + kOrderSampleStep; k < to; k += kOrderSampleStep) {
+    const std::uintptr_t later = reinterpret_cast<std::uintptr_t>(items[k]);
     if (later <= here || later - here > kOrderSampleSpan) return false;
+    here = later;
   }
   return true;
 }

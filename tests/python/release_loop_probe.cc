@@ -200,5 +200,12 @@ PyMODINIT_FUNC PyInit__release_loop_probe(void) {
   g_plain_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kPlainSpec));
   g_call_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kCallSpec));
   if (g_plain_type == nullptr || g_call_type == nullptr) return nullptr;
-  return PyModule_Create(&kModule);
+  PyObject* module = PyModule_Create(&kModule);
+  // How far apart the loop's test of a layout looks (tests build their layouts from it).
+  if (module != nullptr &&
+      PyModule_AddIntConstant(module, "ORDER_SAMPLE_STEP", static_cast<long>(reclaim_bindings::kOrderSampleStep)) < 0) {
+    Py_DECREF(module);
+    return nullptr;
+  }
+  return module;
 }

@@ -23,6 +23,8 @@ import _release_loop_probe as probe
 PLAIN, THROWS, LEAVES_ERROR = 0, 1, 2
 CALL_STARTED_CLEAN, CALL_STARTED_WITH_ERROR = 1000, 2000
 OBJECT_SIZE = 32  # a scripted object's size in the probe's block (the distance between neighbours)
+STEP = probe.ORDER_SAMPLE_STEP  # how far apart the loop's test of a layout looks
+LONG = 2 * STEP + 10  # long enough that the test of the layout decides (and the first loop runs)
 
 
 @pytest.fixture(params=["ascending", "descending"])
@@ -33,7 +35,7 @@ def release(request):
     def run(script, chunks=None):
         next_index, unwound, events, fetched_ahead = probe.release(script, chunks, layout)
         # Ascending neighbours are left to the prefetcher; a short batch, or descending addresses, are fetched.
-        assert fetched_ahead == (layout == "descending" or len(script) <= 16), (layout, len(script))
+        assert fetched_ahead == (layout == "descending" or len(script) <= STEP), (layout, len(script))
         return next_index, unwound, events
 
     return run
@@ -63,7 +65,7 @@ def test_an_unwinding_release_leaves_next_just_past_it(release):
 
 def test_an_unwinding_release_in_the_first_loop_leaves_next_just_past_it(release):
     # Far enough from the end that, descending, the item is released by the loop that fetches ahead.
-    script = [("plain", PLAIN)] * 30
+    script = [("plain", PLAIN)] * LONG
     script[5] = ("plain", THROWS)
     next_index, unwound, events = release(script)
     assert (next_index, unwound, events) == (6, True, [1, 2, 3, 4, 5, 6])
@@ -77,7 +79,7 @@ def test_an_unwinding_call_leaves_next_just_past_it(release):
 
 
 def test_an_unwinding_call_in_the_first_loop_leaves_next_just_past_it(release):
-    script = [("plain", PLAIN)] * 30
+    script = [("plain", PLAIN)] * LONG
     script[5] = ("call", THROWS)
     next_index, unwound, events = release(script)
     assert (next_index, unwound, events) == (6, True, [1, 2, 3, 4, 5, CALL_STARTED_CLEAN + 6, 6])
@@ -98,13 +100,13 @@ def test_an_exception_left_by_a_deallocator_is_reported_before_the_next_call(rel
 
 
 def test_a_deallocator_s_exception_in_the_first_loop_is_reported_before_the_next_call(release, unraisable):
-    script = [("plain", PLAIN)] * 30
+    script = [("plain", PLAIN)] * LONG
     script[4] = ("plain", LEAVES_ERROR)
     script[5] = ("call", PLAIN)
     next_index, unwound, events = release(script)
-    assert (next_index, unwound) == (30, False)
+    assert (next_index, unwound) == (LONG, False)
     assert events[4:7] == [5, CALL_STARTED_CLEAN + 6, 6], "the call must start with a clean error indicator"
-    assert events == [1, 2, 3, 4, 5, CALL_STARTED_CLEAN + 6] + list(range(6, 31))
+    assert events == [1, 2, 3, 4, 5, CALL_STARTED_CLEAN + 6] + list(range(6, LONG + 1))
     assert [str(e) for e in unraisable] == ["left by a deallocator"]
 
 
@@ -126,18 +128,18 @@ def test_an_unwinding_report_before_a_call_leaves_next_at_the_call(release, monk
 
 def test_only_close_neighbours_in_ascending_order_are_left_to_the_prefetcher():
     base = 1 << 32
-    ascending = [base + OBJECT_SIZE * i for i in range(64)]
+    ascending = [base + OBJECT_SIZE * i for i in range(4 * STEP + 1)]
     assert probe.follow_in_address_order(ascending)
     # Any sample out of order, or two samples far apart, and the loop fetches ahead.
     assert not probe.follow_in_address_order(ascending[::-1])
     swapped = list(ascending)
-    swapped[16], swapped[32] = swapped[32], swapped[16]
+    swapped[STEP], swapped[2 * STEP] = swapped[2 * STEP], swapped[STEP]
     assert not probe.follow_in_address_order(swapped)
-    gap = ascending[:32] + [address + (1 << 20) for address in ascending[32:]]
+    gap = ascending[:2 * STEP] + [address + (1 << 20) for address in ascending[2 * STEP:]]
     assert not probe.follow_in_address_order(gap)
     # Too short to tell: fetched.
-    assert not probe.follow_in_address_order(ascending[:16])
-    assert probe.follow_in_address_order(ascending[:17])
+    assert not probe.follow_in_address_order(ascending[:STEP])
+    assert probe.follow_in_address_order(ascending[:STEP + 1])
 
 
 def test_a_bad_layout_is_refused():
