@@ -91,12 +91,16 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   const std::size_t available = batch->available;
   std::size_t index = batch->next;
   bool reporting = false;  // in the report before a call: an unwind from there leaves the call unreleased
-  const auto release = [&](PyObject* item) {
+  // Releases items[at]. A call reads its item again after the report, so that the item need not live in
+  // a register that survives a call: a plain reference's pointer then goes straight into the argument
+  // register of its deallocation, as in a bare loop.
+  const auto release = [&](std::size_t at) {
+    PyObject* const item = static_cast<PyObject*>(items[at]);
     if (__builtin_expect(host.includes(Py_TYPE(item)), 0)) {
       reporting = true;
       report_leftover_exception(thread);
       reporting = false;
-      run_call(item);
+      run_call(static_cast<PyObject*>(items[at]));
     } else {
       Py_DECREF(item);
     }
@@ -107,9 +111,9 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   try {
     for (; index < fetching; ++index) {
       __builtin_prefetch(items[index + kFetchAhead], 1);
-      release(static_cast<PyObject*>(items[index]));
+      release(index);
     }
-    for (; index < count; ++index) release(static_cast<PyObject*>(items[index]));
+    for (; index < count; ++index) release(index);
   } catch (...) {
     batch->next = reporting ? index : index + 1;
     throw;
