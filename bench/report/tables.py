@@ -472,7 +472,16 @@ def instruction_gap(data, r):
         f"loop {own.get('drain_loop', 0.0):.1f}. The count ratio is {loop['per_ref'] / ours['per_ref']:.0%}"
         f"{time_ratio}. A drain whose release action were the bare loop would "
         f"execute {without_extras:.1f} ({loop['per_ref'] / without_extras:.0%} of the loop's count): "
-        + ("the queue's own share (the copy, the sampling, the drain loop) fits within a 90% target; the release "
-           "action's extras do not." if loop["per_ref"] / without_extras >= 0.9 else
-           "the queue's own share (the copy, the sampling, the drain loop) alone misses a 90% target.")
+        + _instruction_verdict(loop["per_ref"] / ours["per_ref"], loop["per_ref"] / without_extras)
     )
+
+
+def _instruction_verdict(count_ratio, bare_action_ratio):
+    """What the counts say against a 90% target."""
+    if count_ratio >= 0.9:
+        return ("by count the drain itself is within a 90% target; what it executes beyond the loop is the "
+                "queue's own share (the copy above all) and the release action's few extras.")
+    if bare_action_ratio >= 0.9:
+        return ("the queue's own share (the copy, the sampling, the drain loop) fits within a 90% target; the "
+                "release action's extras do not.")
+    return "the queue's own share (the copy, the sampling, the drain loop) alone misses a 90% target."
