@@ -137,8 +137,10 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
 // CPython's own forced switch (the thread that drops the GIL on request waits until another took it). A
 // fixed slice is too short on a loaded machine: a drain thread woken by the drop may not be scheduled
 // within it, the main thread takes the GIL back, and the drain thread then waits a whole switch interval
-// after all. The bound only covers a drain thread that is not scheduled at all for this long; it then
-// waits out the switch interval as it would without the call.
+// after all. While the main thread waits, the GIL is free for any thread: another thread that takes it
+// first keeps the main thread out about as long as it would have kept it waiting for the GIL anyway (and
+// the drain thread then asks for it in turn). The bound only covers a drain thread that is not scheduled
+// at all for this long; it then waits out the switch interval as it would without the call.
 constexpr auto kStepAsideLimit = std::chrono::seconds(1);
 // The first part of the wait yields the CPU (a drain thread usually takes the GIL within microseconds);
 // after it the main thread sleeps in short steps, so that on a busy machine it leaves its core to the

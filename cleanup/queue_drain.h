@@ -79,26 +79,31 @@ __attribute__((flatten)) inline TakenBatch dequeue_quietly(PointerQueue& queue, 
 constexpr std::uint32_t kQuietSampleEvery = 16;
 constexpr std::size_t kQuietPeeks = 8;
 
-// The looks are kQuietPeekStride pointers apart (modulo the batch): a prime, so that a regular mix with a
-// shorter period (every second or every eighth reference the last one, say) cannot line up with the
-// looks: they fall on as many different places of the period as they can. (A mix whose period is a
-// multiple of the stride can line up: then only the speed of that drain suffers, never a count.)
-constexpr std::size_t kQuietPeekStride = 61;
+// The looks are a prime number of pointers apart, so that a regular mix with a shorter period (every second
+// or every eighth reference the last one, say) cannot line up with them: they fall on as many different
+// places of the period as they can. The largest prime of this table that keeps all the looks inside the
+// batch, without wrapping (a wrap could land several looks on one pointer): 61 for a full batch, less for a
+// short one, 1 (the first kQuietPeeks pointers) for one shorter than 15. (A mix whose period is a multiple
+// of the stride can line up: then only the speed of that drain suffers, never a count.)
+constexpr std::size_t kQuietPeekStrides[] = {61, 59, 53, 47, 43, 41, 37, 31, 29, 23, 19, 17, 13, 11, 7, 5, 3, 2};
+
+inline std::size_t quiet_peek_stride(std::size_t taken) noexcept {
+  for (const std::size_t stride : kQuietPeekStrides) {
+    if (stride * (kQuietPeeks - 1) < taken) return stride;
+  }
+  return 1;
+}
 
 // Whether at least half of kQuietPeeks pointers spread over batch[0, taken) (all of a shorter batch) would
 // leave quietly. Out of line: it runs once in kQuietSampleEvery batches.
 template <class QuietRelease>
 __attribute__((noinline)) bool mostly_quiet(void* const* batch, std::size_t taken,
                                             const QuietRelease& quiet) noexcept {
-  std::size_t looks = kQuietPeeks;
+  const std::size_t looks = taken < kQuietPeeks ? taken : kQuietPeeks;
+  const std::size_t stride = quiet_peek_stride(taken);
   std::size_t quiet_ones = 0;
-  if (taken <= kQuietPeeks) {
-    looks = taken;
-    for (std::size_t k = 0; k < taken; ++k) quiet_ones += quiet.would_release(batch[k]) ? 1 : 0;
-  } else {
-    for (std::size_t look = 0; look < looks; ++look) {
-      quiet_ones += quiet.would_release(batch[(look * kQuietPeekStride) % taken]) ? 1 : 0;
-    }
+  for (std::size_t look = 0; look < looks; ++look) {
+    quiet_ones += quiet.would_release(batch[look * stride]) ? 1 : 0;
   }
   return quiet_ones * 2 >= looks;
 }

@@ -206,6 +206,37 @@ TEST(QuietDrain, OffersStopWhenTheyDoNotPayAndResumeWhenTheyDo) {
   EXPECT_LE(action_recorder.total(), reclaim::kQuietSampleEvery * kBatch + kMore / 8);
 }
 
+// A quiet release that says which pointers it was asked about (their ids), and would take all but id 0.
+struct LookRecorder {
+  std::vector<std::size_t>* looked;
+  bool would_release(void* item) const noexcept {
+    looked->push_back(id_of(item));
+    return id_of(item) != 0;
+  }
+  bool operator()(void*) const noexcept { return false; }
+};
+
+// Whatever the batch's length, the looks land on different pointers inside it, kQuietPeeks of them (all of
+// a shorter batch), a prime apart: none is read twice, so one pointer never decides alone.
+TEST(QuietDrain, TheLooksAtABatchLandOnDifferentPointersInsideIt) {
+  std::vector<void*> batch;
+  for (std::size_t id = 0; id < reclaim::kDrainBatch; ++id) batch.push_back(item_for(id));
+  for (std::size_t taken = 1; taken <= reclaim::kDrainBatch; ++taken) {
+    std::vector<std::size_t> looked;
+    const bool quiet = reclaim::mostly_quiet(batch.data(), taken, LookRecorder{&looked});
+    const std::size_t expected = taken < reclaim::kQuietPeeks ? taken : reclaim::kQuietPeeks;
+    ASSERT_EQ(looked.size(), expected) << "taken " << taken;
+    std::vector<bool> seen(taken, false);
+    for (std::size_t id : looked) {
+      ASSERT_LT(id, taken) << "taken " << taken;
+      ASSERT_FALSE(seen[id]) << "taken " << taken << ": pointer " << id << " looked at twice";
+      seen[id] = true;
+    }
+    // Only pointer 0 stays: it is looked at, and the rest outvote it (a batch of one is not quiet).
+    EXPECT_EQ(quiet, taken > 1) << "taken " << taken;
+  }
+}
+
 // After a run of batches where nothing left quietly, a regular mix where most references would leave
 // quietly (all but every second, eighth or 64th, as pushed) is noticed within kQuietSampleEvery batches:
 // the looks do not line up with the mix.

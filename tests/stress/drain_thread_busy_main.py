@@ -94,14 +94,17 @@ def stream(pushes, delay_us, wait):
     wait(push_is_an_edge_and_released, "a push after the stream is an edge")
 
 
+MAX_SPINNERS = 64  # a large host is crowded enough by these; hundreds of processes would only cost time
+
+
 @contextlib.contextmanager
 def crowded_cpus(per_cpu):
-    """`per_cpu` spinning processes for every CPU this process may run on, for the duration."""
-    spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(per_cpu * len(os.sched_getaffinity(0)))
-    ]
+    """`per_cpu` spinning processes for every CPU this process may run on (at most MAX_SPINNERS), for the
+    duration; every one started is stopped, also when starting the next one fails."""
+    spinners = []
     try:
+        for _ in range(min(MAX_SPINNERS, per_cpu * len(os.sched_getaffinity(0)))):
+            spinners.append(subprocess.Popen([sys.executable, "-c", "while True: pass"]))
         yield
     finally:
         for spinner in spinners:
