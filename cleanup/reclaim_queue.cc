@@ -227,9 +227,19 @@ void ReclaimQueue::clear_signal_if_empty() noexcept {
   clear_signal();
 }
 
-void ReclaimQueue::clear_signal() noexcept {
+// Reads a non-blocking eventfd's count, leaving it unreadable. Its result is of no use to the callers (an
+// fd that was already unreadable fails with EAGAIN, which is fine), but glibc marks read() as a result
+// not to ignore, and a cast to void does not silence GCC about that.
+namespace {
+void empty_eventfd(int fd) noexcept {
   std::uint64_t count;
-  (void)::read(wakeup_fd_, &count, sizeof count);  // EAGAIN when already clear: fine.
+  const ssize_t got = ::read(fd, &count, sizeof count);
+  static_cast<void>(got);
+}
+}  // namespace
+
+void ReclaimQueue::clear_signal() noexcept {
+  empty_eventfd(wakeup_fd_);  // EAGAIN when already clear: fine.
   signaled_.store(false, std::memory_order_seq_cst);
   // A push that read signaled_ == true before the store above skipped its write: it still holds its slot
   // (seen here) or its item is in the queue (seen below, after the acquire of its slot's release). Either
@@ -251,8 +261,7 @@ void ReclaimQueue::linger_if_empty() noexcept {
   if (stored_count() != 0) return;  // still pending: stay readable.
   // The fd stops being readable (an event loop watching it goes quiet), but signaled_ stays true, so
   // pushes skip the write until the lingering caller's next drain clears it as usual.
-  std::uint64_t count;
-  (void)::read(wakeup_fd_, &count, sizeof count);
+  empty_eventfd(wakeup_fd_);
 }
 
 std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std::size_t max_items,
