@@ -30,6 +30,11 @@ static_assert(offsetof(HostCall, kind) == sizeof(PyObject), "kind must follow th
 
 HostItemKind kind_of(PyObject* item) { return reinterpret_cast<HostCall*>(item)->kind; }
 
+// Whether `item` is a _HostItem of `kind` (false before the type exists).
+bool is_host_item_of(PyObject* item, HostItemKind kind) {
+  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == kind;
+}
+
 HostCall* g_outstanding = nullptr;  // head of the outstanding list
 
 void link(HostCall* call) {
@@ -187,13 +192,9 @@ bool ready_host_item_type() {
 
 PyTypeObject* host_item_type_object() noexcept { return g_host_item_type; }
 
-bool is_host_call(PyObject* item) {
-  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == HostItemKind::kCall;
-}
+bool is_host_call(PyObject* item) { return is_host_item_of(item, HostItemKind::kCall); }
 
-bool is_host_node(PyObject* item) {
-  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == HostItemKind::kNode;
-}
+bool is_host_node(PyObject* item) { return is_host_item_of(item, HostItemKind::kNode); }
 
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future) {
   auto* call = PyObject_New(HostCall, g_host_item_type);  // the type's size fits either kind

@@ -56,7 +56,7 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // release unwind, a handler sets batch->next just past the item being released (at a call whose release
 // never began when the report before it unwinds) and rethrows (reclaim::ReleaseBatchFn's contract). A
 // store of `next` before each release would cost every item an instruction, and nothing reads it while the
-// loop runs. An item whose type is one of `host`'s is a call: `run_call(item)` runs it (and steals the
+// loop runs. An item whose type `host` includes is a call: `run_call(item)` runs it (and steals the
 // reference); any other is a plain reference, Py_DECREF'd here without a call. Unless the call's objects
 // follow each other in address order (objects_follow_in_address_order: the CPU's prefetcher follows those),
 // each object's line is asked for kFetchAhead items before its release, across the end of the call into

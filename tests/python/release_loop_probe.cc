@@ -129,7 +129,10 @@ PyObject* release(PyObject*, PyObject* args, PyObject* kwargs) {
     if (sequence != nullptr) {
       for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(sequence); ++i) {
         const Py_ssize_t size = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(sequence, i));
-        if (size < 0) break;
+        if (size < 0) {
+          if (!PyErr_Occurred()) PyErr_Format(PyExc_ValueError, "chunk sizes must be 0 or more, not %zd", size);
+          break;
+        }
         sizes.push_back(static_cast<std::size_t>(size));
       }
       Py_DECREF(sequence);

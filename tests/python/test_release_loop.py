@@ -144,6 +144,11 @@ def test_only_close_neighbours_in_ascending_order_are_left_to_the_prefetcher():
     assert probe.follow_in_address_order(ascending[:STEP + 1])
 
 
+def test_a_negative_chunk_size_is_refused():
+    with pytest.raises(ValueError, match="chunk sizes must be 0 or more"):
+        probe.release([("plain", PLAIN)] * 3, [2, -1])
+
+
 def test_a_bad_layout_is_refused():
     with pytest.raises(ValueError, match="layout must be"):
         probe.release([("plain", PLAIN)], None, "sideways")
