@@ -82,6 +82,8 @@ INCLUDE_DIRS = [".", "bindings/cuda_reclaim/include"]
 DEFINE_MACROS = []
 # The C++ flags .bazelrc gives every compile (build --cxxopt=...).
 CXX_FLAGS = ["-std=c++17"]
+# The `copts` of those targets (library_copts.bzl says why).
+LIBRARY_COMPILE_FLAGS = ["-funroll-loops"]
 # The targets' `linkopts`: //cleanup's -pthread, //graph's -ldl, the extension's version script (it
 # exports PyInit__reclaim alone).
 VERSION_SCRIPT = "bindings/exports.lds"
@@ -170,7 +172,7 @@ def extension():
         depends=EXTENSION_HEADERS + [VERSION_SCRIPT, BUNDLED_CONCURRENTQUEUE_HEADER],
         include_dirs=INCLUDE_DIRS + [stage_concurrentqueue(), cuda_include_dir()],
         define_macros=DEFINE_MACROS,
-        extra_compile_args=CXX_FLAGS,
+        extra_compile_args=CXX_FLAGS + LIBRARY_COMPILE_FLAGS,
         extra_link_args=LINK_FLAGS + PIP_ONLY_LINK_FLAGS,
         language="c++",  # link with the C++ driver: -static-libstdc++ needs it
     )

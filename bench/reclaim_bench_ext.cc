@@ -22,8 +22,8 @@
 
 #include "bench/bench_strategies.h"
 #include "bench/probe_type.h"
+#include "bench/release_like_bindings.h"
 #include "bindings/python_compat.h"
-#include "bindings/release_loop.h"
 
 namespace {
 
@@ -250,36 +250,6 @@ PyObject* py_free_nodes(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-// The release action bindings/ gives the queue (bindings/drain.cc's release_references: the loop of
-// bindings/release_loop.h) for the decomposition row of the drain table. Run over the whole array in the
-// chunks the queue hands it (and fetching ahead across a chunk's end, up to the end of its dequeue, as the
-// queue lets it), it is the drain minus the queue.
-PyTypeObject* volatile g_no_host_item_type = nullptr;  // never an object's type here
-
-// Out of line, as bindings/ reads its type (host_item_type()), so that the loop compiles as the drain's.
-__attribute__((noinline)) reclaim_bindings::HostItemType no_host_item_type() {
-  return reclaim_bindings::HostItemType{g_no_host_item_type};
-}
-
-__attribute__((noinline)) void release_chunk_like_bindings(reclaim::ReleaseBatch* chunk) {
-  reclaim_bindings::release_batch(chunk, no_host_item_type(), [](PyObject* item) { Py_DECREF(item); });  // never called
-}
-
-// The sizes the queue uses (cleanup/queue_storage.h, cleanup/queue_drain.h): pointers per dequeue, and the
-// chunks of a dequeue it hands the release action one call at a time.
-constexpr std::size_t kBindingsDequeue = 512;
-constexpr std::size_t kBindingsChunk = 128;
-
-// One dequeue's worth of items, handed over in chunks over the same items, as the queue does.
-void release_like_bindings(PyObject* const* items, std::size_t available) {
-  reclaim::ReleaseBatch chunk{reinterpret_cast<void* const*>(items), 0, 0, available};
-  while (chunk.count < available) {
-    chunk.count += std::min(kBindingsChunk, available - chunk.count);
-    release_chunk_like_bindings(&chunk);
-  }
-}
-void (*volatile g_release_like_bindings)(PyObject* const*, std::size_t) = release_like_bindings;
-
 // The limit's loop, out of line so that an instruction count can be restricted to it
 // (bench/count_instructions.py).
 __attribute__((noinline)) void decref_each(PyObject* const* items, std::size_t count) {
@@ -319,9 +289,7 @@ PyObject* py_decref_loop(PyObject*, PyObject* args) {
   }
   const std::int64_t start = now_ns();
   if (like_bindings) {
-    for (std::size_t first = 0; first < items.size(); first += kBindingsDequeue) {
-      g_release_like_bindings(items.data() + first, std::min(kBindingsDequeue, items.size() - first));
-    }
+    reclaim_bench::release_like_bindings(items.data(), items.size());
   } else {
     decref_each(items.data(), items.size());
   }
