@@ -82,6 +82,11 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // Two loops, so that the one almost every item goes through has no bound check on its fetch: up to
 // `fetching`, the item kFetchAhead places on belongs to the dequeue; after it, none does (and in address
 // order `fetching` is where the call starts: the second loop releases it all).
+//
+// Neither loop is unrolled, although the library compiles with -funroll-loops (library_copts.bzl): unrolled
+// eight times, the release action over an array of 10^6 dying objects executed 0.6 instructions per
+// reference less, but on a 16-core Xeon (model 207) ran at 77-90% of a bare Py_DECREF loop's speed in
+// three runs, where the loop as it is here runs at 94-101% (four runs on the same machine).
 // Requires the GIL; re-entrant (a release may drain again).
 template <class RunCall>
 inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host, RunCall run_call) {
@@ -109,10 +114,12 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
                                    ? std::min(count, available - kFetchAhead)
                                    : 0;
   try {
+#pragma GCC unroll 1
     for (; index < fetching; ++index) {
       __builtin_prefetch(items[index + kFetchAhead], 1);
       release(index);
     }
+#pragma GCC unroll 1
     for (; index < count; ++index) release(index);
   } catch (...) {
     batch->next = reporting ? index : index + 1;
