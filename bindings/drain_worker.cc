@@ -7,8 +7,8 @@
 //   wait   — GIL released, poll(2) on the queue's wake-up fd, the queue's closed fd and this worker's own
 //            stop fd. (No main-thread drain through Py_AddPendingCall: a pending call runs between any two
 //            bytecodes, also inside threading's own locked sections, and a finalizer that sets an Event
-//            while the main thread waits on it deadlocks the main thread with itself. On 3.13+ the only
-//            pending call is the step-aside below, which runs no Python.)
+//            while the main thread waits on it deadlocks the main thread with itself. The only pending
+//            call is the step-aside below, which runs no Python.)
 //   drain  — take the GIL (timed), release everything queued, keeping the wake-up signal set (linger)
 //            when it found work, so producers on CUDA's thread skip the eventfd write while traffic
 //            continues. When taking the GIL was contended (another thread held it: a busy main thread
@@ -30,11 +30,12 @@
 // settled, makes the next push write the eventfd, and the loop asks for the GIL at that instant: the
 // interval it must wait then overlaps with whatever arrives meanwhile. Lingering gains nothing there:
 // the producers skip the write anyway while the loop waits for the GIL with the signal set, so a busy
-// main thread still costs at most one eventfd write per GIL hand-over (per switch interval). The floor
-// stays on 3.10-3.12: a reference that arrives just after a drain gave the GIL back is released about one
-// interval later at best, since nothing else makes a busy GIL holder let go (this loop never changes the
-// switch interval, and never asks the main thread to drain through a pending call). On 3.13+ the
-// step-aside call below makes it let go at its next eval-breaker check.
+// main thread still costs at most one eventfd write per GIL hand-over (per switch interval). On 3.13+ the
+// step-aside call below makes a busy main thread let go at its next eval-breaker check. On 3.10-3.12.1 the
+// floor stays for a main thread that runs bytecode and never blocks: a reference that arrives just after a
+// drain gave the GIL back is released about one interval later at best (this loop never changes the
+// switch interval, and never asks the main thread to drain through a pending call); the step-aside call
+// there serves a main thread that gives the GIL up often but briefly (below).
 //
 // Each worker has its own stop eventfd, so stopping one never depends on who else reads the queue's fd
 // (an asyncio reader or a drain(timeout) may empty it first) and never wakes another worker.
@@ -52,7 +53,6 @@
 #include <new>
 
 #include "bindings/drain.h"
-#include "bindings/python_compat.h"
 
 namespace reclaim_bindings {
 namespace {
@@ -120,10 +120,20 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
   (void)::poll(&waiter, 1, milliseconds);
 }
 
-// --- Asking a busy main thread to step aside (3.13+) ------------------------------------------------------
+// --- Asking a busy main thread to step aside ---------------------------------------------------------------
 //
 // A main thread that runs bytecode gives the GIL up only after a waiter has waited a switch interval. On
-// 3.13+ a pending call reaches it at its next eval-breaker check, within microseconds, and the call used
+// 3.13+ (and later 3.12 releases) a pending call reaches it at its next eval-breaker check, within
+// microseconds. On 3.10, 3.11 and early 3.12 releases (3.12.1 checked) a pending call added by another
+// thread reaches it only when something else makes it look: its own
+// re-taking of the GIL after a blocking call, a garbage collection, or the waiter's drop request after a
+// switch interval. The first is the case that matters there. A main thread that gives the GIL up often but briefly (an event
+// loop's select(0) between callbacks, a library call that releases the GIL for microseconds) starves a
+// waiting drain thread: it takes the GIL straight back before the woken drain thread runs, and each
+// re-take counts as a switch, so the drain thread's wait never ends in a drop request. Measured with an
+// asyncio loop running 1 ms of bytecode between awaits, 3.12, default switch interval, on a 2-core host:
+// release latency p50 24-152 ms, p99 96-250 ms without the call; with it, p50 0.6-0.8 ms, p99 2-4 ms (the
+// re-take runs the call, and the drain thread gets in at the next one). The call used
 // here runs no Python code and releases nothing: it only gives the GIL up, at the very point where CPython
 // itself drops it for a waiter that asked, and takes it back once a drain thread has had it (see
 // wait_for_a_drain_thread_to_take_the_gil). The drain and its finalizers still run on the drain thread, never on the main
@@ -189,7 +199,6 @@ int step_aside_for_a_drain_thread(void*) {
 // Adds the step-aside call unless one is outstanding. Any thread, no GIL needed (Py_AddPendingCall's
 // contract); a full queue of pending calls just means no step-aside this time.
 void ask_main_thread_to_step_aside() {
-  if (!python_compat::kPendingCallsReachTheMainThreadPromptly) return;
   if (g_step_aside_scheduled.exchange(true, std::memory_order_seq_cst)) return;
   if (Py_AddPendingCall(step_aside_for_a_drain_thread, nullptr) != 0) {
     g_step_aside_scheduled.store(false, std::memory_order_seq_cst);
@@ -197,7 +206,7 @@ void ask_main_thread_to_step_aside() {
 }
 
 // Takes the GIL back for `state` (PyEval_RestoreThread) and says whether that had to wait for another
-// thread: see kContendedAcquisition. On 3.13+ it first asks a busy main thread to step aside (above).
+// thread: see kContendedAcquisition. It first asks a busy main thread to step aside (above).
 // (On 3.10-3.13 a thread that takes the GIL once the interpreter is finalizing is ended here by a forced
 // unwind; SettleSignalOnExit covers that way out.)
 bool take_gil_was_contended(PyThreadState* state) {

@@ -84,12 +84,6 @@ inline bool exception_set(const PyThreadState* thread) noexcept {
 #endif
 }
 
-// True when Py_AddPendingCall from another thread makes the main thread run the call at its next
-// eval-breaker check (3.13+: the call signals the main thread's breaker directly). On 3.10-3.12 the call is
-// recorded, but a main thread running bytecode notices it only when something else makes it re-check, so
-// a pending call cannot be used to reach a busy main thread promptly there.
-constexpr bool kPendingCallsReachTheMainThreadPromptly = PY_VERSION_HEX >= 0x030D0000;
-
 }  // namespace reclaim_bindings::python_compat
 
 #endif  // CUDA_RECLAIM_BINDINGS_PYTHON_COMPAT_H_

@@ -1,7 +1,8 @@
 // tests/python/native_producers.cc — test-only extension `_native_producers`: std::threads that Python
 // did not create hand references over through the public C API (the capsule's CUhostFn-compatible
 // host_destructor), as CUDA's callback thread does. The thread bodies never touch Python. Also
-// `LeavesAnException`, a type whose deallocator leaves an exception set, as a faulty C extension's may.
+// `LeavesAnException`, a type whose deallocator leaves an exception set, as a faulty C extension's may, and
+// `release_gil_for_an_instant()`, a call that gives the GIL up and takes it straight back.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -92,8 +93,18 @@ PyType_Spec kLeakySpec = {"_native_producers.LeavesAnException", sizeof(PyObject
 // leaky_deallocated() -> int: how many LeavesAnException objects were deallocated so far.
 PyObject* leaky_deallocated(PyObject*, PyObject*) { return PyLong_FromSsize_t(g_leaky_deallocated); }
 
+// release_gil_for_an_instant() -> None: gives the GIL up and takes it straight back, with nothing in
+// between, as a C library call that releases the GIL around a few instructions does. A thread waiting for
+// the GIL is woken but finds it taken again, and the re-take counts as a switch for its wait.
+PyObject* release_gil_for_an_instant(PyObject*, PyObject*) {
+  Py_BEGIN_ALLOW_THREADS
+  Py_END_ALLOW_THREADS
+  Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
     {"leaky_deallocated", leaky_deallocated, METH_NOARGS, "leaky_deallocated() -> int"},
+    {"release_gil_for_an_instant", release_gil_for_an_instant, METH_NOARGS, "release_gil_for_an_instant() -> None"},
     {"hand_over", hand_over, METH_VARARGS, "hand_over(objs, threads=1, delay_us=0) -> int"},
     {"hand_over_detached", hand_over_detached, METH_VARARGS,
      "hand_over_detached(objs, threads=1, delay_us=0) -> int"},

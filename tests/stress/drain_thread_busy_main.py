@@ -17,15 +17,27 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
      spins (on 3.10-3.12 a pending call does not reach a busy main thread promptly: skipped there); also
      with every CPU crowded by spinning processes, where the drain thread woken by the step-aside may
      wait milliseconds for a core: the main thread must wait for it, not for a fixed slice.
+  7. (every version) with a switch interval of 30 s, a main thread that runs bytecode and gives the GIL
+     up for an instant now and then (as an event loop's select(0) between callbacks does, or a library
+     call that releases the GIL around a few instructions) lets the drain thread in through the
+     step-aside: each re-take of the GIL counts as a switch for a waiting thread, whose wait then never
+     ends in a drop request, so without the call the drain thread could get in only by winning the GIL in
+     one of those instants. Here the instant has nothing in it (the GIL is taken straight back), so it
+     rarely wins: each push must be released, and, counted over all pushes, after a median of at most
+     MAX_MEDIAN_INSTANTS instants (with the call made only on 3.13+, 3.12.1 gave a median of 9 and a
+     maximum of 159 on a 2-core host; with it, every version gives 1: the call reaches the main thread
+     at its next re-take of the GIL on 3.10-3.12.1, and at once on 3.13+). Instants are counted, not time, so a slow machine changes nothing but the run time.
 
 Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
 
     python drain_thread_busy_main.py [--pushes 3000] [--rounds 3] [--crowded-pushes 300]
+                                     [--brief-release-pushes 100]
 """
 
 import argparse
 import contextlib
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -138,6 +150,44 @@ def main_thread_steps_aside(crowded_pushes):
         sys.setswitchinterval(previous)
 
 
+MAX_MEDIAN_INSTANTS = 4
+
+
+def run_and_give_the_gil_up_briefly_until(condition, what):
+    """Alternate 1 ms of bytecode with giving the GIL up for an instant until condition(), for at most
+    10 s (a third of the switch interval check 7 sets). (A system call in between, even a select(0),
+    would sometimes let the scheduler run the woken drain thread first, which then wins that instant.)
+    Returns how many instants it gave."""
+    deadline = time.monotonic() + 10.0
+    instants = 0
+    while not condition():
+        assert time.monotonic() < deadline, f"the drain thread did not get in ({what})"
+        spin_until = time.perf_counter() + 0.001
+        while time.perf_counter() < spin_until:
+            pass
+        _native_producers.release_gil_for_an_instant()
+        instants += 1
+    return instants
+
+
+def main_thread_giving_the_gil_up_briefly_steps_aside(pushes):
+    """7: without the step-aside call, such a main thread starves a waiting drain thread."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(30.0)
+    instants = []
+    try:
+        for _ in range(pushes):
+            start = released()
+            _native_producers.hand_over([Payload()])
+            instants.append(run_and_give_the_gil_up_briefly_until(lambda: released() > start, "a push released"))
+    finally:
+        sys.setswitchinterval(previous)
+    assert statistics.median(instants) <= MAX_MEDIAN_INSTANTS, (
+        f"the drain thread got in after a median of {statistics.median(instants)} instants of a main thread "
+        f"that gives the GIL up briefly (at most {MAX_MEDIAN_INSTANTS}; max {max(instants)}): it was not asked in"
+    )
+
+
 def voluntary_switches(native_id):
     with open(f"/proc/self/task/{native_id}/status") as f:
         for line in f:
@@ -151,6 +201,7 @@ def main(argv=None):
     parser.add_argument("--pushes", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--crowded-pushes", type=int, default=300)
+    parser.add_argument("--brief-release-pushes", type=int, default=100)
     args = parser.parse_args(argv)
 
     cuda_reclaim.set_auto_drain("thread")
@@ -165,6 +216,7 @@ def main(argv=None):
         stream(args.pushes // 10, 0, busy_until)  # bursts faster than any drain
 
     main_thread_steps_aside(args.crowded_pushes)  # 6
+    main_thread_giving_the_gil_up_briefly_steps_aside(args.brief_release_pushes)  # 7
 
     # 4. Idle: blocked in poll(2), not woken at all.
     # It may still be finishing its last linger: a window without any switch proves it; a thread that
