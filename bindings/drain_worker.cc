@@ -124,23 +124,23 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
 //
 // A main thread that runs bytecode gives the GIL up only after a waiter has waited a switch interval. On
 // 3.13+ (and later 3.12 releases) a pending call reaches it at its next eval-breaker check, within
-// microseconds. On 3.10, 3.11 and early 3.12 releases (3.12.1 checked) a pending call added by another
-// thread reaches it only when something else makes it look: its own
-// re-taking of the GIL after a blocking call, a garbage collection, or the waiter's drop request after a
-// switch interval. The first is the case that matters there. A main thread that gives the GIL up often but briefly (an event
-// loop's select(0) between callbacks, a library call that releases the GIL for microseconds) starves a
-// waiting drain thread: it takes the GIL straight back before the woken drain thread runs, and each
-// re-take counts as a switch, so the drain thread's wait never ends in a drop request. Measured with an
-// asyncio loop running 1 ms of bytecode between awaits, 3.12, default switch interval, on a 2-core host:
-// release latency p50 24-152 ms, p99 96-250 ms without the call; with it, p50 0.6-0.8 ms, p99 2-4 ms (the
-// re-take runs the call, and the drain thread gets in at the next one). The call used
-// here runs no Python code and releases nothing: it only gives the GIL up, at the very point where CPython
-// itself drops it for a waiter that asked, and takes it back once a drain thread has had it (see
-// wait_for_a_drain_thread_to_take_the_gil). The drain and its finalizers still run on the drain thread, never on the main
-// thread (a drain run by a pending call would run finalizers inside whatever the main thread was doing,
-// threading's locked sections included, where one that sets an Event the main thread waits on deadlocks
-// it). One call is outstanding at a time; a call that finds no drain thread waiting returns at once (the
-// GIL was free after all: the main thread was blocked in C when the call was added).
+// microseconds. On 3.10, 3.11 and early 3.12 releases (3.12.1 checked) a pending call added by another thread
+// reaches it only when something else makes it look: its own re-taking of the GIL after a blocking call, a
+// garbage collection, or the waiter's drop request after a switch interval. The first is the case that
+// matters there. A main thread that gives the GIL up often but briefly (an event loop's select(0) between
+// callbacks, a library call that releases the GIL for microseconds) starves a waiting drain thread: it takes
+// the GIL straight back before the woken drain thread runs, and each re-take counts as a switch, so the drain
+// thread's wait never ends in a drop request. Measured with an asyncio loop running 1 ms of bytecode between
+// awaits, 3.12, default switch interval, on a 2-core host: release latency p50 24-152 ms, p99 96-250 ms
+// without the call; with it, p50 0.6-0.8 ms, p99 2-4 ms (the re-take runs the call, and the drain thread gets
+// in at the next one). The call used here runs no Python code and releases nothing: it only gives the GIL up,
+// at the very point where CPython itself drops it for a waiter that asked, and takes it back once a drain
+// thread has had it (see wait_for_a_drain_thread_to_take_the_gil). The drain and its finalizers still run on
+// the drain thread, never on the main thread (a drain run by a pending call would run finalizers inside
+// whatever the main thread was doing, threading's locked sections included, where one that sets an Event the
+// main thread waits on deadlocks it). One call is outstanding at a time; a call that finds no drain thread
+// waiting returns at once (the GIL was free after all: the main thread was blocked in C when the call was
+// added).
 
 // How long a main thread that stepped aside waits for a drain thread to take the GIL, at most. It is
 // not a time slice: the wait ends as soon as a drain thread has had the GIL or none waits any more, like

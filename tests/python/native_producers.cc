@@ -104,7 +104,8 @@ PyObject* release_gil_for_an_instant(PyObject*, PyObject*) {
 
 PyMethodDef kMethods[] = {
     {"leaky_deallocated", leaky_deallocated, METH_NOARGS, "leaky_deallocated() -> int"},
-    {"release_gil_for_an_instant", release_gil_for_an_instant, METH_NOARGS, "release_gil_for_an_instant() -> None"},
+    {"release_gil_for_an_instant", release_gil_for_an_instant, METH_NOARGS,
+     "release_gil_for_an_instant() -> None"},
     {"hand_over", hand_over, METH_VARARGS, "hand_over(objs, threads=1, delay_us=0) -> int"},
     {"hand_over_detached", hand_over_detached, METH_VARARGS,
      "hand_over_detached(objs, threads=1, delay_us=0) -> int"},
