@@ -14,7 +14,8 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
   5. stopped, it leaves the signal settled: a push stays pending with the fd readable, drain() gets it.
   6. (3.13+) with a switch interval of 30 s, a main thread in bytecode still lets the drain thread in:
      the drain thread's pending call makes it step aside, so a push is released while the main thread
-     spins (on 3.10-3.12 a pending call does not reach a busy main thread promptly: skipped there); also
+     spins (on 3.10-3.12.1 the call does not reach a main thread that never blocks promptly: skipped
+     before 3.13); also
      with every CPU crowded by spinning processes, where the drain thread woken by the step-aside may
      wait milliseconds for a core: the main thread must wait for it, not for a fixed slice.
   7. (every version) with a switch interval of 30 s, a main thread that runs bytecode and gives the GIL
@@ -26,7 +27,8 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
      rarely wins: each push must be released, and, counted over all pushes, after a median of at most
      MAX_MEDIAN_INSTANTS instants (with the call made only on 3.13+, 3.12.1 gave a median of 9 and a
      maximum of 159 on a 2-core host; with it, every version gives 1: the call reaches the main thread
-     at its next re-take of the GIL on 3.10-3.12.1, and at once on 3.13+). Instants are counted, not time, so a slow machine changes nothing but the run time.
+     at its next re-take of the GIL on 3.10-3.12.1, and at once on 3.13+). Instants are counted, not
+     time, so a slow machine changes nothing but the run time.
 
 Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
 
@@ -136,7 +138,8 @@ def push_released_while_spinning(what):
 def main_thread_steps_aside(crowded_pushes):
     """6: without the step-aside call, a drain thread would wait the whole switch interval (30 s here)."""
     if sys.version_info < (3, 13):
-        print("drain_thread_busy_main: step-aside: not used before 3.13 (skipped)", flush=True)
+        print("drain_thread_busy_main: check 6: before 3.13 the step-aside does not reach a main thread that "
+              "never blocks promptly (skipped)", flush=True)
         return
     previous = sys.getswitchinterval()
     sys.setswitchinterval(30.0)
