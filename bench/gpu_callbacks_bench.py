@@ -8,7 +8,11 @@ a two-line native host function that stamps CLOCK_MONOTONIC, for the host-side t
 ``SKIP: <why>`` and exits 0.
 
 Measurements, each over N callbacks (default 200), every callback behind its own 0.5 ms spin kernel on the
-stream, and the whole batch held behind a 100 ms gate kernel so that enqueueing is over before it starts:
+stream, and the whole batch held behind a gate kernel so that enqueueing is over before it starts (100 ms,
+or three times the longest enqueueing of the warm-up passes if that is longer; a pass whose enqueueing
+still outlasts its gate is run again behind a gate twice as long, since its first callbacks would
+otherwise wait for the main thread to finish enqueueing, which only measures the enqueueing). Each row is
+run in several passes (default 3) and reports the median of the passes' p50, p99, max and total:
 
 1. stall — CUDA events recorded just before and just after each host function: how long the host function
    holds the stream up (CUDA's host-function round trip plus the callback's time on CUDA's thread). p50,
@@ -28,7 +32,7 @@ cuda_reclaim.asyncio.install(): cuda-reclaim's calls run on the loop's own threa
 Variants: ``native`` (a native host function that does nothing Python: CUDA's own floor), ``cupy``,
 ``reclaim``. Target (the issue's): reclaim's p99 stall with the main thread busy is at most 1.5x its idle p99.
 
-    python bench/gpu_callbacks_bench.py [--callbacks 200] [--kernel-ms 0.5] [--json OUT]
+    python bench/gpu_callbacks_bench.py [--callbacks 200] [--kernel-ms 0.5] [--passes 3] [--json OUT]
 """
 
 import argparse
@@ -61,6 +65,7 @@ extern "C" __global__ void spin(unsigned long long cycles) {
 """
 
 MODES = ("idle", "busy", "asyncio")
+MIN_GATE_MS = 100.0
 
 
 def skip(reason):
@@ -81,6 +86,21 @@ def summary(values, scale=1.0):
         return {"n": 0, "p50": None, "p99": None, "max": None, "mean": None}
     return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99), "max": max(values),
             "mean": sum(values) / len(values)}
+
+
+def median(values):
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def median_summary(summaries):
+    """Each statistic of several passes' summaries: its median over the passes (None where a pass has none)."""
+    merged = {}
+    for key in ("n", "p50", "p99", "max", "mean"):
+        values = [s[key] for s in summaries if s[key] is not None]
+        merged[key] = median(values) if values else None
+    return merged
 
 
 def build_stamp_library(directory):
@@ -137,6 +157,10 @@ class Bench:
         self.spin = Program(SPIN_SOURCE, code_type="c++", options=options).compile("cubin").get_kernel("spin")
         self.cycles_per_ms = int(self.device.properties.clock_rate)  # kHz = cycles per ms
         self.libcuda = ctypes.CDLL("libcuda.so.1")
+        self.gate_ms = MIN_GATE_MS
+        self.enqueue_ms = 0.0  # the last pass's enqueueing, from the gate's launch to the last launch
+        self.longest_enqueue_ms = 0.0
+        self.gate_reruns = 0
         self.libcuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         self.libcuda.cuLaunchHostFunc.restype = ctypes.c_int
         self.tmp = tempfile.mkdtemp(prefix="cuda-reclaim-bench-")
@@ -147,6 +171,25 @@ class Bench:
         self.cupy_streams = {}
 
     # --- building blocks ------------------------------------------------------------------------------
+
+    def gate(self, stream):
+        """Launches the gate kernel on `stream`; returns the perf_counter() time just before the launch."""
+        start = time.perf_counter()
+        self.kernel(stream, self.gate_ms)
+        return start
+
+    def gated(self, run, *args):
+        """run(*args), again behind a gate twice as long while its enqueueing outlasted the gate (at most
+        three more times); returns its result. Records the longest enqueueing measured."""
+        for attempt in range(4):
+            result = run(*args)
+            self.longest_enqueue_ms = max(self.longest_enqueue_ms, self.enqueue_ms)
+            if self.enqueue_ms <= self.gate_ms or attempt == 3:
+                return result
+            print(f"note: enqueueing took {self.enqueue_ms:.1f} ms, longer than the {self.gate_ms:.0f} ms gate; "
+                  f"the pass runs again behind a {2 * self.gate_ms:.0f} ms gate")
+            self.gate_ms *= 2
+            self.gate_reruns += 1
 
     def kernel(self, stream, ms):
         self.launch(stream, self.config, self.spin, ctypes.c_ulonglong(int(self.cycles_per_ms * ms)))
@@ -216,7 +259,7 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.kernel(stream, 100.0)  # the gate: enqueueing is over before the measured part starts
+        start = self.gate(stream)  # enqueueing is over before the measured part starts
         events = []
         for i in range(n):
             self.kernel(stream, kernel_ms)
@@ -224,6 +267,7 @@ class Bench:
             self.python_callback(variant, stream, fn, i, futures)
             after = stream.record(options=self.timing)
             events.append((before, after))
+        self.enqueue_ms = (time.perf_counter() - start) * 1e3
         last = events[-1][1]
         python = variant != "native"
         self.wait(mode, lambda: last.is_done and (not python or all(r is not None for r in ran)))
@@ -244,12 +288,13 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.kernel(stream, 100.0)
+        start = self.gate(stream)
         for i in range(n):
             self.kernel(stream, kernel_ms)
             self.native(stream, ctypes.addressof(before) + 8 * i)
             self.python_callback(variant, stream, fn, i, futures)
             self.native(stream, ctypes.addressof(after) + 8 * i)
+        self.enqueue_ms = (time.perf_counter() - start) * 1e3
         done = stream.record()
         python = variant != "native"
         self.wait(mode, lambda: done.is_done and (not python or all(r is not None for r in ran)))
@@ -269,8 +314,8 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.kernel(first, 100.0)
-        self.kernel(second, 100.0)
+        start = self.gate(first)
+        self.kernel(second, self.gate_ms)
         events = []
         for i in range(n):
             self.kernel(first, kernel_ms)
@@ -281,6 +326,7 @@ class Bench:
             self.native(second, ctypes.addressof(self.dummy))
             after = second.record(options=self.timing)
             events.append((before, after))
+        self.enqueue_ms = (time.perf_counter() - start) * 1e3
         end_first = first.record()
         last = events[-1][1]
         python = first_variant not in ("none", "native")
@@ -295,10 +341,13 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--callbacks", type=int, default=200, help="callbacks per pass")
     parser.add_argument("--kernel-ms", type=float, default=0.5, help="spin kernel ahead of each callback")
+    parser.add_argument("--passes", type=int, default=3, help="passes per row (the row reports their medians)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     if args.callbacks < 10:
         parser.error("--callbacks must be at least 10")
+    if args.passes < 1:
+        parser.error("--passes must be at least 1")
 
     bench = Bench(args)
     reclaim = bench.reclaim
@@ -311,9 +360,15 @@ def main(argv=None):
           f"switch interval {sys.getswitchinterval() * 1e3:.1f} ms; {args.callbacks} callbacks per pass, "
           f"each behind a {args.kernel_ms} ms kernel")
 
-    # Warm-up: first launches, the drain thread, CuPy's stream wrapper.
+    # Warm-up: first launches, the drain thread, CuPy's stream wrapper; and how long enqueueing a pass takes
+    # here, which sets the gate.
     for variant in variants:
-        bench.pass_stall(variant, "idle")
+        bench.gated(bench.pass_stall, variant, "idle")
+        if bench.stamp is not None:
+            bench.gated(bench.pass_timing, variant, "idle")
+    bench.gate_ms = max(bench.gate_ms, 3 * bench.longest_enqueue_ms)
+    print(f"gate: {bench.gate_ms:.0f} ms (longest enqueueing of the warm-up: {bench.longest_enqueue_ms:.1f} ms); "
+          f"{args.passes} passes per row, medians")
 
     rows = []
     for mode in MODES:
@@ -321,26 +376,34 @@ def main(argv=None):
             if mode == "asyncio":
                 # cuda-reclaim's calls run on the loop's thread, from its reader (no drain thread).
                 reclaim.set_auto_drain("off" if variant == "reclaim" else "thread")
-            stalls, total = bench.pass_stall(variant, mode)
-            row = {"variant": variant, "mode": mode, "stall_ms": summary(stalls), "total_ms": total}
+            stall_passes, totals, occupancy_passes, latency_passes = [], [], [], []
+            for _ in range(args.passes):
+                stalls, total = bench.gated(bench.pass_stall, variant, mode)
+                stall_passes.append(summary(stalls))
+                totals.append(total)
+                if bench.stamp is not None:
+                    occupancy, latency = bench.gated(bench.pass_timing, variant, mode)
+                    occupancy_passes.append(summary(occupancy, 1e-3))
+                    latency_passes.append(summary(latency, 1e-3))
+            row = {"variant": variant, "mode": mode, "stall_ms": median_summary(stall_passes),
+                   "total_ms": median(totals)}
             if bench.stamp is not None:
-                occupancy, latency = bench.pass_timing(variant, mode)
-                row["cuda_thread_us"] = summary(occupancy, 1e-3)
-                row["latency_us"] = summary(latency, 1e-3)
+                row["cuda_thread_us"] = median_summary(occupancy_passes)
+                row["latency_us"] = median_summary(latency_passes)
             rows.append(row)
             reclaim.set_auto_drain("thread")
 
     second = []
     if bench.stamp is not None:
         for first_variant in ["none"] + [v for v in variants if v != "native"]:
-            stalls = bench.pass_second_stream(first_variant)
-            second.append({"first_stream": first_variant, "stall_ms": summary(stalls)})
+            passes = [summary(bench.gated(bench.pass_second_stream, first_variant)) for _ in range(args.passes)]
+            second.append({"first_stream": first_variant, "stall_ms": median_summary(passes)})
 
     def fmt(value, digits=3):
         return "–" if value is None else f"{value:.{digits}f}"
 
     print("\n#### Stall of the stream per host function (CUDA events around it), ms")
-    print("| variant | main thread | p50 | p99 | max | 200 callbacks total |")
+    print(f"| variant | main thread | p50 | p99 | max | {args.callbacks} callbacks total |")
     print("|---|---|---|---|---|---|")
     for row in rows:
         s = row["stall_ms"]
@@ -379,6 +442,8 @@ def main(argv=None):
             json.dump({"device": device_name, "python": platform.python_version(),
                        "cuda_reclaim": reclaim.__version__, "callbacks": args.callbacks,
                        "kernel_ms": args.kernel_ms, "switch_interval_ms": sys.getswitchinterval() * 1e3,
+                       "passes": args.passes, "gate_ms": bench.gate_ms,
+                       "longest_enqueue_ms": bench.longest_enqueue_ms, "gate_reruns": bench.gate_reruns,
                        "rows": rows, "second_stream": second, "target": target, "stats": stats}, f, indent=1)
     shutil.rmtree(bench.tmp, ignore_errors=True)
     return 0

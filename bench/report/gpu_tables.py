@@ -28,6 +28,19 @@ def _ms(value, digits=3):
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _passes_and_gate(data):
+    """The sentence on passes and the gate, for results that record them (older ones do not)."""
+    if "passes" not in data:
+        return ""
+    text = (f" Each row is the median of {data['passes']} passes. The batch waited behind a "
+            f"{data['gate_ms']:.0f} ms gate kernel; the longest enqueueing of a batch took "
+            f"{data['longest_enqueue_ms']:.1f} ms")
+    reruns = data.get("gate_reruns", 0)
+    if reruns:
+        text += f" ({reruns} pass(es) outlasted their gate and ran again behind a longer one)"
+    return text + "."
+
+
 def gpu_callback_results(data, path):
     """Section 7's tables from bench/gpu_callbacks_bench.py's --json output, or a line saying there is none."""
     if data is None:
@@ -39,7 +52,7 @@ def gpu_callback_results(data, path):
         f"Run on {data['device']}, Python {data['python']}, switch interval {data['switch_interval_ms']:.1f} ms, "
         f"{n} callbacks per pass, each behind a {data['kernel_ms']} ms kernel (results: `{path}`; command: "
         f"`python bench/gpu_callbacks_bench.py --json OUT` with the wheel installed, e.g. through "
-        "`tests/gpu/run_gpu_tests.sh`).",
+        "`tests/gpu/run_gpu_tests.sh`)." + _passes_and_gate(data),
         "",
         "How long each host function holds its stream up (CUDA events just before and after it), ms:",
         "",
