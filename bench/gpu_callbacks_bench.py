@@ -8,11 +8,16 @@ a two-line native host function that stamps CLOCK_MONOTONIC, for the host-side t
 ``SKIP: <why>`` and exits 0.
 
 Measurements, each over N callbacks (default 200), every callback behind its own 0.5 ms spin kernel on the
-stream, and the whole batch held behind a gate kernel so that enqueueing is over before it starts (100 ms,
-or three times the longest enqueueing of the warm-up passes if that is longer; a pass whose enqueueing
-still outlasts its gate is run again behind a gate twice as long, since its first callbacks would
-otherwise wait for the main thread to finish enqueueing, which only measures the enqueueing). Each row is
-run in several passes (default 3) and reports the median of the passes' p50, p99, max and total:
+stream, in segments, each held behind a gate kernel so that its enqueueing is over before it starts, and
+waited for in the pass's mode before the next segment is enqueued. CUDA stops taking a stream's launches
+while its queue of pending work is full (each launch then returns only once the GPU has taken older work),
+so behind a gate the enqueueing of a long batch lasts as long as the gate and beyond, and its first
+callbacks would wait for the main thread to finish enqueueing (in asyncio mode, where only the loop
+drains, their latency would measure the enqueueing). The warm-up passes start with one segment of N
+behind a 100 ms gate and halve the segment until its enqueueing ends before its gate; the measured passes
+keep that segment, behind a gate of three times the warm-up's longest enqueueing (at least 20 ms), and
+halve it again should a segment outlast its gate. Each row is run in several passes (default 3) and
+reports the median of the passes' p50, p99, max and total (the segments' totals added up):
 
 1. stall — CUDA events recorded just before and just after each host function: how long the host function
    holds the stream up (CUDA's host-function round trip plus the callback's time on CUDA's thread). p50,
@@ -65,7 +70,8 @@ extern "C" __global__ void spin(unsigned long long cycles) {
 """
 
 MODES = ("idle", "busy", "asyncio")
-MIN_GATE_MS = 100.0
+GATE_MS = 100.0  # the warm-up's gate
+MIN_GATE_MS = 20.0  # the measured passes' gate, at least
 
 
 def skip(reason):
@@ -157,8 +163,9 @@ class Bench:
         self.spin = Program(SPIN_SOURCE, code_type="c++", options=options).compile("cubin").get_kernel("spin")
         self.cycles_per_ms = int(self.device.properties.clock_rate)  # kHz = cycles per ms
         self.libcuda = ctypes.CDLL("libcuda.so.1")
-        self.gate_ms = MIN_GATE_MS
-        self.enqueue_ms = 0.0  # the last pass's enqueueing, from the gate's launch to the last launch
+        self.gate_ms = GATE_MS
+        self.segment = args.callbacks  # callbacks per gated segment (gated() shortens it)
+        self.enqueue_ms = 0.0  # the last pass's longest enqueueing of a segment, gate's launch to last launch
         self.longest_enqueue_ms = 0.0
         self.gate_reruns = 0
         self.libcuda.cuLaunchHostFunc.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -179,17 +186,19 @@ class Bench:
         return start
 
     def gated(self, run, *args):
-        """run(*args), again behind a gate twice as long while its enqueueing outlasted the gate (at most
-        three more times); returns its result. Records the longest enqueueing measured."""
-        for attempt in range(4):
+        """run(*args), again in segments half as long while the enqueueing of a segment outlasted its gate
+        (CUDA holds a stream's launches up once its queue of pending work is full, which a gated segment of
+        200 callbacks overfills); returns its result. Records the longest enqueueing of a segment."""
+        while True:
             result = run(*args)
             self.longest_enqueue_ms = max(self.longest_enqueue_ms, self.enqueue_ms)
-            if self.enqueue_ms <= self.gate_ms or attempt == 3:
+            if self.enqueue_ms <= self.gate_ms or self.segment == 1:
                 return result
-            print(f"note: enqueueing took {self.enqueue_ms:.1f} ms, longer than the {self.gate_ms:.0f} ms gate; "
-                  f"the pass runs again behind a {2 * self.gate_ms:.0f} ms gate")
-            self.gate_ms *= 2
+            print(f"note: enqueueing {self.segment} callbacks took {self.enqueue_ms:.1f} ms, longer than the "
+                  f"{self.gate_ms:.0f} ms gate; the pass runs again in segments of {max(1, self.segment // 2)}")
+            self.segment = max(1, self.segment // 2)
             self.gate_reruns += 1
+            self.longest_enqueue_ms = 0.0  # what counts is the longest of the segments kept
 
     def kernel(self, stream, ms):
         self.launch(stream, self.config, self.spin, ctypes.c_ulonglong(int(self.cycles_per_ms * ms)))
@@ -248,9 +257,15 @@ class Bench:
                 loop.close()
 
     # --- passes ---------------------------------------------------------------------------------------
+    # A pass measures N callbacks in segments of self.segment, each behind its own gate and waited for in
+    # the pass's mode before the next is enqueued (see the module's docstring).
+
+    def segments(self):
+        n = self.args.callbacks
+        return [range(first, min(first + self.segment, n)) for first in range(0, n, self.segment)]
 
     def pass_stall(self, variant, mode):
-        """Events around each host function; returns per-callback stalls (ms) and the batch total (ms)."""
+        """Events around each host function; returns per-callback stalls (ms) and the segments' total (ms)."""
         n, kernel_ms = self.args.callbacks, self.args.kernel_ms
         stream = self.device.create_stream()
         ran = [None] * n
@@ -259,21 +274,24 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        start = self.gate(stream)  # enqueueing is over before the measured part starts
-        events = []
-        for i in range(n):
-            self.kernel(stream, kernel_ms)
-            before = stream.record(options=self.timing)
-            self.python_callback(variant, stream, fn, i, futures)
-            after = stream.record(options=self.timing)
-            events.append((before, after))
-        self.enqueue_ms = (time.perf_counter() - start) * 1e3
-        last = events[-1][1]
-        python = variant != "native"
-        self.wait(mode, lambda: last.is_done and (not python or all(r is not None for r in ran)))
-        stream.sync()
-        stalls = [after - before for before, after in events]
-        total = events[-1][1] - events[0][0]
+        self.enqueue_ms = 0.0
+        stalls, total = [], 0.0
+        for segment in self.segments():
+            start = self.gate(stream)  # enqueueing is over before the measured part starts
+            events = []
+            for i in segment:
+                self.kernel(stream, kernel_ms)
+                before = stream.record(options=self.timing)
+                self.python_callback(variant, stream, fn, i, futures)
+                after = stream.record(options=self.timing)
+                events.append((before, after))
+            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            last = events[-1][1]
+            python = variant != "native"
+            self.wait(mode, lambda: last.is_done and (not python or all(ran[i] is not None for i in segment)))
+            stream.sync()
+            stalls += [after - before for before, after in events]
+            total += events[-1][1] - events[0][0]
         return stalls, total
 
     def pass_timing(self, variant, mode):
@@ -288,17 +306,19 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        start = self.gate(stream)
-        for i in range(n):
-            self.kernel(stream, kernel_ms)
-            self.native(stream, ctypes.addressof(before) + 8 * i)
-            self.python_callback(variant, stream, fn, i, futures)
-            self.native(stream, ctypes.addressof(after) + 8 * i)
-        self.enqueue_ms = (time.perf_counter() - start) * 1e3
-        done = stream.record()
+        self.enqueue_ms = 0.0
         python = variant != "native"
-        self.wait(mode, lambda: done.is_done and (not python or all(r is not None for r in ran)))
-        stream.sync()
+        for segment in self.segments():
+            start = self.gate(stream)
+            for i in segment:
+                self.kernel(stream, kernel_ms)
+                self.native(stream, ctypes.addressof(before) + 8 * i)
+                self.python_callback(variant, stream, fn, i, futures)
+                self.native(stream, ctypes.addressof(after) + 8 * i)
+            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            done = stream.record()
+            self.wait(mode, lambda: done.is_done and (not python or all(ran[i] is not None for i in segment)))
+            stream.sync()
         occupancy = [after[i] - before[i] for i in range(n)]
         latency = [ran[i] - before[i] for i in range(n)] if python else []
         return occupancy, latency
@@ -314,27 +334,31 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        start = self.gate(first)
-        self.kernel(second, self.gate_ms)
-        events = []
-        for i in range(n):
-            self.kernel(first, kernel_ms)
-            if first_variant != "none":
-                self.python_callback(first_variant, first, fn, i, futures)
-            self.kernel(second, kernel_ms)
-            before = second.record(options=self.timing)
-            self.native(second, ctypes.addressof(self.dummy))
-            after = second.record(options=self.timing)
-            events.append((before, after))
-        self.enqueue_ms = (time.perf_counter() - start) * 1e3
-        end_first = first.record()
-        last = events[-1][1]
+        self.enqueue_ms = 0.0
         python = first_variant not in ("none", "native")
-        self.wait("busy", lambda: last.is_done and end_first.is_done
-                  and (not python or all(r is not None for r in ran)))
-        first.sync()
-        second.sync()
-        return [after - before for before, after in events]
+        stalls = []
+        for segment in self.segments():
+            start = self.gate(first)
+            self.kernel(second, self.gate_ms)
+            events = []
+            for i in segment:
+                self.kernel(first, kernel_ms)
+                if first_variant != "none":
+                    self.python_callback(first_variant, first, fn, i, futures)
+                self.kernel(second, kernel_ms)
+                before = second.record(options=self.timing)
+                self.native(second, ctypes.addressof(self.dummy))
+                after = second.record(options=self.timing)
+                events.append((before, after))
+            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            end_first = first.record()
+            last = events[-1][1]
+            self.wait("busy", lambda: last.is_done and end_first.is_done
+                      and (not python or all(ran[i] is not None for i in segment)))
+            first.sync()
+            second.sync()
+            stalls += [after - before for before, after in events]
+        return stalls
 
 
 def main(argv=None):
@@ -366,9 +390,9 @@ def main(argv=None):
         bench.gated(bench.pass_stall, variant, "idle")
         if bench.stamp is not None:
             bench.gated(bench.pass_timing, variant, "idle")
-    bench.gate_ms = max(bench.gate_ms, 3 * bench.longest_enqueue_ms)
-    print(f"gate: {bench.gate_ms:.0f} ms (longest enqueueing of the warm-up: {bench.longest_enqueue_ms:.1f} ms); "
-          f"{args.passes} passes per row, medians")
+    bench.gate_ms = max(MIN_GATE_MS, 3 * bench.longest_enqueue_ms)
+    print(f"segments of {bench.segment} callbacks behind a {bench.gate_ms:.0f} ms gate (longest enqueueing of a "
+          f"segment in the warm-up: {bench.longest_enqueue_ms:.1f} ms); {args.passes} passes per row, medians")
 
     rows = []
     for mode in MODES:
@@ -442,7 +466,7 @@ def main(argv=None):
             json.dump({"device": device_name, "python": platform.python_version(),
                        "cuda_reclaim": reclaim.__version__, "callbacks": args.callbacks,
                        "kernel_ms": args.kernel_ms, "switch_interval_ms": sys.getswitchinterval() * 1e3,
-                       "passes": args.passes, "gate_ms": bench.gate_ms,
+                       "passes": args.passes, "gate_ms": bench.gate_ms, "segment": bench.segment,
                        "longest_enqueue_ms": bench.longest_enqueue_ms, "gate_reruns": bench.gate_reruns,
                        "rows": rows, "second_stream": second, "target": target, "stats": stats}, f, indent=1)
     shutil.rmtree(bench.tmp, ignore_errors=True)

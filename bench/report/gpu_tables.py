@@ -32,12 +32,13 @@ def _passes_and_gate(data):
     """The sentence on passes and the gate, for results that record them (older ones do not)."""
     if "passes" not in data:
         return ""
-    text = (f" Each row is the median of {data['passes']} passes. The batch waited behind a "
-            f"{data['gate_ms']:.0f} ms gate kernel; the longest enqueueing of a batch took "
-            f"{data['longest_enqueue_ms']:.1f} ms")
+    text = (f" Each row is the median of {data['passes']} passes; a pass ran its callbacks in segments of "
+            f"{data['segment']}, each behind a {data['gate_ms']:.0f} ms gate kernel (the longest enqueueing of a "
+            f"segment: {data['longest_enqueue_ms']:.1f} ms)")
     reruns = data.get("gate_reruns", 0)
     if reruns:
-        text += f" ({reruns} pass(es) outlasted their gate and ran again behind a longer one)"
+        text += (f"; {reruns} pass(es) outlasted their gate and ran again in shorter segments (that is how the "
+                 "segment's length was found)")
     return text + "."
 
 
