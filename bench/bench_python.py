@@ -36,7 +36,10 @@ from cuda_reclaim import _auto
 
 import _reclaim_bench as ext
 
-PRODUCER_STRATEGIES = ("noop", "cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pending_call", "with_gil")
+# cuda_reclaim_no_drain: cuda-reclaim's push with the automatic drain off, so that nothing drains while the
+# producers push (as for the mutex anchors, drained after the run): what the concurrent drain costs them.
+PRODUCER_STRATEGIES = ("noop", "cuda_reclaim", "cuda_reclaim_no_drain", "mutex_vector", "mutex_deque",
+                       "cas_pending_call", "with_gil")
 QUEUEING_STRATEGIES = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pending_call")
 # (main thread, strategy, how cuda-reclaim drains): the release-latency matrix.
 LATENCY_SCENARIOS = (
@@ -133,12 +136,17 @@ def bench_producer(cfg):
             for threads in (1, 2, 4):
                 for strategy in PRODUCER_STRATEGIES:
                     calls = cfg.gil_calls if strategy == "with_gil" else cfg.producer_calls
-                    ext.start(strategy, threads, calls, 0, cfg.producer_budget_s)
+                    no_drain = strategy == "cuda_reclaim_no_drain"
+                    if no_drain:
+                        cuda_reclaim.set_auto_drain("off")
+                    ext.start("cuda_reclaim" if no_drain else strategy, threads, calls, 0, cfg.producer_budget_s)
                     if main == "idle":
                         ext.wait()  # blocked in C with the GIL released, like time.sleep
                     else:
                         busy_until(ext.done)
                     cost, _, _ = ext.finish()
+                    if no_drain:
+                        cuda_reclaim.set_auto_drain("thread")
                     drain_everything()
                     runs.setdefault((main, threads, strategy), []).append(summarize(int64s(cost)))
     rows = []

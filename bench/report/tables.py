@@ -4,10 +4,12 @@ queue_bench's Google Benchmark JSON), and the list of rows where cuda-reclaim is
 import math
 import re
 
-PRODUCER_STRATEGIES = ("noop", "cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pending_call", "with_gil")
+PRODUCER_STRATEGIES = ("noop", "cuda_reclaim", "cuda_reclaim_no_drain", "mutex_vector", "mutex_deque",
+                       "cas_pending_call", "with_gil")
 ANCHORS = {
     "noop": "no hand-over (timer floor)",
     "cuda_reclaim": "**cuda-reclaim** (capsule host_destructor)",
+    "cuda_reclaim_no_drain": "cuda-reclaim, automatic drain off (nothing drains during the run)",
     "mutex_vector": "mutex + vector (PyO3 pool)",
     "mutex_deque": "mutex + deque (jaxlib)",
     "cas_pending_call": "CAS stack + coalesced Py_AddPendingCall (cuda.core)",
@@ -352,8 +354,10 @@ def slower_rows(r):
                 if base["p50"] - row["p50"] <= CLOCK_RESOLUTION_NS:
                     within_clock += 1
                     continue
+                quiet = r.find("producer", main=main, threads=threads, strategy="cuda_reclaim_no_drain")
                 notes.append(f"producer p50, main {main}, {threads} thread(s): {ANCHORS[strategy]} "
-                             f"{fmt_ns(row['p50'])} vs {fmt_ns(base['p50'])}")
+                             f"{fmt_ns(row['p50'])} vs {fmt_ns(base['p50'])}"
+                             + (f" ({fmt_ns(quiet['p50'])} with the automatic drain off)" if quiet else ""))
     if within_clock:
         notes.append(f"producer p50: an anchor is ahead by at most {CLOCK_RESOLUTION_NS} ns (one tick of the "
                      f"per-call clock) in {within_clock} (row, anchor) pairs")
