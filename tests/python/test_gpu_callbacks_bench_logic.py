@@ -1,0 +1,84 @@
+"""The GPU callbacks bench's own logic, without a GPU: how a pass is cut into gated segments, how the
+segment is shortened while its enqueueing outlasts its gate, the medians over passes, and the report's
+sentence about them. (The bench itself needs a GPU: tests/gpu/run_gpu_tests.sh runs it there.)"""
+
+import types
+
+import gpu_callbacks_bench as bench
+from report import gpu_tables
+
+
+def make_bench(callbacks, segment, gate_ms=20.0):
+    """An object with the attributes Bench's pass logic uses, without the GPU that Bench() needs."""
+    return types.SimpleNamespace(args=types.SimpleNamespace(callbacks=callbacks), segment=segment,
+                                 gate_ms=gate_ms, enqueue_ms=0.0, longest_enqueue_ms=0.0, gate_reruns=0)
+
+
+def test_segments_cover_every_callback_once_in_order():
+    for callbacks, segment in ((200, 200), (200, 25), (200, 64), (10, 3), (7, 1)):
+        state = make_bench(callbacks, segment)
+        segments = bench.Bench.segments(state)
+        assert [i for s in segments for i in s] == list(range(callbacks))
+        assert all(len(s) == segment for s in segments[:-1])
+        assert 1 <= len(segments[-1]) <= segment
+
+
+def test_gated_halves_the_segment_until_enqueueing_ends_before_the_gate():
+    # Enqueueing outlasts the gate while the segment holds more than 40 callbacks (a full launch queue).
+    state = make_bench(200, 200, gate_ms=100.0)
+    seen = []
+
+    def run(tag):
+        seen.append(state.segment)
+        state.enqueue_ms = 150.0 if state.segment > 40 else 2.0 + state.segment / 100
+        return tag
+
+    assert bench.Bench.gated(state, run, "result") == "result"
+    assert seen == [200, 100, 50, 25]
+    assert state.segment == 25
+    assert state.gate_reruns == 3
+    # The longest enqueueing is that of the segments kept, not of the passes thrown away.
+    assert state.longest_enqueue_ms == 2.25
+
+
+def test_gated_keeps_a_pass_that_fits_and_stops_at_one_callback():
+    state = make_bench(200, 25, gate_ms=20.0)
+    calls = []
+
+    def fits():
+        calls.append(state.segment)
+        state.enqueue_ms = 5.0
+
+    bench.Bench.gated(state, fits)
+    assert calls == [25] and state.gate_reruns == 0 and state.longest_enqueue_ms == 5.0
+
+    state = make_bench(4, 4, gate_ms=20.0)
+    calls = []
+
+    def never_fits():
+        calls.append(state.segment)
+        state.enqueue_ms = 500.0
+
+    bench.Bench.gated(state, never_fits)
+    assert calls == [4, 2, 1], "one callback per segment is as short as a segment gets"
+
+
+def test_median_summary_takes_each_statistic_over_the_passes():
+    passes = [bench.summary([1.0, 2.0, 3.0]), bench.summary([10.0, 20.0, 30.0]), bench.summary([4.0, 5.0, 6.0])]
+    merged = bench.median_summary(passes)
+    assert merged["p50"] == 5.0
+    assert merged["max"] == 6.0
+    assert merged["n"] == 3
+    assert bench.median_summary([bench.summary([]), bench.summary([2.0])])["p50"] == 2.0
+    assert bench.median_summary([bench.summary([])])["p99"] is None
+    assert bench.median([1.0, 3.0]) == 2.0
+
+
+def test_the_report_says_how_the_passes_were_gated_when_the_results_record_it():
+    data = {"passes": 3, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66, "gate_reruns": 3}
+    sentence = gpu_tables._passes_and_gate(data)
+    assert "median of 3 passes" in sentence
+    assert "segments of 25" in sentence and "20 ms gate" in sentence and "1.7 ms" in sentence
+    assert "3 pass(es) outlasted their gate" in sentence
+    assert "outlasted" not in gpu_tables._passes_and_gate(dict(data, gate_reruns=0))
+    assert gpu_tables._passes_and_gate({"callbacks": 200}) == "", "older results record none of it"
