@@ -35,6 +35,12 @@ def _passes_and_gate(data):
     text = (f" Each row is the median of {data['passes']} passes; a pass ran its callbacks in segments of "
             f"{data['segment']}, each behind a {data['gate_ms']:.0f} ms gate kernel (the longest enqueueing of a "
             f"segment: {data['longest_enqueue_ms']:.1f} ms)")
+    single = [f"{row['variant']}/{row['mode']}" for row in data["rows"] if row.get("passes") == 1]
+    single += [f"second stream with {row['first_stream']}" for row in data.get("second_stream", [])
+               if row.get("passes") == 1]
+    if single and data["passes"] > 1:
+        text += (f"; rows whose first pass took over 5 s ran once ({', '.join(single)}: GIL-taking callbacks "
+                 "behind a busy main thread, whose stalls are hundreds of milliseconds each)")
     reruns = data.get("gate_reruns", 0)
     if reruns:
         text += (f"; {reruns} pass(es) outlasted their gate and ran again in shorter segments (that is how the "

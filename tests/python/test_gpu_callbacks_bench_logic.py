@@ -75,10 +75,45 @@ def test_median_summary_takes_each_statistic_over_the_passes():
 
 
 def test_the_report_says_how_the_passes_were_gated_when_the_results_record_it():
-    data = {"passes": 3, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66, "gate_reruns": 3}
+    data = {"passes": 3, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66, "gate_reruns": 3, "rows": []}
     sentence = gpu_tables._passes_and_gate(data)
     assert "median of 3 passes" in sentence
     assert "segments of 25" in sentence and "20 ms gate" in sentence and "1.7 ms" in sentence
     assert "3 pass(es) outlasted their gate" in sentence
     assert "outlasted" not in gpu_tables._passes_and_gate(dict(data, gate_reruns=0))
     assert gpu_tables._passes_and_gate({"callbacks": 200}) == "", "older results record none of it"
+
+
+def test_a_row_whose_first_pass_is_long_runs_once():
+    now = [0.0]
+
+    def clock():
+        return now[0]
+
+    def runner(seconds):
+        calls = []
+
+        def run_once():
+            calls.append(now[0])
+            now[0] += seconds
+
+        return calls, run_once
+
+    calls, run_once = runner(0.4)
+    assert bench.run_passes(3, run_once, long_pass_s=5.0, clock=clock) == 3
+    assert len(calls) == 3
+    calls, run_once = runner(12.0)
+    assert bench.run_passes(3, run_once, long_pass_s=5.0, clock=clock) == 1
+    assert len(calls) == 1
+    calls, run_once = runner(0.1)
+    assert bench.run_passes(1, run_once, clock=clock) == 1 and len(calls) == 1
+
+
+def test_the_report_names_the_rows_that_ran_once():
+    data = {"passes": 3, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66, "gate_reruns": 0,
+            "rows": [{"variant": "reclaim", "mode": "busy", "passes": 3},
+                     {"variant": "cupy", "mode": "busy", "passes": 1}],
+            "second_stream": [{"first_stream": "cupy", "passes": 1}, {"first_stream": "none", "passes": 3}]}
+    sentence = gpu_tables._passes_and_gate(data)
+    assert "ran once (cupy/busy, second stream with cupy:" in sentence
+    assert "reclaim/busy" not in sentence
