@@ -49,16 +49,22 @@ def producer_repeats(r):
             f"medians of the runs' p50s and p99s and the largest max, and `calls` is per run.")
 
 
+def fastest_anchor_p50(r, main, threads):
+    """The lowest producer p50 of the anchors in one (main thread, producers) row; None without them."""
+    anchors = [row["p50"] for row in r.rows if row["section"] == "producer" and row["strategy"] in ANCHOR_STRATEGIES
+               and row["main"] == main and row["threads"] == threads]
+    return min(anchors) if anchors else None
+
+
 def producer_gap(r):
     """How far cuda-reclaim's producer p50 is behind the fastest anchor, over this run's rows."""
     gaps = []
     for row in r.rows:
         if row["section"] != "producer" or row["strategy"] != "cuda_reclaim":
             continue
-        anchors = [a["p50"] for a in r.rows if a["section"] == "producer" and a["strategy"] in ANCHOR_STRATEGIES
-                   and a["main"] == row["main"] and a["threads"] == row["threads"]]
-        if anchors:
-            gaps.append(row["p50"] - min(anchors))
+        fastest = fastest_anchor_p50(r, row["main"], row["threads"])
+        if fastest is not None:
+            gaps.append(row["p50"] - fastest)
     floor = [row["p50"] for row in r.rows if row["section"] == "producer" and row["strategy"] == "noop"]
     behind = [gap for gap in gaps if gap > 0]
     if not behind:
@@ -72,7 +78,7 @@ def producer_drain_cost(r):
     """What the automatic drain, running while the producers push, adds to their p50: the same push with it
     off (older runs have no such rows: nothing)."""
     pairs = []
-    deltas = []
+    costs = []  # p50 with the drain running minus p50 with it off
     behind = []
     for main in ("idle", "busy"):
         for threads in (1, 2, 4):
@@ -81,16 +87,14 @@ def producer_drain_cost(r):
             if not (on and off):
                 continue
             pairs.append(f"{fmt_ns(off['p50'])} against {fmt_ns(on['p50'])} ({main}, {threads})")
-            deltas.append((on["p50"], off["p50"]))
-            anchors = [a["p50"] for a in r.rows if a["section"] == "producer" and a["strategy"] in ANCHOR_STRATEGIES
-                       and a["main"] == main and a["threads"] == threads]
-            if anchors:
-                behind.append(off["p50"] - min(anchors))
+            costs.append(on["p50"] - off["p50"])
+            fastest = fastest_anchor_p50(r, main, threads)
+            if fastest is not None:
+                behind.append(off["p50"] - fastest)
     if not pairs:
         return ""
     lead = (f"behind the fastest anchor by at most {fmt_ns(max(behind))}" if behind and max(behind) > 0
             else "behind no anchor")
-    costs = [on - off for on, off in deltas]
     if max(costs) > CLOCK_RESOLUTION_NS and min(costs) < -CLOCK_RESOLUTION_NS:
         effect = (f"the two differ in both directions, from {fmt_ns(-min(costs))} faster to "
                   f"{fmt_ns(max(costs))} slower with the drain running: the same code's p50 moves by that much "
