@@ -48,6 +48,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -111,18 +112,12 @@ def run_passes(passes, run_once, long_pass_s=LONG_PASS_S, clock=time.perf_counte
     return passes
 
 
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-
-
 def median_summary(summaries):
     """Each statistic of several passes' summaries: its median over the passes (None where a pass has none)."""
     merged = {}
     for key in ("n", "p50", "p99", "max", "mean"):
         values = [s[key] for s in summaries if s[key] is not None]
-        merged[key] = median(values) if values else None
+        merged[key] = statistics.median(values) if values else None
     return merged
 
 
@@ -202,11 +197,16 @@ class Bench:
         self.kernel(stream, self.gate_ms)
         return start
 
+    def enqueued(self, start):
+        """A segment's last launch is done: its enqueueing since `start` (gate()'s time) counts in enqueue_ms."""
+        self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+
     def gated(self, run, *args):
         """run(*args), again in segments half as long while the enqueueing of a segment outlasted its gate
         (CUDA holds a stream's launches up once its queue of pending work is full, which a gated segment of
         200 callbacks overfills); returns its result. Records the longest enqueueing of a segment."""
         while True:
+            self.enqueue_ms = 0.0
             result = run(*args)
             self.longest_enqueue_ms = max(self.longest_enqueue_ms, self.enqueue_ms)
             if self.enqueue_ms <= self.gate_ms or self.segment == 1:
@@ -291,7 +291,7 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.enqueue_ms = 0.0
+        python = variant != "native"
         stalls, total = [], 0.0
         for segment in self.segments():
             start = self.gate(stream)  # enqueueing is over before the measured part starts
@@ -302,9 +302,8 @@ class Bench:
                 self.python_callback(variant, stream, fn, i, futures)
                 after = stream.record(options=self.timing)
                 events.append((before, after))
-            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            self.enqueued(start)
             last = events[-1][1]
-            python = variant != "native"
             self.wait(mode, lambda: last.is_done and (not python or all(ran[i] is not None for i in segment)))
             stream.sync()
             stalls += [after - before for before, after in events]
@@ -323,7 +322,6 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.enqueue_ms = 0.0
         python = variant != "native"
         for segment in self.segments():
             start = self.gate(stream)
@@ -332,7 +330,7 @@ class Bench:
                 self.native(stream, ctypes.addressof(before) + 8 * i)
                 self.python_callback(variant, stream, fn, i, futures)
                 self.native(stream, ctypes.addressof(after) + 8 * i)
-            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            self.enqueued(start)
             done = stream.record()
             self.wait(mode, lambda: done.is_done and (not python or all(ran[i] is not None for i in segment)))
             stream.sync()
@@ -351,7 +349,6 @@ class Bench:
         def fn(i):
             ran[i] = time.monotonic_ns()
 
-        self.enqueue_ms = 0.0
         python = first_variant not in ("none", "native")
         stalls = []
         for segment in self.segments():
@@ -367,7 +364,7 @@ class Bench:
                 self.native(second, ctypes.addressof(self.dummy))
                 after = second.record(options=self.timing)
                 events.append((before, after))
-            self.enqueue_ms = max(self.enqueue_ms, (time.perf_counter() - start) * 1e3)
+            self.enqueued(start)
             end_first = first.record()
             last = events[-1][1]
             self.wait("busy", lambda: last.is_done and end_first.is_done
@@ -430,7 +427,7 @@ def main(argv=None):
 
             passes = run_passes(args.passes, one_pass)
             row = {"variant": variant, "mode": mode, "passes": passes, "stall_ms": median_summary(stall_passes),
-                   "total_ms": median(totals)}
+                   "total_ms": statistics.median(totals)}
             if bench.stamp is not None:
                 row["cuda_thread_us"] = median_summary(occupancy_passes)
                 row["latency_us"] = median_summary(latency_passes)
@@ -489,7 +486,7 @@ def main(argv=None):
             json.dump({"device": device_name, "python": platform.python_version(),
                        "cuda_reclaim": reclaim.__version__, "callbacks": args.callbacks,
                        "kernel_ms": args.kernel_ms, "switch_interval_ms": sys.getswitchinterval() * 1e3,
-                       "passes": args.passes, "gate_ms": bench.gate_ms, "segment": bench.segment,
+                       "passes": args.passes, "long_pass_s": LONG_PASS_S, "gate_ms": bench.gate_ms, "segment": bench.segment,
                        "longest_enqueue_ms": bench.longest_enqueue_ms, "gate_reruns": bench.gate_reruns,
                        "rows": rows, "second_stream": second, "target": target, "stats": stats}, f, indent=1)
     shutil.rmtree(bench.tmp, ignore_errors=True)

@@ -39,7 +39,7 @@ def _passes_and_gate(data):
     single += [f"second stream with {row['first_stream']}" for row in data.get("second_stream", [])
                if row.get("passes") == 1]
     if single and data["passes"] > 1:
-        text += (f"; rows whose first pass took over 5 s ran once ({', '.join(single)}: GIL-taking callbacks "
+        text += (f"; rows whose first pass took over {data['long_pass_s']:g} s ran once ({', '.join(single)}: GIL-taking callbacks "
                  "behind a busy main thread, whose stalls are hundreds of milliseconds each)")
     reruns = data.get("gate_reruns", 0)
     if reruns:

@@ -2,6 +2,7 @@
 segment is shortened while its enqueueing outlasts its gate, the medians over passes, and the report's
 sentence about them. (The bench itself needs a GPU: tests/gpu/run_gpu_tests.sh runs it there.)"""
 
+import time
 import types
 
 import gpu_callbacks_bench as bench
@@ -12,6 +13,19 @@ def make_bench(callbacks, segment, gate_ms=20.0):
     """An object with the attributes Bench's pass logic uses, without the GPU that Bench() needs."""
     return types.SimpleNamespace(args=types.SimpleNamespace(callbacks=callbacks), segment=segment,
                                  gate_ms=gate_ms, enqueue_ms=0.0, longest_enqueue_ms=0.0, gate_reruns=0)
+
+
+def segments_tried(state, enqueue_ms, *args):
+    """Runs Bench.gated on `state` with a pass whose enqueueing takes enqueue_ms(segment); returns the
+    segment of every pass it ran and what gated returned."""
+    seen = []
+
+    def run(*pass_args):
+        seen.append(state.segment)
+        state.enqueue_ms = enqueue_ms(state.segment)
+        return pass_args
+
+    return seen, bench.Bench.gated(state, run, *args)
 
 
 def test_segments_cover_every_callback_once_in_order():
@@ -26,14 +40,8 @@ def test_segments_cover_every_callback_once_in_order():
 def test_gated_halves_the_segment_until_enqueueing_ends_before_the_gate():
     # Enqueueing outlasts the gate while the segment holds more than 40 callbacks (a full launch queue).
     state = make_bench(200, 200, gate_ms=100.0)
-    seen = []
-
-    def run(tag):
-        seen.append(state.segment)
-        state.enqueue_ms = 150.0 if state.segment > 40 else 2.0 + state.segment / 100
-        return tag
-
-    assert bench.Bench.gated(state, run, "result") == "result"
+    seen, result = segments_tried(state, lambda segment: 150.0 if segment > 40 else 2.0 + segment / 100, "result")
+    assert result == ("result",)
     assert seen == [200, 100, 50, 25]
     assert state.segment == 25
     assert state.gate_reruns == 3
@@ -43,24 +51,23 @@ def test_gated_halves_the_segment_until_enqueueing_ends_before_the_gate():
 
 def test_gated_keeps_a_pass_that_fits_and_stops_at_one_callback():
     state = make_bench(200, 25, gate_ms=20.0)
-    calls = []
-
-    def fits():
-        calls.append(state.segment)
-        state.enqueue_ms = 5.0
-
-    bench.Bench.gated(state, fits)
+    calls, _ = segments_tried(state, lambda segment: 5.0)
     assert calls == [25] and state.gate_reruns == 0 and state.longest_enqueue_ms == 5.0
 
     state = make_bench(4, 4, gate_ms=20.0)
-    calls = []
-
-    def never_fits():
-        calls.append(state.segment)
-        state.enqueue_ms = 500.0
-
-    bench.Bench.gated(state, never_fits)
+    calls, _ = segments_tried(state, lambda segment: 500.0)
     assert calls == [4, 2, 1], "one callback per segment is as short as a segment gets"
+
+
+def test_each_pass_starts_with_no_enqueueing_counted_and_keeps_its_longest_segment():
+    state = make_bench(200, 25, gate_ms=20.0)
+    state.enqueue_ms = 500.0  # left by an earlier pass
+    bench.Bench.gated(state, lambda: None)
+    assert state.gate_reruns == 0 and state.enqueue_ms == 0.0
+
+    bench.Bench.enqueued(state, time.perf_counter() - 0.010)
+    bench.Bench.enqueued(state, time.perf_counter())
+    assert state.enqueue_ms >= 10.0, "a shorter segment after a longer one leaves the longest"
 
 
 def test_median_summary_takes_each_statistic_over_the_passes():
@@ -71,7 +78,7 @@ def test_median_summary_takes_each_statistic_over_the_passes():
     assert merged["n"] == 3
     assert bench.median_summary([bench.summary([]), bench.summary([2.0])])["p50"] == 2.0
     assert bench.median_summary([bench.summary([])])["p99"] is None
-    assert bench.median([1.0, 3.0]) == 2.0
+    assert bench.median_summary([bench.summary([1.0]), bench.summary([3.0])])["p50"] == 2.0
 
 
 def test_the_report_says_how_the_passes_were_gated_when_the_results_record_it():
@@ -110,10 +117,10 @@ def test_a_row_whose_first_pass_is_long_runs_once():
 
 
 def test_the_report_names_the_rows_that_ran_once():
-    data = {"passes": 3, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66, "gate_reruns": 0,
-            "rows": [{"variant": "reclaim", "mode": "busy", "passes": 3},
+    data = {"passes": 3, "long_pass_s": 5.0, "gate_ms": 20.0, "segment": 25, "longest_enqueue_ms": 1.66,
+            "gate_reruns": 0, "rows": [{"variant": "reclaim", "mode": "busy", "passes": 3},
                      {"variant": "cupy", "mode": "busy", "passes": 1}],
             "second_stream": [{"first_stream": "cupy", "passes": 1}, {"first_stream": "none", "passes": 3}]}
     sentence = gpu_tables._passes_and_gate(data)
-    assert "ran once (cupy/busy, second stream with cupy:" in sentence
+    assert "first pass took over 5 s ran once (cupy/busy, second stream with cupy:" in sentence
     assert "reclaim/busy" not in sentence
