@@ -63,7 +63,11 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_
         gpu_callback_results=gpu_tables.gpu_callback_results(gpu_callbacks, args.gpu_callbacks),
     )
     with open(TEMPLATE) as f:
-        return string.Template(f.read()).substitute(values)
+        template = f.read()
+    # Every row of the "slower" list points at the bullet that explains it: those bullets must exist.
+    r.missing += [f"template: the bullet \"{name}\" that the slower list points at"
+                  for name in tables.WHY_SLOWER.values() if f"- **{name}.**" not in template]
+    return string.Template(template).substitute(values)
 
 
 def main(argv=None):

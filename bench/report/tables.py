@@ -53,6 +53,14 @@ def fmt_ns(ns):
     return f"{ns / 1e9:.2f} s"
 
 
+def fmt_ns_close(ns, other):
+    """A time next to another it is compared with: a tenth of a nanosecond where whole ones would print the
+    two alike."""
+    if ns is not None and other is not None and ns < 1e3 and other < 1e3 and round(ns) == round(other):
+        return f"{ns:.1f} ns"
+    return fmt_ns(ns)
+
+
 def fmt_ratio(value, base):
     if base in (None, 0) or value is None:
         return "–"
@@ -222,6 +230,22 @@ def scaling_table(scaling):
                   "throughput / cuda-reclaim", "CPU / cuda-reclaim"], rows)
 
 
+# The bullet of the report's "Why cuda-reclaim loses" section that explains each kind of row the "slower" list
+# can name, so that every row listed points at its explanation.
+WHY_SLOWER = {
+    "push": "Producer cost, one thread",
+    "shared_slot": "Two producers on one slot",
+    "latency": "Release latency, busy main thread",
+    "drain": "Drain throughput",
+    "memory": "Memory after draining",
+}
+
+
+def why(kind):
+    """The pointer from a "slower" row to the bullet that explains it."""
+    return f" (why: *{WHY_SLOWER[kind]}*)"
+
+
 def scaling_slower_rows(scaling):
     """Scaling rows where an anchor pushes with less CPU time or more throughput than cuda-reclaim."""
     if scaling is None:
@@ -233,7 +257,8 @@ def scaling_slower_rows(scaling):
                 continue
             if bench["cpu_time"] < base["cpu_time"]:
                 notes.append(f"scaling, C++ push CPU time, {threads} producer(s): {ANCHORS[strategy]} "
-                             f"{fmt_ns(bench['cpu_time'])} vs {fmt_ns(base['cpu_time'])}")
+                             f"{fmt_ns_close(bench['cpu_time'], base['cpu_time'])} vs {fmt_ns_close(base['cpu_time'], bench['cpu_time'])}"
+                             + why("push" if threads == 1 else "shared_slot"))
     return notes
 
 
@@ -357,10 +382,11 @@ def slower_rows(r):
                 quiet = r.find("producer", main=main, threads=threads, strategy="cuda_reclaim_no_drain")
                 notes.append(f"producer p50, main {main}, {threads} thread(s): {ANCHORS[strategy]} "
                              f"{fmt_ns(row['p50'])} vs {fmt_ns(base['p50'])}"
-                             + (f" ({fmt_ns(quiet['p50'])} with the automatic drain off)" if quiet else ""))
+                             + (f" ({fmt_ns(quiet['p50'])} with the automatic drain off)" if quiet else "")
+                             + why("push"))
     if within_clock:
         notes.append(f"producer p50: an anchor is ahead by at most {CLOCK_RESOLUTION_NS} ns (one tick of the "
-                     f"per-call clock) in {within_clock} (row, anchor) pairs")
+                     f"per-call clock) in {within_clock} (row, anchor) pairs" + why("push"))
     for main in ("busy", "sleep", "asyncio"):
         anchor = r.find("latency", main=main, strategy="cas_pending_call", drain="-")
         best = [row for row in r.rows if row["section"] == "latency" and row["main"] == main
@@ -369,25 +395,26 @@ def slower_rows(r):
             best_row = min(best, key=lambda row: row["p50"])
             if anchor["p50"] < best_row["p50"]:
                 notes.append(f"release latency p50, main {main}: cuda.core's pending call {fmt_ns(anchor['p50'])} "
-                             f"vs cuda-reclaim's best ({best_row['drain']}) {fmt_ns(best_row['p50'])}")
+                             f"vs cuda-reclaim's best ({best_row['drain']}) {fmt_ns(best_row['p50'])}" + why("latency"))
     for fate in DRAIN_FATES:
         ours = r.find("drain", fate=fate, strategy="cuda_reclaim", batch="all")
         for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call"):
             row = r.find("drain", fate=fate, strategy=strategy, batch="all")
             if ours and row and row["refs_per_s"] > ours["refs_per_s"]:
                 notes.append(f"drain throughput ({fate}): {ANCHORS[strategy]} {row['refs_per_s'] / 1e6:.1f} "
-                             f"vs {ours['refs_per_s'] / 1e6:.1f} M refs/s")
+                             f"vs {ours['refs_per_s'] / 1e6:.1f} M refs/s" + why("drain"))
     for threads, strategy, bench in cpp_push_rows(r):
         base = r.bench(rf"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:{threads}")
         if strategy != "cuda_reclaim" and base is not None and bench["cpu_time"] < base["cpu_time"]:
-            notes.append(f"C++ push CPU time, {threads} thread(s): {ANCHORS[strategy]} {fmt_ns(bench['cpu_time'])} "
-                         f"vs {fmt_ns(base['cpu_time'])}")
+            notes.append(f"C++ push CPU time, {threads} thread(s): {ANCHORS[strategy]} "
+                         f"{fmt_ns_close(bench['cpu_time'], base['cpu_time'])} "
+                         f"vs {fmt_ns_close(base['cpu_time'], bench['cpu_time'])}" + why("push"))
     ours = r.bench(r"BM_Drain/cuda_reclaim/0/iterations:\d+")
     for strategy in ("mutex_vector", "mutex_deque", "cas_stack"):
         bench = r.bench(rf"BM_Drain/{strategy}/0/iterations:\d+")
         if ours is not None and bench is not None and bench["items_per_second"] > ours["items_per_second"]:
             notes.append(f"C++ drain (no-op release): {ANCHORS[strategy]} {bench['items_per_second'] / 1e6:.0f} "
-                         f"vs {ours['items_per_second'] / 1e6:.0f} M items/s")
+                         f"vs {ours['items_per_second'] / 1e6:.0f} M items/s" + why("drain"))
     ours = r.find("memory", strategy="cuda_reclaim")
     for strategy in ("mutex_vector", "mutex_deque", "cas_pending_call"):
         row = r.find("memory", strategy=strategy)
@@ -395,7 +422,7 @@ def slower_rows(r):
         if ours and row and row["drained_rss_delta"] + 2**19 < ours.get("trimmed_rss_delta", ours["drained_rss_delta"]):
             notes.append(f"RSS after draining (and trim()): {ANCHORS[strategy]} "
                          f"{row['drained_rss_delta'] / 2**20:.1f} MiB vs "
-                         f"{ours.get('trimmed_rss_delta', ours['drained_rss_delta']) / 2**20:.1f} MiB")
+                         f"{ours.get('trimmed_rss_delta', ours['drained_rss_delta']) / 2**20:.1f} MiB" + why("memory"))
     return notes
 
 
