@@ -102,6 +102,8 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   push_completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
   closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
   readers_.store(0, std::memory_order_relaxed);  // readers and trims of parent threads are gone
+  // So is this thread's own reader, should a finalizer run by its drain have forked: see StorageReader.
+  fork_generation_.fetch_add(1, std::memory_order_relaxed);
   // Slots a parent thread held at the fork are free in the child; every producer belongs to the
   // abandoned storage, so the tokens are dropped without touching it.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
@@ -137,6 +138,13 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
                                              bool linger, const Take& take) {
   // The caller is a reader: neither storage changes until it leaves. A storage a failed trim() retired is
   // emptied first.
+  // Unless a release forks and the child goes on: the child's reset abandons both storages (their pointers
+  // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
+  // reader. There the drain finishes the batch in hand (counted as released before the fork) and stops.
+  const std::uint64_t generation = fork_generation_.load(std::memory_order_relaxed);
+  const auto forked = [this, generation] {
+    return fork_generation_.load(std::memory_order_relaxed) != generation;
+  };
   Storage* const retired = retired_.load(std::memory_order_relaxed);
   PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
   note_pending(stored_count());
@@ -170,15 +178,22 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
         release(&items, context);
       }
     } catch (...) {
-      // The item being released counts as released (its owner's action ran); the rest are still ours.
+      // The item being released counts as released (its owner's action ran); the rest are still ours: back
+      // into the storage they came from, or after a fork into the child's own.
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
-      if (rest != 0 && queue.enqueue_bulk(batch + items.next, rest)) {
+      std::optional<StorageReader> child_reader;  // the caller's reader no longer counts in a fork child
+      if (forked()) child_reader.emplace(*this);
+      PointerQueue& back = child_reader ? storage_.load(std::memory_order_relaxed)->queue : queue;
+      if (rest != 0 && back.enqueue_bulk(batch + items.next, rest)) {
         released_.fetch_sub(rest, std::memory_order_relaxed);
         raise_signal();
       }
       throw;
     }
+    if (forked()) break;
   }
+  std::optional<StorageReader> child_reader;  // as above: settling the signal reads the child's storage
+  if (forked()) child_reader.emplace(*this);
   if (linger && total != 0) {
     linger_if_empty();
   } else {

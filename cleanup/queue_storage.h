@@ -147,8 +147,12 @@ void replace_eventfd(int fd) noexcept;
 // A drain, close or counter read inside the storage: counted in readers_, so that trim() never frees a
 // storage someone is reading. Waits (yielding) while a trim replaces it: a trim runs no callback and its
 // only wait is for a producer slot's holder, who never blocks, so the wait is short.
+// A reader that outlives a fork (a finalizer run by its drain called fork(), and the child went on) was
+// wiped out of readers_ by the child's reset: in the child it leaves without counting itself out.
 struct StorageReader {
-  explicit StorageReader(const ReclaimQueue& queue) noexcept : readers(queue.readers_) {
+  explicit StorageReader(const ReclaimQueue& queue) noexcept
+      : readers(queue.readers_), fork_generation(queue.fork_generation_),
+        generation(fork_generation.load(std::memory_order_relaxed)) {
     for (;;) {
       const std::uint64_t before = readers.fetch_add(1, std::memory_order_acquire);
       if ((before & ReclaimQueue::kTrimming) == 0) return;
@@ -156,11 +160,20 @@ struct StorageReader {
       while ((readers.load(std::memory_order_acquire) & ReclaimQueue::kTrimming) != 0) sched_yield();
     }
   }
-  ~StorageReader() { readers.fetch_sub(1, std::memory_order_release); }
+  ~StorageReader() {
+    if (!forked()) readers.fetch_sub(1, std::memory_order_release);
+  }
   StorageReader(const StorageReader&) = delete;
   StorageReader& operator=(const StorageReader&) = delete;
 
+  // True in a fork child that was made while this reader was in: the storages it loaded are abandoned
+  // (never to be read again) and readers_ no longer counts it. Only the forking thread exists in the
+  // child, so a relaxed load sees the reset.
+  bool forked() const noexcept { return fork_generation.load(std::memory_order_relaxed) != generation; }
+
   std::atomic<std::uint64_t>& readers;
+  const std::atomic<std::uint64_t>& fork_generation;
+  const std::uint64_t generation;
 };
 
 // The output iterator of a bulk dequeue: stores each pointer into the batch, and with kPrefetch asks the

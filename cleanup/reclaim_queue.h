@@ -360,6 +360,11 @@ class ReclaimQueue {
   // readers_: bit 63 = a trim() is replacing the storage; low bits count drains, closes and counter reads
   // inside the storage. A reader waits while the bit is set; trim() sets it only when no reader is in.
   alignas(64) mutable std::atomic<std::uint64_t> readers_{0};
+  // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers. A
+  // reader from before the fork (the forking thread's own drain, when a finalizer it ran called fork())
+  // was wiped out of readers_ by the reset and must not leave it again, and its drain must stop taking
+  // from the storages it loaded, whose pointers the reset counted as abandoned.
+  std::atomic<std::uint64_t> fork_generation_{0};
   // A storage a trim() could not empty (out of memory while moving): drains and counts read it too,
   // until a later trim() empties and frees it. Written only by trim() (readers excluded) and the fork
   // reset; null almost always.

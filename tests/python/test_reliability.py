@@ -85,6 +85,16 @@ def test_fork_from_a_finalizer_on_the_drain_thread_leaves_both_processes_drainin
     assert_clean_exit(run_scenario_script(script, env=env))
 
 
+@pytest.mark.parametrize("mode", ["drain", "thread"])
+def test_fork_from_a_finalizer_that_a_drain_runs_leaves_a_child_that_goes_on(mode):
+    # The child returns from the finalizer into the drain that ran it: that drain must stop taking from the
+    # parent's storage (the reset counted it as abandoned) and must not count itself out of the child's
+    # readers, or every later drain, counter read and the exit's close() wait for ever.
+    script = "reliability_fork_from_drain_child_goes_on.py"
+    env = {"CUDA_RECLAIM_REPORT": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+    assert_clean_exit(run_scenario_script(script, mode, env=env))
+
+
 # --- exit ordering against non-daemon threads ------------------------------------------------------------
 
 def test_exit_does_not_hang_when_a_non_daemon_thread_waits_for_finalizers_to_free_slots():
