@@ -58,8 +58,9 @@ TrimStatus ReclaimQueue::trim() noexcept {
   }
   // Pushes that loaded `source` still hold their slot, or are slot-less pushes in flight. Taking every
   // slot in turn waits for the first kind and drops the slots' producers of `source` (their tokens must
-  // go before its queue); slot-less pushes admitted after the exchange load `target`.
-  const std::uint64_t overflow_admitted = push_admissions_.load(std::memory_order_seq_cst) & ~kClosedBit;
+  // go before its queue); slot-less pushes admitted after the exchange load `target`, and those admitted
+  // before it are waited for below (also when a close() came in meanwhile: its late pushes never
+  // complete, and are not waited for).
   ProducerSlot* mover = nullptr;
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
     ProducerSlot& slot = slots_[i];
@@ -71,7 +72,7 @@ TrimStatus ReclaimQueue::trim() noexcept {
     }
     slot.held.store(0, std::memory_order_release);
   }
-  while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
+  wait_for_slotless_pushes_in_flight();
 
   // Nothing is released and no counter changes.
   const bool moved_all = mover != nullptr && move_pending(source, target, *mover);

@@ -297,13 +297,32 @@ std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std
   return drain_and_linger(release_each, &each, max_items);
 }
 
-void ReclaimQueue::wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept {
+void ReclaimQueue::wait_for_pushes_in_flight() noexcept {
   // Pushes never block, so each wait is a few instructions unless the pushing thread was preempted.
   for (std::size_t i = 0; i <= slot_mask_; ++i) {
     // seq_cst, against the push's closed-bit load after its exchange (see push_may_be_in_flight()).
     while (slots_[i].held.load(std::memory_order_seq_cst) != 0) sched_yield();
   }
-  while (push_completions_.load(std::memory_order_acquire) < overflow_admitted) sched_yield();
+  wait_for_slotless_pushes_in_flight();
+}
+
+void ReclaimQueue::wait_for_slotless_pushes_in_flight() const noexcept {
+  // A slot-less push counts a completion only when it was admitted while open, so completions never pass
+  // the admissions that can complete: all of them while the queue is open, those before the close once it
+  // is closed (a later one only counts a leak and never touches the storage). Completions read *before*
+  // the admissions and equal to them mean that at the first read every slot-less push admitted until then
+  // had completed; one admitted later loaded the storage after the caller's own seq_cst store (close's
+  // CAS, trim's exchange). Waiting instead for the completions to reach the admissions read once would
+  // let a push admitted later, which completes first, stand in for an earlier one still in the storage.
+  for (;;) {
+    const std::uint64_t completed = push_completions_.load(std::memory_order_acquire);
+    const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
+    // The load that saw the closed bit synchronizes with close()'s CAS, which published admitted_at_close_.
+    const std::uint64_t can_complete =
+        (admissions & kClosedBit) != 0 ? admitted_at_close_.load(std::memory_order_relaxed) : admissions;
+    if (completed >= can_complete) return;
+    sched_yield();
+  }
 }
 
 std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees pointees) {
@@ -320,7 +339,6 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
       break;
     }
   }
-  const std::uint64_t overflow_admitted = admitted_at_close_.load(std::memory_order_relaxed);
   closing_.clear(std::memory_order_release);
   // Wakes every waiter, now and later (never read): a drain(timeout) blocked on an open queue returns.
   const std::uint64_t one = 1;
@@ -328,7 +346,7 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
   // A push that took its slot before the bit was set may still be enqueueing; one that took it after
   // sees the bit (its slot exchange and our CAS are both seq_cst) and only counts a leak. Wait for the
   // first kind: after that, every push admitted while open is in the queue.
-  wait_for_pushes_in_flight(overflow_admitted);
+  wait_for_pushes_in_flight();
   if (release == nullptr) return 0;
   const StorageReader reader(*this);
   return release_all(release, context, SIZE_MAX, /*linger=*/false, pointees);

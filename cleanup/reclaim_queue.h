@@ -320,8 +320,11 @@ class ReclaimQueue {
   void note_pending(std::uint64_t seen) const noexcept;
   // Leaks after close outside the slots, for the value `admissions` of push_admissions_.
   std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
-  // Waits until no push is between its admission check and its enqueue (close, trim).
-  void wait_for_pushes_in_flight(std::uint64_t overflow_admitted) noexcept;
+  // Waits until no push is between its admission check and its enqueue (close). Any owner thread.
+  void wait_for_pushes_in_flight() noexcept;
+  // Waits until every slot-less push admitted before the call is done with the storage it loaded (close,
+  // trim). Any owner thread; spins (yielding) only while such a push is in flight.
+  void wait_for_slotless_pushes_in_flight() const noexcept;
   std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
                           Pointees pointees);
   // The drain loop behind release_all() and drain_quietly() (cleanup/queue_drain.h): `take(queue, batch,
@@ -349,7 +352,8 @@ class ReclaimQueue {
   // (fetch_add, seq_cst, so each is ordered before or after the close), which pass no slot.
   alignas(64) std::atomic<std::uint64_t> push_admissions_{0};
   // push_completions_: fetch_add(release) when such a slot-less push admitted while open is done (stored
-  // or rejected); close() and trim() wait for exactly the ones admitted before them.
+  // or rejected); close() and trim() wait until it catches up with the admissions that can complete
+  // (wait_for_slotless_pushes_in_flight), never for a count read once.
   alignas(64) std::atomic<std::uint64_t> push_completions_{0};
   // signaled_: true while the eventfd has been written and not yet cleared. Set by exchange on the
   // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. A push loads it after

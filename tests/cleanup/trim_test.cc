@@ -5,6 +5,7 @@
 #include <malloc.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "cleanup/queue_allocation.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
+#include "tests/cleanup/parked_allocations.h"
 #include "tests/cleanup/release_recorder.h"
 
 namespace {
@@ -22,6 +24,7 @@ using reclaim::QueueOptions;
 using reclaim::ReclaimQueue;
 using reclaim::TrimStatus;
 using reclaim_test::item_for;
+using reclaim_test::ParkedAllocations;
 using reclaim_test::ReleaseRecorder;
 
 QueueOptions small_reserve() {
@@ -175,6 +178,96 @@ TEST(Trim, RacesWithProducersAndDrainsLoseNothing) {
   EXPECT_EQ(counters.released, kThreads * kPerThread);
   for (std::size_t id = 0; id < kThreads * kPerThread; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
   std::printf("trims that gave memory back during the race: %zu\n", trims);
+}
+
+// One producer slot and one block reserved: a burst of two blocks is worth trimming, and a second pusher
+// finds the slot held and takes the slot-less path.
+QueueOptions one_slot_one_block() {
+  QueueOptions options;
+  options.reserved_capacity = 256;
+  options.producer_slots = 1;
+  return options;
+}
+
+enum Role { kHolder, kSlotless, kTrimmer };
+
+// A slot-less push admitted before a trim and still enqueueing into the old storage keeps that storage
+// alive, even when a slot-less push admitted after the trim's exchange (into the new storage) completes
+// first: the trim waits for the pushes in flight, not for a count of completions to reach a number.
+TEST(Trim, WaitsForASlotlessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst) {
+  ReclaimQueue queue(one_slot_one_block());
+  ReleaseRecorder recorder(600);
+  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+  ParkedAllocations parked;
+  // The holder takes the slot and parks allocating a third block.
+  std::thread holder([&] {
+    ParkedAllocations::play(kHolder);
+    EXPECT_EQ(queue.push(item_for(512)), PushStatus::kQueued);
+  });
+  ASSERT_TRUE(ParkedAllocations::wait_parked(kHolder));
+  // This push finds the slot held: slot-less, admitted while open, parked inside the current storage
+  // while its implicit producer is made.
+  std::thread early([&] {
+    ParkedAllocations::play(kSlotless);
+    EXPECT_EQ(queue.push(item_for(513)), PushStatus::kQueued);
+  });
+  ASSERT_TRUE(ParkedAllocations::wait_parked(kSlotless));
+  std::atomic<bool> trimmed{false};
+  std::thread trimmer([&] {
+    EXPECT_EQ(queue.trim(), TrimStatus::kTrimmed);
+    trimmed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the trim exchanges, then waits for the slot
+  ParkedAllocations::release(kHolder);  // the trim takes the slot and keeps it to move what is pending
+  holder.join();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // The slot is the trim's now: another slot-less push, admitted after the exchange, completes at once.
+  std::thread late([&] { EXPECT_EQ(queue.push(item_for(514)), PushStatus::kQueued); });
+  late.join();
+  EXPECT_FALSE(ParkedAllocations::wait_for(trimmed, 300)) << "the old storage was freed under a push";
+  ParkedAllocations::release(kSlotless);
+  early.join();
+  trimmer.join();
+  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 515u);
+  for (std::size_t i = 0; i < 515; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
+  const CounterSnapshot counters = queue.snapshot();
+  EXPECT_TRUE(counters.conserved());
+  EXPECT_EQ(counters.released, 515u);
+}
+
+// A close() that comes in while a trim makes its new storage, and a push after it that finds every slot
+// held (CUDA's thread at exit): that push is a leak, which never completes, and the trim must not wait for
+// it (it would wait for ever, and every drain, close and counter read with it).
+TEST(Trim, ACloseAndALateSlotlessPushDuringATrimDoNotHoldItUp) {
+  ReclaimQueue queue(one_slot_one_block());
+  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+  ParkedAllocations parked;
+  std::thread holder([&] {
+    ParkedAllocations::play(kHolder);
+    EXPECT_EQ(queue.push(item_for(512)), PushStatus::kQueued);
+  });
+  ASSERT_TRUE(ParkedAllocations::wait_parked(kHolder));
+  // The trim finds the queue open and worth trimming, then parks making its new storage.
+  std::atomic<bool> trimmed{false};
+  std::thread trimmer([&] {
+    ParkedAllocations::play(kTrimmer);
+    (void)queue.trim();
+    trimmed = true;
+  });
+  ASSERT_TRUE(ParkedAllocations::wait_parked(kTrimmer));
+  std::thread closer([&] { queue.close_without_release(); });
+  while (!queue.is_closed()) std::this_thread::yield();
+  EXPECT_EQ(queue.push(item_for(600)), PushStatus::kLeakedAfterClose);  // the slot is held: slot-less
+  ParkedAllocations::release(kHolder);
+  holder.join();
+  closer.join();
+  ParkedAllocations::release(kTrimmer);
+  ASSERT_TRUE(ParkedAllocations::wait_for(trimmed, 5000)) << "the trim waits for a leak to complete";
+  trimmer.join();
+  const CounterSnapshot counters = queue.snapshot();
+  EXPECT_TRUE(counters.conserved());
+  EXPECT_EQ(counters.leaked_after_close, 1u);
+  EXPECT_EQ(counters.pending, 513u);
 }
 
 }  // namespace
