@@ -97,6 +97,16 @@ ReclaimQueue* own_process_queue() noexcept {
 
 }  // namespace reclaim
 
+namespace {
+// Whether every entry this copy's reclaim_* functions call is there (retired_queue_ops is never called): a
+// table with a hole would turn a later call into a jump to address 0, where a refusal can still be handled.
+bool complete(const reclaim_api& table) {
+  return table.push != nullptr && table.host_destructor != nullptr && table.drain != nullptr &&
+         table.get_stats != nullptr && table.is_closed != nullptr && table.pending != nullptr &&
+         table.wakeup_fd != nullptr && table.write_report != nullptr && table.attach != nullptr;
+}
+}  // namespace
+
 extern "C" {
 
 int reclaim_push(void* item) { return api().push(item); }
@@ -126,7 +136,7 @@ const reclaim_api* reclaim_api_in_use(void) { return &api(); }
 
 int reclaim_adopt(const reclaim_api* adopted) {
   if (adopted == nullptr || adopted->abi_version < RECLAIM_ABI_VERSION ||
-      adopted->struct_size < sizeof(reclaim_api)) {
+      adopted->struct_size < sizeof(reclaim_api) || !complete(*adopted)) {
     return -1;
   }
   const reclaim_api* expected = nullptr;

@@ -37,6 +37,36 @@ std::string report_line() {
   return std::string(buffer, length > 0 ? static_cast<std::size_t>(length) : 0);
 }
 
+// A table with a hole is refused before this copy binds to anything (so it runs first): a call through it
+// would jump to address 0. Stand-ins that are never called fill the rest.
+int stand_in_push(void*) { return RECLAIM_QUEUED; }
+void stand_in_host_destructor(void*) {}
+ptrdiff_t stand_in_drain(ptrdiff_t) { return 0; }
+int stand_in_get_stats(reclaim_stats*, size_t) { return 0; }
+const void* stand_in_retired() { return nullptr; }
+int stand_in_int() { return 0; }
+size_t stand_in_pending() { return 0; }
+int stand_in_write_report(int) { return 0; }
+
+TEST(ReclaimCApi, AdoptRefusesATableWithANullEntry) {
+  const reclaim_api whole = {RECLAIM_ABI_VERSION, sizeof(reclaim_api), stand_in_push, stand_in_host_destructor,
+                             stand_in_drain, stand_in_get_stats, stand_in_retired, stand_in_int,
+                             stand_in_pending, stand_in_int, stand_in_write_report, stand_in_int};
+  const std::vector<void (*)(reclaim_api&)> holes = {
+      [](reclaim_api& t) { t.push = nullptr; },      [](reclaim_api& t) { t.host_destructor = nullptr; },
+      [](reclaim_api& t) { t.drain = nullptr; },     [](reclaim_api& t) { t.get_stats = nullptr; },
+      [](reclaim_api& t) { t.is_closed = nullptr; }, [](reclaim_api& t) { t.pending = nullptr; },
+      [](reclaim_api& t) { t.wakeup_fd = nullptr; }, [](reclaim_api& t) { t.write_report = nullptr; },
+      [](reclaim_api& t) { t.attach = nullptr; },
+  };
+  for (std::size_t hole = 0; hole < holes.size(); ++hole) {
+    reclaim_api table = whole;
+    holes[hole](table);
+    EXPECT_EQ(reclaim_adopt(&table), -1) << "entry " << hole;
+  }
+  // Nothing was adopted: the next test can still make this copy the owner of its own queue.
+}
+
 // One test walks the global queue's whole life, since close() is final for the process.
 TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   ReleaseRecorder recorder(4 * 1000 + 10);
