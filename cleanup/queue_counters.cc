@@ -1,6 +1,8 @@
 // cleanup/queue_counters.cc — reading the queue's counters (snapshot(), producer_use()) and the fork
 // reset that carries them into a child (see reclaim_queue.h for the contract of each function).
 
+#include <sched.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -10,8 +12,10 @@
 
 namespace reclaim {
 
-// Re-reads snapshot() allows itself while pushes are in flight.
+// Re-reads snapshot() allows itself while something is in flight, and how many of them come without a
+// sched_yield() first.
 constexpr int kSnapshotAttempts = 64;
+constexpr int kSnapshotSpins = 8;
 
 std::uint64_t ReclaimQueue::overflow_leaked_in(std::uint64_t admissions) const noexcept {
   std::uint64_t leaked = overflow_leaked_before_reopen_.load(std::memory_order_relaxed);
@@ -48,13 +52,19 @@ ReclaimQueue::SlotTotals ReclaimQueue::slot_totals() const noexcept {
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
   // Every late push (after close) bumps exactly one counter, its slot's `leaked` (or the slot-less
   // admission word), and each is read once here and used for both handed_over and leaked_after_close:
-  // a closed queue conserves exactly in every snapshot, however many late pushes are arriving (the exit
-  // report is taken while CUDA's thread may still be pushing). On an open queue a push is counted before
-  // its enqueue: re-read until no push was in flight across the reads. Bounded, so it never blocks:
-  // under a push storm the last attempt stands.
+  // late pushes never unbalance a closed queue's snapshot, however many are arriving (the exit report is
+  // taken while CUDA's thread may still be pushing). What can is something in flight between two of its
+  // steps: a push admitted while open, between its count and its enqueue (on an open queue, or one whose
+  // close() still waits for it); a drain between its dequeue and its count of what it took; a trim moving
+  // pointers between storages. Each only ever leaves items in no bucket, never in two (a put-back after
+  // an unwind uncounts before it enqueues), so a read that conserves is exact. Re-read until no push was
+  // in flight across the reads (open queue) and the law holds, yielding after a few attempts (a pusher or
+  // drainer may have been preempted in the middle). Bounded, so it never blocks: if one of them stalls
+  // through every attempt, the last attempt stands.
   const StorageReader reader(*this);
   CounterSnapshot counters;
   for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
+    if (attempt >= kSnapshotSpins) sched_yield();
     const SlotTotals before = slot_totals();
     const std::uint64_t admissions = push_admissions_.load(std::memory_order_seq_cst);
     const std::uint64_t overflow_admitted = admissions & ~kClosedBit;
@@ -77,7 +87,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     const bool quiet = !before.any_held && !after.any_held && overflow_completed == overflow_admitted &&
                        after.admitted == before.admitted && after.leaked == before.leaked &&
                        overflow_after == overflow_admitted;
-    if (closed || quiet) break;
+    if ((closed || quiet) && counters.conserved()) break;
   }
   counters.nonempty_drains = nonempty_drains_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);

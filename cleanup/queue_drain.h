@@ -184,9 +184,15 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
       std::optional<StorageReader> child_reader;  // the caller's reader no longer counts in a fork child
       if (forked()) child_reader.emplace(*this);
       PointerQueue& back = child_reader ? storage_.load(std::memory_order_relaxed)->queue : queue;
-      if (rest != 0 && back.enqueue_bulk(batch + items.next, rest)) {
+      if (rest != 0) {
+        // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight),
+        // never in two.
         released_.fetch_sub(rest, std::memory_order_relaxed);
-        raise_signal();
+        if (back.enqueue_bulk(batch + items.next, rest)) {
+          raise_signal();
+        } else {
+          released_.fetch_add(rest, std::memory_order_relaxed);
+        }
       }
       throw;
     }

@@ -36,7 +36,8 @@ extern "C" {
 /* The counters, defined once: X(name, description). Every other list of them (the C and C++ structs,
  * Python's stats() and STATS_KEYS, the exit report, the Cython declarations' check) is derived from this
  * one, in this order. Fields are only ever appended. The conservation law, exact whenever nothing is in
- * flight (and for a closed queue always):
+ * flight (no push between its count and its enqueue, no drain between its dequeue and its count; a
+ * closed queue has no push in flight once its close has returned, whatever arrives after it):
  *     handed_over == released + pending + leaked_after_close + abandoned_after_fork           */
 #define RECLAIM_COUNTERS(X)                                                                              \
   X(handed_over, "references handed over and accepted: queued, or counted as leaked because the queue " \

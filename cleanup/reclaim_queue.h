@@ -106,9 +106,11 @@ struct CounterSnapshot {
   RECLAIM_COUNTERS(RECLAIM_SNAPSHOT_FIELD_)
 #undef RECLAIM_SNAPSHOT_FIELD_
 
-  // True when the conservation law holds for this snapshot. Exact for a closed queue, even while late
-  // pushes keep arriving (snapshot() re-reads around pushes in flight); on an open queue a drain in
-  // flight may still put a few items in no bucket for the length of its dequeue.
+  // True when the conservation law holds for this snapshot. It holds whenever nothing is in flight: no
+  // push between its count and its enqueue (none on a closed queue once close() has returned, however
+  // many late pushes keep arriving), no drain between its dequeue and its count, no trim moving pointers.
+  // snapshot() re-reads (a bounded number of times, yielding) until the law holds, so it fails only when
+  // one of those stalls through every re-read (a preempted thread).
   bool conserved() const noexcept;
 
   // The same values as the C struct of the ABI.

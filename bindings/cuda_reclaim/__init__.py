@@ -157,7 +157,8 @@ def conserved(counters=None):
     """True when the conservation law holds for ``counters`` (a :func:`stats` dict; default: now):
     ``handed_over == released + pending + leaked_after_close + abandoned_after_fork``.
 
-    Exact whenever nothing is in flight, and for a closed queue always.
+    Holds whenever nothing is in flight (a hand-over between its count and its enqueue, a drain between
+    taking items and counting them); :func:`stats` re-reads until it holds, a bounded number of times.
     """
     counters = stats() if counters is None else counters
     return counters["handed_over"] == sum(counters[key] for key in CONSERVATION_BUCKETS)
