@@ -191,7 +191,10 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
         if (back.enqueue_bulk(batch + items.next, rest)) {
           raise_signal();
         } else {
-          released_.fetch_add(rest, std::memory_order_relaxed);
+          // Out of memory at that very moment (the put-back goes through this thread's own producer,
+          // which may need a block): these references can be stored nowhere, so they count as a push
+          // that could not be stored does, in `rejected` (leaked), never as released.
+          rejected_.fetch_add(rest, std::memory_order_relaxed);
         }
       }
       throw;

@@ -45,7 +45,8 @@ extern "C" {
   X(released, "references released by a drain or by close()")                                          \
   X(pending, "queued now (read from the queue itself, never derived from the other counters)")         \
   X(leaked_after_close, "handed over after close(): counted, never touched, never released")            \
-  X(rejected, "could not be stored (allocation failure): counted apart, leaked")                        \
+  X(rejected, "could not be stored (allocation failure; also the rest of a batch whose release "      \
+              "unwound, when it cannot be put back): counted apart, leaked")                             \
   X(abandoned_after_fork, "queued in the parent when this process forked; the child never releases them") \
   X(nonempty_drains, "drains (and closes) that released at least one reference")                        \
   X(max_pending, "highest pending seen by a drain, close or counter read (a high-water mark)")          \

@@ -1,10 +1,14 @@
 // Behaviour of ReclaimQueue on one thread: push, drain, budget, close, leak counting, re-entrancy.
 #include "cleanup/reclaim_queue.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
+#include "cleanup/queue_allocation.h"
 #include "gtest/gtest.h"
 #include "tests/cleanup/release_recorder.h"
 
@@ -202,6 +206,40 @@ TEST(ReclaimQueue, UnwindingReleaseKeepsTheRestOfTheBatchPending) {
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 89u);
   for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
   EXPECT_TRUE(queue.snapshot().conserved());
+}
+
+TEST(ReclaimQueue, AnUnwindWhosePutBackRunsOutOfMemoryCountsTheRestAsRejected) {
+  // The put-back goes through the draining thread's own producer, which needs memory the first time: when
+  // there is none at that moment, the rest of the batch can be stored nowhere. It must not stay counted
+  // as released: it is counted as a push that could not be stored (rejected, leaked).
+  static std::atomic<bool> out_of_memory{false};
+  struct Unwinding {
+    ReleaseRecorder* recorder;
+    static void release(void* item, void* self) {
+      ReleaseRecorder::release(item, static_cast<Unwinding*>(self)->recorder);
+      if (reclaim_test::id_of(item) == 10) {
+        out_of_memory = true;
+        throw std::runtime_error("unwind");
+      }
+    }
+  };
+  ReclaimQueue queue;
+  ReleaseRecorder recorder(100);
+  std::thread producer([&] {  // another thread's producer: the draining thread has none yet
+    for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+  });
+  producer.join();
+  reclaim::set_queue_allocator_for_testing(
+      [](std::size_t size) noexcept -> void* { return out_of_memory ? nullptr : std::malloc(size); });
+  Unwinding unwinding{&recorder};
+  EXPECT_THROW(queue.drain(&Unwinding::release, &unwinding), std::runtime_error);
+  reclaim::set_queue_allocator_for_testing(nullptr);
+  const reclaim::CounterSnapshot counters = queue.snapshot();
+  EXPECT_EQ(recorder.total(), 11u);
+  EXPECT_EQ(counters.released, 11u) << "only what an action ran for counts as released";
+  EXPECT_EQ(counters.rejected, 89u);
+  EXPECT_EQ(counters.pending, 0u);
+  EXPECT_TRUE(counters.conserved());
 }
 
 TEST(ReclaimQueue, MaybePendingFollowsTheWakeupSignal) {
