@@ -366,11 +366,6 @@ class ReclaimQueue {
   // readers_: bit 63 = a trim() is replacing the storage; low bits count drains, closes and counter reads
   // inside the storage. A reader waits while the bit is set; trim() sets it only when no reader is in.
   alignas(64) mutable std::atomic<std::uint64_t> readers_{0};
-  // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers. A
-  // reader from before the fork (the forking thread's own drain, when a finalizer it ran called fork())
-  // was wiped out of readers_ by the reset and must not leave it again, and its drain must stop taking
-  // from the storages it loaded, whose pointers the reset counted as abandoned.
-  std::atomic<std::uint64_t> fork_generation_{0};
   // A storage a trim() could not empty (out of memory while moving): drains and counts read it too,
   // until a later trim() empties and frees it. Written only by trim() (readers excluded) and the fork
   // reset; null almost always.
@@ -396,6 +391,12 @@ class ReclaimQueue {
   std::atomic<std::uint64_t> nonempty_drains_{0};
   mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
+  // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers (on
+  // the drains' own line, not readers_', which every reader writes). A reader from before the fork (the
+  // forking thread's own drain, when a finalizer it ran called fork()) was wiped out of readers_ by the
+  // reset and must not leave it again, and its drain must stop taking from the storages it loaded, whose
+  // pointers the reset counted as abandoned.
+  std::atomic<std::uint64_t> fork_generation_{0};
   // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
   // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
   std::atomic<std::uint32_t> plain_batches_in_a_row_{0};
