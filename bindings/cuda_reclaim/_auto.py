@@ -89,6 +89,17 @@ def get_auto_drain():
     return _mode
 
 
+# Called with the new mode after every set_auto_drain(), outside _lock, on the switching thread (which may
+# be in a finalizer): cuda_reclaim.asyncio's, so that awaits pending under the drain thread get their
+# loop's reader when it stops. Appended to at import time only.
+_mode_listeners = []
+
+
+def add_mode_listener(listener):
+    """Call ``listener(mode)`` after every mode switch (for the package's own modules)."""
+    _mode_listeners.append(listener)
+
+
 def set_auto_drain(mode):
     """Choose how queued references are released without an explicit :func:`drain`.
 
@@ -111,6 +122,8 @@ def set_auto_drain(mode):
         _set_gc_callback(mode == "gc" and not _closed)
         _start_locked()
     _join_retired()
+    for listener in tuple(_mode_listeners):
+        listener(mode)
     return previous
 
 

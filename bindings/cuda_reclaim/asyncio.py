@@ -23,14 +23,21 @@ from . import _reclaim
 
 __all__ = ["DrainHandle", "install", "run_when_reached", "stream_reached"]
 
-_installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle
+_installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle (which holds its loop weakly: see below)
+# Loops with an await of this module pending, and how many: when the automatic drain thread stops while
+# they wait, their own reader must take over (see _mode_changed). Guarded by _awaiting_lock (re-entrant:
+# a finalizer run on this thread while it is held may switch the mode).
+_awaiting = weakref.WeakKeyDictionary()  # loop -> count
+_awaiting_lock = _threading.RLock()
 
 
 class DrainHandle:
     """What :func:`install` returns; ``cancel()`` stops draining from the loop."""
 
     def __init__(self, loop, max_items, interval):
-        self._loop = loop
+        # Weakly: the handle is the value of _installed, whose key is the loop, and a value that held its
+        # key would keep every loop ever installed on alive for good (asyncio.run() in a loop, say).
+        self._loop_ref = weakref.ref(loop)
         self._max_items = max_items
         self._interval = interval
         self._timer = None
@@ -43,15 +50,16 @@ class DrainHandle:
 
     def _tick(self):
         self._drain()
-        if not self._cancelled:
-            self._timer = self._loop.call_later(self._interval, self._tick)
+        loop = self._loop_ref()
+        if not self._cancelled and loop is not None:
+            self._timer = loop.call_later(self._interval, self._tick)
 
-    def _start(self):
+    def _start(self, loop):
         try:
-            self._loop.add_reader(_reclaim.fileno(), self._drain)
+            loop.add_reader(_reclaim.fileno(), self._drain)
             self.mode = "reader"
         except NotImplementedError:
-            self._timer = self._loop.call_later(self._interval, self._tick)
+            self._timer = loop.call_later(self._interval, self._tick)
             self.mode = "timer"
 
     def cancel(self):
@@ -59,16 +67,19 @@ class DrainHandle:
         if self._cancelled:
             return
         self._cancelled = True
-        if self.mode == "reader" and not self._loop.is_closed():
-            self._loop.remove_reader(_reclaim.fileno())
+        loop = self._loop_ref()
+        if self.mode == "reader" and loop is not None and not loop.is_closed():
+            loop.remove_reader(_reclaim.fileno())
         if self._timer is not None:
             self._timer.cancel()
-        if _installed.get(self._loop) is self:
-            del _installed[self._loop]
+        if loop is not None and _installed.get(loop) is self:
+            del _installed[loop]
 
     @property
     def cancelled(self):
-        return self._cancelled
+        """True once :meth:`cancel` ran, or once its loop is closed or gone (it drains no more)."""
+        loop = self._loop_ref()
+        return self._cancelled or loop is None or loop.is_closed()
 
 
 def install(loop=None, *, max_items=4096, interval=0.05):
@@ -93,7 +104,7 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     if existing is not None and not existing.cancelled:
         return existing
     handle = DrainHandle(loop, max_items, interval)
-    handle._start()
+    handle._start(loop)
     _installed[loop] = handle
     return handle
 
@@ -113,10 +124,16 @@ def _copy_outcome(source, destination):
         destination.cancel()
         return
     error = source.exception()
-    if error is not None:
-        destination.set_exception(error)
-    else:
+    if error is None:
         destination.set_result(source.result())
+        return
+    if isinstance(error, StopIteration):
+        # An asyncio future refuses a StopIteration (before 3.13 set_exception raises TypeError on the loop
+        # and the await is never completed): wrapped, as 3.13 does, on every version.
+        wrapped = RuntimeError(f"the call raised {type(error).__name__}, which cannot be raised into a future")
+        wrapped.__cause__ = error
+        error = wrapped
+    destination.set_exception(error)
 
 
 def _on_loop(future, loop):
@@ -155,6 +172,47 @@ def _make_sure_something_drains(loop):
         install(loop)
 
 
+async def _await_draining(loop, waiter):
+    """Await `waiter` (an _on_loop future of `loop`), with something draining until it completes: the loop
+    counts as awaiting meanwhile, so that a switch away from the drain thread installs its reader."""
+    with _awaiting_lock:
+        _awaiting[loop] = _awaiting.get(loop, 0) + 1
+    try:
+        _make_sure_something_drains(loop)
+        return await waiter
+    finally:
+        with _awaiting_lock:
+            left = _awaiting.get(loop, 1) - 1
+            if left > 0:
+                _awaiting[loop] = left
+            else:
+                _awaiting.pop(loop, None)
+
+
+def _install_if_still_awaiting(loop):
+    """On `loop`'s thread, after the automatic drain left "thread": its awaits need its own reader now."""
+    with _awaiting_lock:
+        waiting = _awaiting.get(loop, 0) > 0
+    if waiting and not loop.is_closed():
+        _make_sure_something_drains(loop)
+
+
+def _mode_changed(mode):
+    """Called by cuda_reclaim._auto after every mode switch (any thread, possibly from a finalizer)."""
+    if mode == "thread":
+        return
+    with _awaiting_lock:
+        loops = list(_awaiting.keys())
+    for loop in loops:
+        try:
+            loop.call_soon_threadsafe(_install_if_still_awaiting, loop)
+        except RuntimeError:  # the loop is closed: nobody awaits there any more
+            pass
+
+
+_auto.add_mode_listener(_mode_changed)
+
+
 async def stream_reached(stream):
     """Resume once ``stream`` has passed this point: every piece of work enqueued on it before is done.
 
@@ -166,8 +224,7 @@ async def stream_reached(stream):
     :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
     """
     loop = _asyncio.get_running_loop()
-    _make_sure_something_drains(loop)
-    await _on_loop(_graph.launch_host_func(stream, _reached), loop)
+    await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, _reached), loop))
 
 
 async def run_when_reached(stream, fn, /, *args, **kwargs):
@@ -179,5 +236,4 @@ async def run_when_reached(stream, fn, /, *args, **kwargs):
     Cancelling the await before the call starts means it never runs.
     """
     loop = _asyncio.get_running_loop()
-    _make_sure_something_drains(loop)
-    return await _on_loop(_graph.launch_host_func(stream, fn, *args, **kwargs), loop)
+    return await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, fn, *args, **kwargs), loop))

@@ -186,6 +186,68 @@ run(main, asyncio.new_event_loop)
     )
 
 
+def test_a_call_that_raises_stop_iteration_ends_the_await_with_runtime_error():
+    # An asyncio future refuses a StopIteration: before 3.13 set_exception raised TypeError on the loop and
+    # the await never ended. It comes back wrapped, as 3.13 does, on every version.
+    fake_cuda.run(
+        SETUP
+        + """
+def stops():
+    raise StopIteration("from the call")
+async def main():
+    try:
+        await asyncio.wait_for(reclaim_asyncio.run_when_reached(0x9700, stops), 30)
+    except RuntimeError as error:
+        return type(error.__cause__).__name__
+assert run(main, asyncio.new_event_loop) == "StopIteration"
+"""
+    )
+
+
+def test_loops_that_drained_are_not_kept_alive_after_they_close():
+    # The handle install() keeps per loop holds its loop weakly: a process that runs asyncio.run() again
+    # and again (with the automatic drain off, each await installs the loop's reader) keeps no old loop.
+    fake_cuda.run(
+        SETUP
+        + """
+import weakref
+cuda_reclaim.set_auto_drain("off")
+loops = []
+async def main():
+    loops.append(weakref.ref(asyncio.get_running_loop()))
+    reclaim_asyncio.install()
+    await asyncio.wait_for(reclaim_asyncio.stream_reached(0x9800), 30)
+for _ in range(20):
+    run(main, asyncio.new_event_loop)
+gc.collect()
+assert all(ref() is None for ref in loops), sum(ref() is not None for ref in loops)
+assert len(reclaim_asyncio._installed) == 0
+"""
+    )
+
+
+@pytest.mark.parametrize("new_mode", ["off", "gc"])
+def test_an_await_pending_when_the_drain_thread_stops_is_served_by_its_loop(new_mode):
+    # Started under the drain thread, the await installs no reader; switching the mode away from "thread"
+    # meanwhile must not leave it waiting for a drain that never comes.
+    fake_cuda.run(
+        SETUP
+        + f"""
+cuda_reclaim.set_auto_drain("thread")
+stream = 0x9900
+fake.fake_cuda_stream_hold(stream, 1)
+async def main():
+    task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, int, 7))
+    await asyncio.sleep(0.05)
+    cuda_reclaim.set_auto_drain({new_mode!r})
+    await asyncio.sleep(0.05)
+    fake.fake_cuda_stream_hold(stream, 0)
+    return await asyncio.wait_for(task, 30)
+assert run(main, asyncio.new_event_loop) == 7
+"""
+    )
+
+
 def find_example():
     """examples/callbacks_asyncio.py, from the repository (or Bazel's runfiles) layout or the GPU bundle's."""
     here = os.path.dirname(os.path.abspath(__file__))
