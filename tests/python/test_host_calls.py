@@ -85,6 +85,11 @@ def test_a_call_that_closes_cancels_the_calls_that_would_run_after_it():
     fake_cuda.run_script(SCENARIOS, "a_call_that_closes")
 
 
+@pytest.mark.parametrize("budget", ["all", "1"])
+def test_a_close_from_inside_a_drain_cancels_what_that_drain_took_and_had_not_run(budget):
+    fake_cuda.run_script(SCENARIOS, "a_call_that_closes_from_a_drain_that_took_other_streams_calls", budget)
+
+
 def test_a_fork_child_cancels_the_parents_calls_and_launches_its_own():
     fake_cuda.run_script(SCENARIOS, "a_fork_child_cancels_the_parents_calls")
 

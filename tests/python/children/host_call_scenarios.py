@@ -241,6 +241,27 @@ def a_call_that_closes():
     assert cuda_reclaim.stats()["calls_outstanding"] == 0
 
 
+def a_call_that_closes_from_a_drain_that_took_other_streams_calls(budget):
+    # A close() from inside a drain cannot reach the calls that drain has taken and not reached yet: those
+    # are cancelled too (whatever their stream) and never run after close() returns. A call still in the
+    # queue runs in the close's own final drain. `budget`: the interrupted drain's max_items ("all": it
+    # takes the other stream's call too; "1": it leaves it in the queue).
+    fake = fake_driver()
+    ran = []
+    closing = cuda_reclaim.launch_host_func(0x8A00, cuda_reclaim.close)
+    other = cuda_reclaim.launch_host_func(0x8B00, ran.append, "other stream")
+    fake.fake_cuda_run_host_functions()
+    cuda_reclaim.drain(max_items=None if budget == "all" else int(budget))
+    assert closing.done() and not closing.cancelled()
+    if budget == "all":
+        assert other.cancelled() and ran == [], ran
+    else:
+        assert other.result(timeout=0) is None and ran == ["other stream"], ran
+    s = cuda_reclaim.stats()
+    assert s["calls_outstanding"] == 0 and cuda_reclaim.conserved(s), s
+    assert s["calls_run"] + s["calls_cancelled"] == 2, s
+
+
 def a_fork_child_cancels_the_parents_calls():
     fake = fake_driver()
     stream = 0x8800
@@ -347,6 +368,7 @@ if __name__ == "__main__":
         a_cancelled_future_never_runs,
         after_close_nothing_runs,
         a_call_that_closes,
+        a_call_that_closes_from_a_drain_that_took_other_streams_calls,
         a_fork_child_cancels_the_parents_calls,
         exit_runs_what_cuda_handed_back,
         a_future_callback_and_the_cuda_stream_protocol,
