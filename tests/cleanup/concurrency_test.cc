@@ -1,5 +1,7 @@
 // Many producer threads, concurrent drains and a close in the middle: every pointer is released at most
 // once, exactly the queued ones are released, and the conservation law holds exactly at the end.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -230,30 +232,43 @@ TEST(ReclaimQueueConcurrency, ConcurrentClosersDuringPushesKeepEverySnapshotCons
 // A drain takes a batch off the queue before it counts it as released; a snapshot taken in between would
 // find that batch in no bucket. snapshot() re-reads until the law holds, so every snapshot taken while a
 // drain runs conserves, on a closed queue (close() without release, then drains, as after an exit report
-// that leaves the rest pending) and on an open one.
+// that leaves the rest pending) and on an open one. Bounded (it never blocks): a drainer that the kernel
+// preempts in the middle of a dequeue can outlast every re-read, so a round in which the drainer was
+// preempted proves nothing and does not count; the test needs rounds without.
 TEST(ReclaimQueueConcurrency, SnapshotsConserveWhileADrainTakesBatches) {
   for (const bool closed : {true, false}) {
-    ReclaimQueue queue;
-    constexpr std::size_t kItems = 100000;
-    for (std::size_t i = 0; i < kItems; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
-    if (closed) queue.close_without_release();
-    std::atomic<bool> done{false};
-    std::thread drainer([&] {
-      while (queue.drain([](void*, void*) {}, nullptr, 512) != 0) {
+    int clean_rounds = 0;
+    for (int round = 0; round < 20 && clean_rounds < 3; ++round) {
+      ReclaimQueue queue;
+      constexpr std::size_t kItems = 100000;
+      for (std::size_t i = 0; i < kItems; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+      if (closed) queue.close_without_release();
+      std::atomic<bool> done{false};
+      bool preempted = false;
+      std::thread drainer([&] {
+        struct rusage before, after;
+        ::getrusage(RUSAGE_THREAD, &before);
+        while (queue.drain([](void*, void*) {}, nullptr, 512) != 0) {
+        }
+        ::getrusage(RUSAGE_THREAD, &after);
+        preempted = after.ru_nivcsw != before.ru_nivcsw;
+        done = true;
+      });
+      std::size_t snapshots = 0;
+      std::size_t unbalanced = 0;
+      while (!done.load()) {
+        ++snapshots;
+        if (!queue.snapshot().conserved()) ++unbalanced;
       }
-      done = true;
-    });
-    std::size_t snapshots = 0;
-    std::size_t unbalanced = 0;
-    while (!done.load()) {
-      ++snapshots;
-      if (!queue.snapshot().conserved()) ++unbalanced;
+      drainer.join();
+      const reclaim::CounterSnapshot end = queue.snapshot();
+      EXPECT_TRUE(end.conserved());
+      EXPECT_EQ(end.released, kItems);
+      if (preempted) continue;
+      ++clean_rounds;
+      EXPECT_EQ(unbalanced, 0u) << "of " << snapshots << " snapshots (closed: " << closed << ")";
     }
-    drainer.join();
-    EXPECT_EQ(unbalanced, 0u) << "of " << snapshots << " snapshots (closed: " << closed << ")";
-    const reclaim::CounterSnapshot end = queue.snapshot();
-    EXPECT_TRUE(end.conserved());
-    EXPECT_EQ(end.released, kItems);
+    if (clean_rounds == 0) GTEST_SKIP() << "the drainer was preempted in every round: nothing to conclude";
   }
 }
 
