@@ -80,6 +80,10 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
   return static_cast<Py_ssize_t>(released);
 }
 
+void close_without_release_if_open() noexcept {
+  if (g_queue != nullptr && !g_queue->is_closed()) g_queue->close_without_release();
+}
+
 Py_ssize_t close_safely() {
   if (interpreter_finalizing()) {
     // Too late to release anything safely: close so later pushes count as leaked; queued ones stay

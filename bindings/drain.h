@@ -42,6 +42,12 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger = false);
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 
+// Closes the queue without releasing anything unless it is closed already (or was never bound): the last
+// step of Py_Finalize, for an exit whose atexit hook did not close it (interrupted, or registered too
+// late to run). From then on hand-overs count as leaked; what is queued stays pending in the report.
+// Any thread; never touches Python; waits only for pushes in flight (which never block).
+void close_without_release_if_open() noexcept;
+
 // In a fork child: forgets the drain threads of the parent (the count of those waiting for the GIL, the
 // main thread's step-aside call they had asked for). Fork child, single-threaded, GIL held.
 void forget_drain_threads_after_fork() noexcept;

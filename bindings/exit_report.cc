@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <initializer_list>
 
+#include "bindings/drain.h"
 #include "cleanup/reclaim.h"
 
 namespace reclaim_bindings {
@@ -30,8 +31,13 @@ void write_once() {
 // destructors): so the line includes leaks after finalization. Only the C side is touched here.
 __attribute__((destructor)) void write_at_process_exit() { write_once(); }
 
-// The last step of Py_Finalize (Py_AtExit): writes only on exits that skip the fini pass.
+// The last step of Py_Finalize (Py_AtExit). The atexit hook closed the queue long before, unless it did
+// not get to (a Ctrl-C while it waited for the drain thread, or a first import from inside another atexit
+// hook, whose own hook then never runs): closed here without releasing (no Python any more), so that
+// CUDA's later hand-overs count as leaked rather than pending. Then writes the report, only on exits that
+// skip the fini pass.
 void write_at_finalize() {
+  close_without_release_if_open();
   if (g_at_finalize.load()) write_once();
 }
 

@@ -63,6 +63,7 @@ class _StateLock:
 _lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
 _used = False  # a reference was handed over through a Python-side API in this process
+_attached = False  # a C API user attached: its native threads hand over without passing through Python
 _closed = False  # close() began (explicitly or at exit): no drain thread starts again in this process
 _fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thread starts meanwhile
 _starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
@@ -135,6 +136,13 @@ def note_handover():
         return
     with _lock:
         _start_locked()
+
+
+def note_attach():
+    """A C API user attached (the capsule's attach): its native threads will hand references over."""
+    global _attached
+    _attached = True
+    note_handover()
 
 
 def is_thread_running():
@@ -267,8 +275,10 @@ def close_at_exit():
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
         # CPython ends this exit by re-raising SIGINT after finalization: no C exit handler will run.
         _reclaim._report_at_finalize()
-    stop_for_good()
-    _reclaim.close()
+    try:
+        stop_for_good()  # its wait for the drain thread can be interrupted (Ctrl-C while a finalizer runs)
+    finally:
+        _reclaim.close()  # the final drain and the close happen whatever interrupted the wait
 
 
 # How long a fork waits for the drain thread to leave. Other libraries' before-fork hooks run before ours
@@ -305,7 +315,8 @@ def _after_fork_in_child():
     # cleanup/'s pthread_atfork handler already gave the child a fresh, open queue (what the parent had
     # queued is counted as abandoned). Only the forking thread exists here: if it is a drain thread (a
     # finalizer it ran called fork()), its loop leaves when that release returns. The drain thread
-    # restarts lazily on the next hand-over, as in a new process.
+    # restarts lazily on the next Python-side hand-over, as in a new process; at once when a C API user
+    # attached in the parent, since its native threads hand over without ever passing through Python.
     global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting
     current = threading.current_thread()
     if isinstance(current, _DrainThread):
@@ -318,6 +329,9 @@ def _after_fork_in_child():
     _starting = False
     _reclaim._after_fork_in_child()
     _set_gc_callback(_mode == "gc")
+    if _attached:
+        with _lock:
+            _start_locked()
 
 
 def _install_process_hooks():
@@ -332,7 +346,7 @@ def _install_process_hooks():
     atexit.register(close_at_exit)
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
     # The C API's attach (cuda_reclaim_import() in other extensions): they will hand references over.
-    _reclaim._set_attach_hook(note_handover)
+    _reclaim._set_attach_hook(note_attach)
     _reclaim._process_hooks_installed = True
 
 

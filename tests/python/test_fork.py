@@ -22,3 +22,11 @@ def test_work_queued_at_fork_time_is_abandoned_in_the_child_never_released_twice
     assert "parent ok" in result.stdout
     line = [l for l in result.stdout.splitlines() if l.startswith("child")][0]
     assert line == "child 0 10 True []", "child: nothing pending, 10 abandoned, law holds, none released"
+
+
+def test_a_fork_child_of_a_c_api_user_drains_its_native_hand_overs():
+    # Forking a process whose drain thread runs warns on 3.12+ (the test is about the child, not that).
+    result = run_child_script(SCENARIOS, "a_child_drains_what_a_c_api_users_native_threads_hand_over",
+                              env={"PYTHONWARNINGS": "ignore::DeprecationWarning"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.strip() == "ok"

@@ -95,6 +95,16 @@ def test_fork_from_a_finalizer_that_a_drain_runs_leaves_a_child_that_goes_on(mod
     assert_clean_exit(run_scenario_script(script, mode, env=env))
 
 
+def test_ctrl_c_while_the_exit_hook_waits_for_the_drain_thread_still_drains_and_closes():
+    result = run_scenario_script("reliability_ctrl_c_while_exit_waits.py", env={"CUDA_RECLAIM_REPORT": "1"})
+    assert "queued before exit: released" in result.stdout, result.stdout + result.stderr
+    assert "KeyboardInterrupt" in result.stderr, "the Ctrl-C reached the exit hook's wait: " + result.stderr
+    report = exit_report.last_report(result.stderr)
+    assert report["conserved"] == "yes", result.stderr
+    # Closed by the hook: what the native threads pushed after that is leaked, nothing stays pending.
+    assert report["pending"] == 0 and report["leaked_after_close"] > 0, result.stderr
+
+
 # --- exit ordering against non-daemon threads ------------------------------------------------------------
 
 def test_exit_does_not_hang_when_a_non_daemon_thread_waits_for_finalizers_to_free_slots():

@@ -29,13 +29,15 @@ def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
     if pid == 0:
         os.close(r)
         s = cuda_reclaim.stats()
-        ok = s["pending"] == 0 and not _auto.is_thread_running() and not cuda_reclaim.is_closed()
+        # _native_producers is a C API user (its import attached): the child's drain thread starts at once
+        # (a_child_drains_what_a_c_api_users_native_threads_hand_over).
+        ok = s["pending"] == 0 and not cuda_reclaim.is_closed()
         ok = ok and cuda_reclaim.conserved(s)
         child = P()
         ref = weakref.ref(child)
         cuda_reclaim.defer_release(child)
         del child
-        ok = ok and _auto.is_thread_running()  # restarted lazily by the hand-over
+        ok = ok and _auto.is_thread_running()
         deadline = time.monotonic() + 30
         while ref() is not None and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -48,6 +50,34 @@ def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
     assert message == "child-ok", message
     assert all(ref() is None for ref in parent_refs), "the before-fork drain released the parent's work"
     assert _auto.is_thread_running(), "the parent's drain thread is restarted after fork"
+    print("ok")
+
+
+def a_child_drains_what_a_c_api_users_native_threads_hand_over():
+    # A C API user's import attaches: the drain thread runs although nothing Python-side handed anything
+    # over. In a fork child its native threads hand over without ever passing through Python, so the
+    # child must start its drain thread by itself.
+    import threading
+
+    import _native_producers  # cuda_reclaim_import(): the capsule's attach
+    from cuda_reclaim import _auto
+
+    deadline = time.monotonic() + 30
+    while not _auto.is_thread_running() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _auto.is_thread_running(), "the attach started the drain thread"
+    pid = os.fork()
+    if pid == 0:
+        released = threading.Event()
+
+        class Marker:
+            def __del__(self):
+                released.set()
+
+        _native_producers.hand_over([Marker()], 1)  # like CUDA's thread in the child
+        os._exit(0 if released.wait(30) else 5)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child's native hand-over was never released"
     print("ok")
 
 
@@ -87,5 +117,6 @@ def work_queued_at_a_raw_fork_is_abandoned_in_the_child():
 if __name__ == "__main__":
     scenario.run(
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
+        a_child_drains_what_a_c_api_users_native_threads_hand_over,
         work_queued_at_a_raw_fork_is_abandoned_in_the_child,
     )

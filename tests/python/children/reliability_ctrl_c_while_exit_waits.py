@@ -1,0 +1,45 @@
+"""Child of test_reliability.py: Ctrl-C arrives while the atexit hook waits for the drain thread (a
+finalizer on it takes a while). The hook's final drain and close must still happen: what was queued is
+released, and native threads that keep pushing through the end count as leaked, not pending.
+
+Prints "done" at the end of the main program; the test reads the exit report."""
+
+import os
+import signal
+import sys
+import time
+
+import _native_producers
+import cuda_reclaim
+
+
+def main_thread_waits_in_the_exit_hook():
+    frame = sys._current_frames().get(main_ident)
+    while frame is not None:
+        if frame.f_code.co_name == "_join_retired":
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Slow:
+    def __del__(self):  # on the drain thread: press Ctrl-C once the exit hook waits for this very thread
+        deadline = time.monotonic() + 30
+        while not main_thread_waits_in_the_exit_hook() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
+
+
+class MustRun:
+    def __del__(self):
+        os.write(1, b"queued before exit: released\n")
+
+
+main_ident = __import__("threading").main_thread().ident
+exiting = False
+cuda_reclaim.defer_release(Slow())  # the drain thread takes it now and stays in it until the Ctrl-C
+time.sleep(0.1)
+cuda_reclaim.defer_release(MustRun())  # queued behind it
+_native_producers.hand_over_detached([object() for _ in range(2000)], 2, 1000)  # through the very end
+print("done", flush=True)
