@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from . import _reclaim
 
@@ -93,7 +94,7 @@ def get_auto_drain():
 # Called with the new mode after every set_auto_drain(), outside _lock, on the switching thread (which may
 # be in a finalizer): cuda_reclaim.asyncio's, so that awaits pending under the drain thread get their
 # loop's reader when it stops. Appended to at import time only.
-_mode_listeners = []
+_mode_listeners: "list[Callable[[str], None]]" = []
 
 
 def add_mode_listener(listener):
@@ -163,6 +164,9 @@ def _start_locked():
         or _starting
         or _worker is not None
         or _reclaim.is_closed()
+        # A thread started now would never run (it ends at its first take of the GIL), and before 3.12
+        # Thread.start() waits for it for ever: e.g. a fork child made by a finalizer during finalization.
+        or sys.is_finalizing()
     ):
         return
     _starting = True
