@@ -80,6 +80,14 @@ PyObject* py_launch_host_call(PyObject* module, PyObject* const* argv, Py_ssize_
   // run the call, before the driver call returns here.
   HostCall* call = new_host_call(order, fn, args, kwargs, future);
   if (call == nullptr) return nullptr;
+  if (queue().is_closed() || interpreter_finalizing()) {
+    // Closed since the check above: loading the driver gave the GIL up, and making the call may have run a
+    // finalizer; that close() cancelled what was outstanding then, and this call was not on the list yet.
+    withdraw_host_call(call);
+    cancel_future(future);
+    Py_DECREF(call);
+    Py_RETURN_FALSE;
+  }
   Py_INCREF(call);  // the reference CUDA holds until the host function pushes it
   graph::AttachResult result;
   Py_BEGIN_ALLOW_THREADS

@@ -57,6 +57,17 @@ def _checked_int(value, what):
     return value
 
 
+def _handle_of(value, what):
+    """The int behind a cuda.core or cuda.bindings object's handle, with an error that names it: a closed
+    cuda.core object's handle is None, and int() of that would only say NoneType."""
+    if value is None:
+        raise ValueError(f"{what} is None: the object is closed (or was never created)")
+    try:
+        return int(value)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{what} must be convertible to an int handle, not {type(value).__name__}") from error
+
+
 def _graph_handle(graph, what="graph"):
     value = _checked_int(graph, what)
     if value == 0:
@@ -70,13 +81,14 @@ def graph_target(graph):
     if isinstance(graph, int) and not isinstance(graph, bool):
         return "graph", _graph_handle(graph)
     if _is(graph, definition_type):
-        return "graph", _graph_handle(int(graph.handle), "GraphDefinition.handle")
+        return "graph", _graph_handle(_handle_of(graph.handle, "GraphDefinition.handle"), "GraphDefinition.handle")
     if _is(graph, builder_type):
         if graph.is_closed:
             raise ValueError("the GraphBuilder is closed: attach objects before closing it")
         if graph.is_building:
             # The graph under capture: cuStreamGetCaptureInfo on the builder's stream finds it.
-            return "capture", _checked_int(int(graph.stream.handle), "GraphBuilder.stream.handle")
+            what = "GraphBuilder.stream.handle"
+            return "capture", _checked_int(_handle_of(graph.stream.handle, what), what)
         try:
             definition = graph.graph_definition
         except RuntimeError as error:
@@ -84,11 +96,12 @@ def graph_target(graph):
                 "keep_alive() needs a GraphBuilder that is building, or has ended building and is not yet "
                 f"complete: {error}"
             ) from None
-        return "graph", _graph_handle(int(definition.handle), "GraphBuilder.graph_definition.handle")
+        what = "GraphBuilder.graph_definition.handle"
+        return "graph", _graph_handle(_handle_of(definition.handle, what), what)
     if _is(graph, exec_type) or _is(graph, _driver_type("CUgraphExec")):
         raise TypeError(f"keep_alive() got a {type(graph).__name__}: {_EXEC_HINT}")
     if _is(graph, _driver_type("CUgraph")):
-        return "graph", _graph_handle(int(graph), "CUgraph")
+        return "graph", _graph_handle(_handle_of(graph, "CUgraph"), "CUgraph")
     raise TypeError(
         "keep_alive() expects a graph: a cuda.core GraphDefinition or GraphBuilder, a cuda.bindings "
         f"CUgraph, or an int CUgraph handle; got {type(graph).__name__}"
@@ -101,12 +114,18 @@ def stream_handle(stream, function="keep_alive_until"):
         return _checked_int(stream, "stream")
     stream_type = getattr(sys.modules.get("cuda.core"), "Stream", None)
     if _is(stream, stream_type) or _is(stream, _driver_type("CUstream")):
+        what = "Stream.handle" if _is(stream, stream_type) else "CUstream"
         handle = stream.handle if _is(stream, stream_type) else stream
-        return _checked_int(int(handle), "stream handle")
+        return _checked_int(_handle_of(handle, what), what)
     protocol = getattr(type(stream), "__cuda_stream__", None)
     if protocol is not None:
-        version, handle = stream.__cuda_stream__()
-        return _checked_int(handle, "__cuda_stream__() handle")
+        name = type(stream).__name__
+        if not callable(protocol):
+            raise TypeError(f"{name}.__cuda_stream__ must be a method returning (version, handle)")
+        result = stream.__cuda_stream__()
+        if not isinstance(result, tuple) or len(result) != 2:
+            raise TypeError(f"{name}.__cuda_stream__() must return (version, handle), not {result!r:.80}")
+        return _checked_int(result[1], f"{name}.__cuda_stream__() handle")
     raise TypeError(
         f"{function}() expects a stream: a cuda.core Stream, a cuda.bindings CUstream, an object "
         f"with __cuda_stream__, or an int CUstream handle; got {type(stream).__name__}"
@@ -130,7 +149,9 @@ def keep_alive(graph, *objs):
     ``complete()``), a cuda.bindings ``CUgraph`` or an int handle. Executable graphs (cuda.core
     ``Graph``, ``CUgraphExec``) are refused with a TypeError. Raises :class:`DriverError` if the CUDA
     driver is missing or too old, or the driver call fails (then nothing is attached and the references
-    are not kept). Starts the automatic drain, lazily.
+    are not kept). Starts the automatic drain, lazily. After :func:`close` (at exit) the objects are still
+    attached, so that they stay alive for as long as CUDA may use them; when CUDA lets them go they are
+    leaked on purpose and counted in ``leaked_after_close``, as everything handed over after the close is.
     """
     payload = _payload("keep_alive", objs)
     kind, handle = graph_target(graph)
@@ -148,7 +169,8 @@ def keep_alive_until(stream, *objs):
     ``stream`` may be a cuda.core ``Stream``, a cuda.bindings ``CUstream``, an object with
     ``__cuda_stream__`` or an int handle. A stream that is capturing a graph is refused (use
     :func:`keep_alive` with the graph builder). Raises :class:`DriverError` as :func:`keep_alive` does.
-    Starts the automatic drain, lazily.
+    Starts the automatic drain, lazily. After :func:`close`, as :func:`keep_alive`: kept alive, then leaked
+    on purpose and counted.
     """
     payload = _payload("keep_alive_until", objs)
     handle = stream_handle(stream)
@@ -205,9 +227,9 @@ def _node_handle(node):
     if _is(node, node_type):
         if node.handle is None:
             raise ValueError("a graph's entry node is not a node of the graph: pass no dependency instead")
-        return _checked_int(int(node.handle), "GraphNode.handle")
+        return _checked_int(_handle_of(node.handle, "GraphNode.handle"), "GraphNode.handle")
     if _is(node, _driver_type("CUgraphNode")):
-        return _checked_int(int(node), "CUgraphNode")
+        return _checked_int(_handle_of(node, "CUgraphNode"), "CUgraphNode")
     raise TypeError(
         "add_host_node() dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode "
         f"or int handles; got {type(node).__name__}"

@@ -117,6 +117,41 @@ def test_cuda_stream_protocol_is_accepted():
     assert _graph.stream_handle(Foreign()) == 0x4242
 
 
+@pytest.mark.parametrize(
+    "returned, message",
+    [
+        (5, r"Foreign.__cuda_stream__\(\) must return \(version, handle\), not 5"),
+        (None, r"must return \(version, handle\), not None"),
+        ((0,), r"must return \(version, handle\), not \(0,\)"),
+        ((0, 1, 2), r"must return \(version, handle\)"),
+        ((0, "x"), r"Foreign.__cuda_stream__\(\) handle must be an int handle, not str"),
+    ],
+)
+def test_a_cuda_stream_protocol_that_returns_garbage_gets_an_error_naming_it(returned, message):
+    class Foreign:
+        def __cuda_stream__(self):
+            return returned
+
+    with pytest.raises(TypeError, match=message):
+        _graph.stream_handle(Foreign())
+
+
+def test_a_cuda_stream_attribute_that_is_not_a_method_gets_an_error_naming_it():
+    class Foreign:
+        __cuda_stream__ = (0, 0x4242)
+
+    with pytest.raises(TypeError, match=r"Foreign.__cuda_stream__ must be a method"):
+        _graph.stream_handle(Foreign())
+
+
+def test_a_closed_object_whose_handle_is_none_gets_an_error_saying_so():
+    with pytest.raises(ValueError, match=r"GraphNode.handle is None: the object is closed"):
+        _graph._handle_of(None, "GraphNode.handle")
+    with pytest.raises(TypeError, match=r"CUstream must be convertible to an int handle, not object"):
+        _graph._handle_of(object(), "CUstream")
+    assert _graph._handle_of(0x10, "CUgraph") == 0x10
+
+
 # --- no driver ----------------------------------------------------------------------------------------------
 
 

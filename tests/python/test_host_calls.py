@@ -90,6 +90,10 @@ def test_a_close_from_inside_a_drain_cancels_what_that_drain_took_and_had_not_ru
     fake_cuda.run_script(SCENARIOS, "a_call_that_closes_from_a_drain_that_took_other_streams_calls", budget)
 
 
+def test_a_launch_racing_close_on_another_thread_is_run_or_cancelled_never_left_pending():
+    fake_cuda.run_script(SCENARIOS, "a_launch_racing_close_is_run_or_cancelled")
+
+
 def test_a_fork_child_cancels_the_parents_calls_and_launches_its_own():
     fake_cuda.run_script(SCENARIOS, "a_fork_child_cancels_the_parents_calls")
 

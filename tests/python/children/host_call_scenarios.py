@@ -262,6 +262,31 @@ def a_call_that_closes_from_a_drain_that_took_other_streams_calls(budget):
     assert s["calls_run"] + s["calls_cancelled"] == 2, s
 
 
+def a_launch_racing_close_is_run_or_cancelled():
+    # launch_host_func gives the GIL up between its "closed?" check and putting the call on the list that
+    # close() cancels: a close() on another thread in between must not leave a call that never ends. (The
+    # close lands in that window only now and then; whatever the interleaving, no call may stay pending.)
+    fake = fake_driver()
+    futures = []
+    stop = threading.Event()
+    sys.setswitchinterval(1e-6)  # hand the GIL over often, so that the close lands in that window some time
+
+    def launcher():
+        while not stop.is_set():
+            futures.append(cuda_reclaim.launch_host_func(0x8C00, int, 1))
+
+    thread = threading.Thread(target=launcher)
+    thread.start()
+    time.sleep(0.05)
+    cuda_reclaim.close()
+    stop.set()
+    thread.join()
+    fake.fake_cuda_run_host_functions()  # CUDA hands back what was launched: after the close, leaked
+    s = cuda_reclaim.stats()
+    assert s["calls_outstanding"] == 0, s
+    assert all(f.done() for f in futures), sum(not f.done() for f in futures)
+
+
 def a_fork_child_cancels_the_parents_calls():
     fake = fake_driver()
     stream = 0x8800
@@ -369,6 +394,7 @@ if __name__ == "__main__":
         after_close_nothing_runs,
         a_call_that_closes,
         a_call_that_closes_from_a_drain_that_took_other_streams_calls,
+        a_launch_racing_close_is_run_or_cancelled,
         a_fork_child_cancels_the_parents_calls,
         exit_runs_what_cuda_handed_back,
         a_future_callback_and_the_cuda_stream_protocol,
