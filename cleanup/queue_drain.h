@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
@@ -133,18 +134,23 @@ inline void fetch_lines(std::uintptr_t address, std::size_t count) noexcept {
   }
 }
 
+// In a fork child where `reader` outlived the reset (StorageReader::forked()): a fresh reader of the
+// child's storage, since the old one no longer counts; otherwise none (`reader` covers the caller).
+inline std::optional<StorageReader> reader_in_fork_child(const ReclaimQueue& queue,
+                                                         const StorageReader& reader) {
+  if (!reader.forked()) return std::nullopt;
+  return std::optional<StorageReader>(std::in_place, queue);
+}
+
 template <class Take>
-std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* context, std::size_t max_items,
-                                             bool linger, const Take& take) {
-  // The caller is a reader: neither storage changes until it leaves. A storage a failed trim() retired is
+std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
+                                             std::size_t max_items, bool linger, const Take& take) {
+  // The caller's reader: neither storage changes until it leaves. A storage a failed trim() retired is
   // emptied first.
   // Unless a release forks and the child goes on: the child's reset abandons both storages (their pointers
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
-  // reader. There the drain finishes the batch in hand (counted as released before the fork) and stops.
-  const std::uint64_t generation = fork_generation_.load(std::memory_order_relaxed);
-  const auto forked = [this, generation] {
-    return fork_generation_.load(std::memory_order_relaxed) != generation;
-  };
+  // reader (reader.forked()). There the drain finishes the batch in hand (counted as released before the
+  // fork) and stops.
   Storage* const retired = retired_.load(std::memory_order_relaxed);
   PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
   note_pending(stored_count());
@@ -181,8 +187,7 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
       // The item being released counts as released (its owner's action ran); the rest are still ours: back
       // into the storage they came from, or after a fork into the child's own.
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
-      std::optional<StorageReader> child_reader;  // the caller's reader no longer counts in a fork child
-      if (forked()) child_reader.emplace(*this);
+      const std::optional<StorageReader> child_reader = reader_in_fork_child(*this, reader);
       PointerQueue& back = child_reader ? storage_.load(std::memory_order_relaxed)->queue : queue;
       if (rest != 0) {
         // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight),
@@ -199,10 +204,9 @@ std::size_t ReclaimQueue::release_all_taking(ReleaseBatchFn release, void* conte
       }
       throw;
     }
-    if (forked()) break;
+    if (reader.forked()) break;
   }
-  std::optional<StorageReader> child_reader;  // as above: settling the signal reads the child's storage
-  if (forked()) child_reader.emplace(*this);
+  const std::optional<StorageReader> child_reader = reader_in_fork_child(*this, reader);  // settling reads it
   if (linger && total != 0) {
     linger_if_empty();
   } else {
@@ -221,7 +225,7 @@ std::size_t ReclaimQueue::drain_quietly(ReleaseBatchFn release, void* context, s
   // this queue as a hint (racing drains may overwrite each other's: it only picks a speed).
   std::uint32_t plain_run = plain_batches_in_a_row_.load(std::memory_order_relaxed);
   const std::size_t released = release_all_taking(
-      release, context, max_items, linger,
+      reader, release, context, max_items, linger,
       [&quiet, &plain_run](PointerQueue& from, void** batch, std::size_t want) {
         if (plain_run == 0) {
           const TakenBatch got = dequeue_quietly(from, batch, want, quiet);

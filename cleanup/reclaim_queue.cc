@@ -264,12 +264,12 @@ void ReclaimQueue::linger_if_empty() noexcept {
   empty_eventfd(wakeup_fd_);
 }
 
-std::size_t ReclaimQueue::release_all(ReleaseBatchFn release, void* context, std::size_t max_items,
-                                      bool linger, Pointees pointees) {
+std::size_t ReclaimQueue::release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
+                                      std::size_t max_items, bool linger, Pointees pointees) {
   if (pointees == Pointees::kPrefetch) {
-    return release_all_taking(release, context, max_items, linger, TakeAll<true>{});
+    return release_all_taking(reader, release, context, max_items, linger, TakeAll<true>{});
   }
-  return release_all_taking(release, context, max_items, linger, TakeAll<false>{});
+  return release_all_taking(reader, release, context, max_items, linger, TakeAll<false>{});
 }
 
 std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items,
@@ -277,14 +277,14 @@ std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, max_items, /*linger=*/false, pointees);
+  return release_all(reader, release, context, max_items, /*linger=*/false, pointees);
 }
 
 std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items,
                                            Pointees pointees) {
   if (!signaled_.load(std::memory_order_acquire)) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, max_items, /*linger=*/true, pointees);
+  return release_all(reader, release, context, max_items, /*linger=*/true, pointees);
 }
 
 std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
@@ -349,7 +349,7 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
   wait_for_pushes_in_flight();
   if (release == nullptr) return 0;
   const StorageReader reader(*this);
-  return release_all(release, context, SIZE_MAX, /*linger=*/false, pointees);
+  return release_all(reader, release, context, SIZE_MAX, /*linger=*/false, pointees);
 }
 
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {

@@ -145,6 +145,7 @@ struct ProducerUse {
 
 struct ProducerSlot;  // queue_storage.h
 struct QueueStorage;  // queue_storage.h
+struct StorageReader;  // queue_storage.h
 
 class ReclaimQueue {
  public:
@@ -327,13 +328,14 @@ class ReclaimQueue {
   // Waits until every slot-less push admitted before the call is done with the storage it loaded (close,
   // trim). Any owner thread; spins (yielding) only while such a push is in flight.
   void wait_for_slotless_pushes_in_flight() const noexcept;
-  std::size_t release_all(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
-                          Pointees pointees);
+  // `reader`: the caller's, held for the whole call (neither storage changes meanwhile).
+  std::size_t release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
+                          std::size_t max_items, bool linger, Pointees pointees);
   // The drain loop behind release_all() and drain_quietly() (cleanup/queue_drain.h): `take(queue, batch,
   // want)` takes up to `want` pointers of `queue` into `batch` and returns a TakenBatch.
   template <class Take>
-  std::size_t release_all_taking(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
-                                 const Take& take);
+  std::size_t release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
+                                 std::size_t max_items, bool linger, const Take& take);
   static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
   // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after
