@@ -191,26 +191,33 @@ QueueOptions one_slot_one_block() {
 
 enum Role { kHolder, kSlotless, kTrimmer };
 
+// Two blocks pending through the one slot: a burst worth trimming.
+void push_two_blocks(ReclaimQueue& queue) {
+  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+}
+
+// A thread that plays `role` (parks at its first allocation inside the queue) and pushes item `id`.
+std::thread push_playing(ReclaimQueue& queue, Role role, std::size_t id) {
+  return std::thread([&queue, role, id] {
+    ParkedAllocations::play(role);
+    EXPECT_EQ(queue.push(item_for(id)), PushStatus::kQueued);
+  });
+}
+
 // A slot-less push admitted before a trim and still enqueueing into the old storage keeps that storage
 // alive, even when a slot-less push admitted after the trim's exchange (into the new storage) completes
 // first: the trim waits for the pushes in flight, not for a count of completions to reach a number.
 TEST(Trim, WaitsForASlotlessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst) {
   ReclaimQueue queue(one_slot_one_block());
   ReleaseRecorder recorder(600);
-  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+  ASSERT_NO_FATAL_FAILURE(push_two_blocks(queue));
   ParkedAllocations parked;
   // The holder takes the slot and parks allocating a third block.
-  std::thread holder([&] {
-    ParkedAllocations::play(kHolder);
-    EXPECT_EQ(queue.push(item_for(512)), PushStatus::kQueued);
-  });
+  std::thread holder = push_playing(queue, kHolder, 512);
   ASSERT_TRUE(ParkedAllocations::wait_parked(kHolder));
   // This push finds the slot held: slot-less, admitted while open, parked inside the current storage
   // while its implicit producer is made.
-  std::thread early([&] {
-    ParkedAllocations::play(kSlotless);
-    EXPECT_EQ(queue.push(item_for(513)), PushStatus::kQueued);
-  });
+  std::thread early = push_playing(queue, kSlotless, 513);
   ASSERT_TRUE(ParkedAllocations::wait_parked(kSlotless));
   std::atomic<bool> trimmed{false};
   std::thread trimmer([&] {
@@ -240,12 +247,9 @@ TEST(Trim, WaitsForASlotlessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst)
 // it (it would wait for ever, and every drain, close and counter read with it).
 TEST(Trim, ACloseAndALateSlotlessPushDuringATrimDoNotHoldItUp) {
   ReclaimQueue queue(one_slot_one_block());
-  for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
+  ASSERT_NO_FATAL_FAILURE(push_two_blocks(queue));
   ParkedAllocations parked;
-  std::thread holder([&] {
-    ParkedAllocations::play(kHolder);
-    EXPECT_EQ(queue.push(item_for(512)), PushStatus::kQueued);
-  });
+  std::thread holder = push_playing(queue, kHolder, 512);
   ASSERT_TRUE(ParkedAllocations::wait_parked(kHolder));
   // The trim finds the queue open and worth trimming, then parks making its new storage.
   std::atomic<bool> trimmed{false};
