@@ -58,14 +58,15 @@ def _checked_int(value, what):
 
 
 def _handle_of(value, what):
-    """The int behind a cuda.core or cuda.bindings object's handle, with an error that names it: a closed
-    cuda.core object's handle is None, and int() of that would only say NoneType."""
+    """The checked int behind a cuda.core or cuda.bindings object's handle, with an error that names it: a
+    closed cuda.core object's handle is None, and int() of that would only say NoneType."""
     if value is None:
         raise ValueError(f"{what} is None: the object is closed (or was never created)")
     try:
-        return int(value)
+        handle = int(value)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{what} must be convertible to an int handle, not {type(value).__name__}") from error
+    return _checked_int(handle, what)
 
 
 def _graph_handle(graph, what="graph"):
@@ -81,14 +82,15 @@ def graph_target(graph):
     if isinstance(graph, int) and not isinstance(graph, bool):
         return "graph", _graph_handle(graph)
     if _is(graph, definition_type):
-        return "graph", _graph_handle(_handle_of(graph.handle, "GraphDefinition.handle"), "GraphDefinition.handle")
+        what = "GraphDefinition.handle"
+        return "graph", _graph_handle(_handle_of(graph.handle, what), what)
     if _is(graph, builder_type):
         if graph.is_closed:
             raise ValueError("the GraphBuilder is closed: attach objects before closing it")
         if graph.is_building:
             # The graph under capture: cuStreamGetCaptureInfo on the builder's stream finds it.
             what = "GraphBuilder.stream.handle"
-            return "capture", _checked_int(_handle_of(graph.stream.handle, what), what)
+            return "capture", _handle_of(graph.stream.handle, what)
         try:
             definition = graph.graph_definition
         except RuntimeError as error:
@@ -116,7 +118,7 @@ def stream_handle(stream, function="keep_alive_until"):
     if _is(stream, stream_type) or _is(stream, _driver_type("CUstream")):
         what = "Stream.handle" if _is(stream, stream_type) else "CUstream"
         handle = stream.handle if _is(stream, stream_type) else stream
-        return _checked_int(_handle_of(handle, what), what)
+        return _handle_of(handle, what)
     protocol = getattr(type(stream), "__cuda_stream__", None)
     if protocol is not None:
         name = type(stream).__name__
@@ -227,9 +229,9 @@ def _node_handle(node):
     if _is(node, node_type):
         if node.handle is None:
             raise ValueError("a graph's entry node is not a node of the graph: pass no dependency instead")
-        return _checked_int(_handle_of(node.handle, "GraphNode.handle"), "GraphNode.handle")
+        return _handle_of(node.handle, "GraphNode.handle")
     if _is(node, _driver_type("CUgraphNode")):
-        return _checked_int(_handle_of(node, "CUgraphNode"), "CUgraphNode")
+        return _handle_of(node, "CUgraphNode")
     raise TypeError(
         "add_host_node() dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode "
         f"or int handles; got {type(node).__name__}"
