@@ -248,6 +248,34 @@ assert run(main, asyncio.new_event_loop) == 7
     )
 
 
+def test_an_await_pending_when_a_finalizer_on_the_drain_thread_stops_it_is_served_by_its_loop():
+    # The switch comes from a finalizer that the drain thread itself runs (it stops its own thread): the
+    # mode listener runs there, inside the drain, and must still hand the await to the loop's reader.
+    fake_cuda.run(
+        SETUP
+        + """
+cuda_reclaim.set_auto_drain("thread")
+stream = 0x9A00
+fake.fake_cuda_stream_hold(stream, 1)
+class SwitchesOff:
+    def __del__(self):
+        cuda_reclaim.set_auto_drain("off")
+async def main():
+    task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, int, 7))
+    await asyncio.sleep(0.05)
+    cuda_reclaim.defer_release(SwitchesOff())  # released by the drain thread
+    for _ in range(600):
+        if cuda_reclaim.get_auto_drain() == "off":
+            break
+        await asyncio.sleep(0.05)
+    assert cuda_reclaim.get_auto_drain() == "off"
+    fake.fake_cuda_stream_hold(stream, 0)
+    return await asyncio.wait_for(task, 30)
+assert run(main, asyncio.new_event_loop) == 7
+"""
+    )
+
+
 def find_example():
     """examples/callbacks_asyncio.py, from the repository (or Bazel's runfiles) layout or the GPU bundle's."""
     here = os.path.dirname(os.path.abspath(__file__))
