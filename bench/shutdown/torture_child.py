@@ -12,6 +12,11 @@ import time
 
 import _torture
 
+# Started under `nohup ... &` or by a runner that ignores SIGINT, this process would inherit that, and the
+# sigint scenario would measure the caller's shell instead of the strategy: back to Python's defaults.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 # Native hand-over load: THREADS threads, ITEMS objects each, one call every ~DELAY_US (jittered 0..2x),
 # so each thread fires for ~0.1 s: before, during and after the ~40 ms the main program runs.
 THREADS = 4

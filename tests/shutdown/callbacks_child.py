@@ -18,8 +18,14 @@ import atexit
 import ctypes
 import os
 import random
+import signal
 import sys
 import threading
+
+# Started under `nohup ... &` or by a runner that ignores SIGINT, this process would inherit that: its
+# ending must be the scenario's, not the caller's shell's, so back to Python's defaults.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 SCENARIOS = {
     # name: expected exit status (negative: killed by that signal)
