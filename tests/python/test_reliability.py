@@ -214,3 +214,21 @@ def test_toggling_in_a_finalizer_at_finalization_does_not_wait_for_a_thread_that
     result = run_scenario_script("reliability_toggle_at_finalization_while_the_lock_is_held.py")
     assert result.returncode == 0, result.stdout
     assert "done" in result.stdout and "toggled" in result.stdout, result.stdout
+
+
+# --- the automatic drain's lifecycle at its edges (children/lifecycle_scenarios.py) ------------------------
+
+LIFECYCLE = "lifecycle_scenarios.py"
+
+
+def run_lifecycle(name, *args, env=None):
+    result = run_scenario_script(LIFECYCLE, name, *args, env={"CUDA_RECLAIM_REPORT": "1", **(env or {})})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "done" in result.stdout.splitlines(), result.stdout + result.stderr
+    assert exit_report.last_report(result.stderr)["conserved"] == "yes", result.stderr
+    return result.stdout.splitlines()
+
+
+def test_ctrl_c_while_close_waits_for_the_drain_thread_still_closes_the_queue():
+    lines = run_lifecycle("ctrl_c_while_close_waits_for_the_drain_thread")
+    assert lines[:3] == ["interrupted", "closed: True", "hand-over accepted: False"], lines
