@@ -279,6 +279,16 @@ def close_at_exit():
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
         # CPython ends this exit by re-raising SIGINT after finalization: no C exit handler will run.
         _reclaim._report_at_finalize()
+    else:
+        # A launch_host_func() from a finalizer during finalization, when imports no longer work, still
+        # needs the Future type for its already-cancelled future: have _graph take it now. Not on an exit
+        # by Ctrl-C: importing a module here would turn its SIGINT exit status into 1.
+        try:
+            from . import _graph
+
+            _graph._future_type()
+        except ImportError:
+            pass
     try:
         stop_for_good()  # its wait for the drain thread can be interrupted (Ctrl-C while a finalizer runs)
     finally:

@@ -187,10 +187,17 @@ def _future_type():
     # Imported on first use, not with the package: concurrent.futures imports logging, whose fork hook
     # (a lock taken before every fork) would otherwise be registered after, and so run before, the
     # package's own fork hook, which may wait for a drain thread that is itself forking.
+    # During finalization the import system is gone (sys.meta_path is None): the atexit hook calls this
+    # before finalization begins (_auto.close_at_exit), so the type is already here then.
     global _Future
     if _Future is None:
-        from concurrent.futures import Future
-
+        try:
+            from concurrent.futures import Future
+        except ImportError:
+            raise RuntimeError(
+                "launch_host_func() cannot make its Future: the interpreter is finalizing and cuda_reclaim's "
+                "atexit hook did not run (an exit by Ctrl-C, or the package first imported in an atexit hook)"
+            ) from None
         _Future = Future
     return _Future
 

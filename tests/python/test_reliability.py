@@ -232,3 +232,9 @@ def run_lifecycle(name, *args, env=None):
 def test_ctrl_c_while_close_waits_for_the_drain_thread_still_closes_the_queue():
     lines = run_lifecycle("ctrl_c_while_close_waits_for_the_drain_thread")
     assert lines[:3] == ["interrupted", "closed: True", "hand-over accepted: False"], lines
+
+
+def test_launch_from_a_finalizer_during_finalization_returns_a_cancelled_future():
+    env = {"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"}
+    lines = run_lifecycle("launch_from_a_finalizer_during_finalization", env=env)
+    assert "finalizing=True cancelled=True" in lines, lines

@@ -81,7 +81,27 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     print("done", flush=True)
 
 
+def launch_from_a_finalizer_during_finalization():
+    # No launch earlier in the process, so launch_host_func makes its first Future here, when imports no
+    # longer work. After the close at exit it must return the documented already-cancelled future.
+    class LaunchesLate:
+        def __del__(self):
+            finalizing = sys.is_finalizing()
+            try:
+                future = cuda_reclaim.launch_host_func(0x8100, print)
+                outcome = f"cancelled={future.cancelled()}"
+            except Exception as error:  # noqa: BLE001 - the test reads what happened
+                outcome = f"{type(error).__name__}: {error}"
+            os.write(1, f"finalizing={finalizing} {outcome}\n".encode())
+
+    global late
+    late = LaunchesLate()
+    late.cycle = late  # collected during finalization, after the atexit hooks
+    print("done", flush=True)
+
+
 
 scenario.run(
     ctrl_c_while_close_waits_for_the_drain_thread,
+    launch_from_a_finalizer_during_finalization,
 )
