@@ -15,6 +15,13 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
   anything another reader of the queue's fd could consume.
 - Stopped threads are joined outside the lock, and never by a drain thread: two drain threads could
   otherwise wait for each other. A drain thread that stops itself just returns when its release does.
+- Never two drain threads at once: no thread starts while a stopped one is still alive (it may still be
+  inside a release); the stopped one, as it leaves, starts its successor itself if the state still calls
+  for one. So toggles (from finalizers too) and a fork that could not wait for the thread never add one.
+- A thread that cannot start is reported: a RuntimeWarning naming the cause, get_auto_drain() says
+  "off" (what runs), and the next hand-over tries again. Only a refusal because the interpreter is
+  exiting (3.12 refuses new threads once exit began) is not a failure: the same loop then runs on a
+  native thread (_reclaim._NativeThread), which the atexit hook joins like the others.
 - The thread is a daemon that keeps draining through interpreter shutdown until the atexit hook
   (``cuda_reclaim.close``), so releases keep happening while non-daemon threads are joined (a worker
   bounded by finalizer-released slots can finish); the hook stops and joins it, then closes the queue.
@@ -25,6 +32,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
 from . import _reclaim
@@ -70,24 +78,69 @@ _fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thr
 _starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
 _worker = None  # the DrainWorker that should be running, or None
 _thread = None  # its thread
-_retired: "list[threading.Thread]" = []  # drain threads told to stop and not yet joined
+_retired: list = []  # drain threads told to stop that may still be running: no successor starts meanwhile
 _gc_installed = False
+_start_failure = None  # why the last start of a drain thread failed (text), None once one started
+_drain_local = threading.local()  # .thread: the drain thread this thread is (marks drain threads)
+
+
+def _run_drain_loop(thread):
+    # The body of every drain thread, threading's or native: the loop, then the hand-off to a successor.
+    _drain_local.thread = thread
+    try:
+        thread.worker.run()
+    finally:
+        _drain_thread_leaves(thread)
 
 
 class _DrainThread(threading.Thread):
-    """A thread running one DrainWorker; the class marks drain threads (they never join each other)."""
+    """A thread running one DrainWorker (drain threads never join each other)."""
 
     def __init__(self, worker):
-        super().__init__(target=worker.run, name="cuda-reclaim-drain", daemon=True)
+        super().__init__(name="cuda-reclaim-drain", daemon=True)
         self.worker = worker
+
+    def run(self):
+        _run_drain_loop(self)
+
+
+class _NativeDrainThread:
+    """The same loop on a native thread that attaches with PyGILState_Ensure, for when threading refuses
+    new threads because the interpreter is exiting (3.12 does from the start of Py_FinalizeEx, so a first
+    hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
+    PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
+    hook joins it (with the GIL released, bounded) before it closes the queue. Same interface as the
+    threading one where _auto uses it: start, join, is_alive, worker, native_id."""
+
+    name = "cuda-reclaim-drain"
+    native_id = None  # nothing to wait for in /proc: fork is no concern at exit
+
+    def __init__(self, worker):
+        self.worker = worker
+        self._native = None
+
+    def start(self):
+        self._native = _reclaim._NativeThread(lambda: _run_drain_loop(self))
+
+    def join(self, timeout=None):
+        self._native.join(timeout)
+
+    def is_alive(self):
+        return self._native is not None and self._native.is_alive()
 
 
 def _on_drain_thread():
-    return isinstance(threading.current_thread(), _DrainThread)
+    return getattr(_drain_local, "thread", None) is not None
 
 
 def get_auto_drain():
-    """Return the automatic drain mode: ``"thread"``, ``"gc"`` or ``"off"``."""
+    """Return the automatic drain that really runs: ``"thread"``, ``"gc"`` or ``"off"``.
+
+    After ``set_auto_drain("thread")`` this says ``"off"`` while the drain thread cannot be started (a
+    RuntimeWarning said why; the next hand-over tries again). Any thread; never blocks.
+    """
+    if _mode == "thread" and _start_failure is not None:
+        return "off"
     return _mode
 
 
@@ -108,25 +161,42 @@ def set_auto_drain(mode):
     ``"thread"`` (default): a Python thread wakes on the fd and drains; started lazily.
     ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
-    Returns the previous mode. Switching away from ``"thread"`` stops the drain thread and, unless called
-    on that thread or from a finalizer that interrupted cuda_reclaim on this one, waits (up to 2 s) for it
-    to finish the release in progress.
-    Safe from a finalizer, on any thread.
+    Returns the previous mode, as :func:`get_auto_drain` reported it.
+
+    Switching away from ``"thread"`` stops the drain thread and, unless called on that thread or from a
+    finalizer that interrupted cuda_reclaim on this one, waits up to 2 s for it to leave, holding nothing
+    a finalizer needs. Past 2 s (a finalizer on it is blocked, e.g. on a lock this caller holds) the call
+    returns anyway; the thread, already told to stop, leaves when that release returns, and no drain
+    thread starts until it has left (the one leaving starts its successor if the mode is "thread" again
+    by then): there is never more than one. If the thread cannot be started, a RuntimeWarning says why,
+    :func:`get_auto_drain` says ``"off"`` and every later hand-over tries again; meanwhile only explicit
+    drains, event-loop drains and the final drain at exit release anything.
+    Safe from a finalizer, on any thread; blocks at most the 2 s above.
     """
     global _mode
     if mode not in _MODES:
-        raise ValueError(f"auto-drain mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}")
+        raise ValueError(
+            f"set_auto_drain(): the mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}"
+        )
     with _lock:
-        previous = _mode
+        previous = get_auto_drain()
         _mode = mode
         if mode != "thread":
             _retire_locked()
         _set_gc_callback(mode == "gc" and not _closed)
-        _start_locked()
-    _join_retired()
+        failure = _start_locked()
+    try:
+        _warn_start_failure(failure)
+        _join_retired()
+    finally:  # a Ctrl-C in the wait: the switch is made, so the listeners must still hear of it
+        _tell_listeners()
+    return previous
+
+
+def _tell_listeners():
+    mode = get_auto_drain()
     for listener in tuple(_mode_listeners):
         listener(mode)
-    return previous
 
 
 def note_handover():
@@ -136,7 +206,8 @@ def note_handover():
     if _worker is not None or _mode != "thread" or _closed:
         return
     with _lock:
-        _start_locked()
+        failure = _start_locked()
+    _warn_start_failure(failure)
 
 
 def note_attach():
@@ -153,9 +224,19 @@ def is_thread_running():
     return any(thread is not None and thread.is_alive() for thread in threads)
 
 
+def _refused_at_exit(error):
+    # 3.12 refuses every new threading thread once Py_FinalizeEx began (threading._shutdown, then the
+    # atexit hooks), before sys.is_finalizing() turns true: not a failure, the native thread takes over.
+    return getattr(threading, "_SHUTTING_DOWN", False) or "shutdown" in str(error)
+
+
 def _start_locked():
-    """Start the drain thread if the state calls for one. Caller holds _lock."""
-    global _worker, _thread, _starting
+    """Start the drain thread if the state calls for one. Caller holds _lock.
+
+    Returns the text of a RuntimeWarning for the caller to issue once it has let go of _lock (a warning
+    runs user code: filters, showwarning), or None."""
+    global _worker, _thread, _starting, _start_failure
+    _retired[:] = [thread for thread in _retired if thread.is_alive()]
     if (
         _mode != "thread"
         or not _used
@@ -163,25 +244,65 @@ def _start_locked():
         or _fork_depth
         or _starting
         or _worker is not None
+        # A stopped thread may still be inside a release: it starts the successor itself when it leaves.
+        or _retired
         or _reclaim.is_closed()
         # A thread started now would never run (it ends at its first take of the GIL), and before 3.12
         # Thread.start() waits for it for ever: e.g. a fork child made by a finalizer during finalization.
         or sys.is_finalizing()
     ):
-        return
+        return None
     _starting = True
     try:
         worker = _reclaim._DrainWorker()
         thread = _DrainThread(worker)
         try:
             thread.start()
-        except RuntimeError:  # the interpreter no longer starts threads: drains at exit will do
-            return
+        except RuntimeError as error:
+            if not _refused_at_exit(error):
+                raise
+            thread = _NativeDrainThread(worker)
+            thread.start()
         _worker, _thread = worker, thread
+    except (RuntimeError, MemoryError, OSError) as error:  # a memory limit, a pids limit, no eventfd
+        newly = _start_failure is None
+        _start_failure = f"{type(error).__name__}: {error}"
+        return _start_failure if newly else None
     finally:
         _starting = False
+    _start_failure = None
     if _mode != "thread" or _closed or _fork_depth:  # changed by a finalizer while the thread started
         _retire_locked()
+    return None
+
+
+def _warn_start_failure(failure):
+    """Issue the warning _start_locked() returned, if any; caller does not hold _lock."""
+    if failure is None:
+        return
+    warnings.warn(
+        f"cuda_reclaim: the automatic drain thread could not start ({failure}); until a later hand-over "
+        "starts it, only explicit drain() calls, event-loop drains and the final drain at exit release "
+        "anything (get_auto_drain() says 'off' meanwhile)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    _tell_listeners()
+
+
+def _drain_thread_leaves(thread):
+    """The last step of every drain thread, on it: if it had been stopped and the state calls for a drain
+    thread again (a toggle, a fork, a switch that did not wait), start the successor now that this one
+    will touch the queue no more."""
+    global _worker, _thread
+    with _lock:
+        was_retired = thread in _retired
+        if was_retired:
+            _retired.remove(thread)
+        if _thread is thread:  # it left by itself (the queue closed, or finalization began)
+            _worker = _thread = None
+        failure = _start_locked() if was_retired else None
+    _warn_start_failure(failure)
 
 
 def _retire_locked():
@@ -322,7 +443,8 @@ def _after_fork_in_parent():
     global _fork_depth
     with _lock:
         _fork_depth = max(0, _fork_depth - 1)
-        _start_locked()
+        failure = _start_locked()
+    _warn_start_failure(failure)
 
 
 def _after_fork_in_child():
@@ -331,9 +453,9 @@ def _after_fork_in_child():
     # finalizer it ran called fork()), its loop leaves when that release returns. The drain thread
     # restarts lazily on the next Python-side hand-over, as in a new process; at once when a C API user
     # attached in the parent, since its native threads hand over without ever passing through Python.
-    global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting
-    current = threading.current_thread()
-    if isinstance(current, _DrainThread):
+    global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting, _start_failure
+    current = getattr(_drain_local, "thread", None)
+    if current is not None:
         current.worker.stop()
     _lock = _StateLock()
     _worker = _thread = None
@@ -341,11 +463,13 @@ def _after_fork_in_child():
     _closed = False
     _fork_depth = 0
     _starting = False
+    _start_failure = None
     _reclaim._after_fork_in_child()
     _set_gc_callback(_mode == "gc")
     if _attached:
         with _lock:
-            _start_locked()
+            failure = _start_locked()
+        _warn_start_failure(failure)
 
 
 def _install_process_hooks():

@@ -53,6 +53,82 @@ def hand_over_marker():
     return released
 
 
+def switch_back_on_while_the_stopped_thread_is_inside_a_release():
+    # set_auto_drain("off") gives up waiting after its bound; "thread" again must not start a second thread
+    # while the stopped one is still inside the release: that one starts its successor as it leaves.
+    blocker = Blocks()
+    entered, go = blocker.entered, blocker.go
+    cuda_reclaim.defer_release(blocker)
+    del blocker
+    assert entered.wait(30)
+    cuda_reclaim.set_auto_drain("off")  # returns after its bound: the thread is still in the finalizer
+    cuda_reclaim.set_auto_drain("thread")
+    released = hand_over_marker()
+    time.sleep(0.2)
+    print("threads while the stopped one is inside a release:", len(drain_threads()))
+    most = [0]
+    sampling = threading.Event()
+
+    def sample():
+        while not sampling.is_set():
+            most[0] = max(most[0], len(drain_threads()))
+            time.sleep(0.0005)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    go.set()
+    assert released.wait(30), "nothing drained the hand-over made after the switch back on"
+    assert hand_over_marker().wait(30), "no drain thread after the stopped one left"
+    sampling.set()
+    sampler.join()
+    print("most threads at once:", max(most[0], len(drain_threads())))
+    print("threads in the end:", len(drain_threads()))
+    print("done", flush=True)
+
+
+def toggles_from_a_finalizer_on_the_drain_thread():
+    # Off and on again, many times, from a finalizer that the drain thread runs: one drain thread.
+    counts = []
+
+    class Toggles:
+        def __del__(self):
+            for _ in range(100):
+                cuda_reclaim.set_auto_drain("off")
+                cuda_reclaim.set_auto_drain("thread")
+            counts.append(len(drain_threads()))
+
+    cuda_reclaim.defer_release(Toggles())
+    assert wait_until(lambda: counts)
+    print("threads right after the toggles:", counts[0])
+    assert hand_over_marker().wait(30)
+    assert wait_until(lambda: len(drain_threads()) == 1)
+    print("threads in the end:", len(drain_threads()))
+    print("done", flush=True)
+
+
+def fork_while_the_drain_thread_is_inside_a_release():
+    # The fork waits for the drain thread only so long, then goes ahead with it alive: the parent must
+    # not start a second one next to it.
+    blocker = Blocks()
+    entered, go = blocker.entered, blocker.go
+    cuda_reclaim.defer_release(blocker)
+    del blocker
+    assert entered.wait(30)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0, status
+    cuda_reclaim.defer_release(object())  # a hand-over would start one if nothing stopped it
+    time.sleep(0.2)
+    print("parent threads after the fork:", len(drain_threads()))
+    go.set()
+    assert hand_over_marker().wait(30)
+    assert wait_until(lambda: len(drain_threads()) == 1)
+    print("threads in the end:", len(drain_threads()))
+    print("done", flush=True)
+
+
 def ctrl_c_while_close_waits_for_the_drain_thread():
     main_ident = threading.main_thread().ident
 
@@ -81,6 +157,34 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     print("done", flush=True)
 
 
+def a_drain_thread_that_cannot_start(limit_text):
+    # Thread.start() fails as it does under a memory or pids limit; a later hand-over, once it can, starts
+    # the thread. `limit_text`: how many starts fail.
+    failures = [int(limit_text)]
+    name = "_start_joinable_thread" if hasattr(threading, "_start_joinable_thread") else "_start_new_thread"
+    real = getattr(threading, name)
+
+    def refuses(*args, **kwargs):
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise RuntimeError("can't start new thread")
+        return real(*args, **kwargs)
+
+    setattr(threading, name, refuses)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = hand_over_marker()
+        second = hand_over_marker()
+    for warning in caught:
+        print(f"{warning.category.__name__}: {warning.message}")
+    print("mode:", cuda_reclaim.get_auto_drain(), "running:", _auto.is_thread_running())
+    if failures[0] == 0:
+        assert hand_over_marker().wait(30)
+        assert first.wait(30) and second.wait(30)
+        print("after a later hand-over, mode:", cuda_reclaim.get_auto_drain())
+    print("done", flush=True)
+
+
 def launch_from_a_finalizer_during_finalization():
     # No launch earlier in the process, so launch_host_func makes its first Future here, when imports no
     # longer work. After the close at exit it must return the documented already-cancelled future.
@@ -100,8 +204,69 @@ def launch_from_a_finalizer_during_finalization():
     print("done", flush=True)
 
 
+def first_launch_at_exit(where):
+    # The process's first hand-over is a launch made at exit: from an atexit hook registered after the
+    # import (`where` == "atexit"), or from a non-daemon thread being joined at exit ("thread"). 3.12
+    # refuses new threading threads then; the future must still complete.
+    import atexit
+
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import fake_cuda
+
+    fake = fake_cuda.load()
+    fake.fake_cuda_start_threads(1)
+
+    def launch():
+        future = cuda_reclaim.launch_host_func(0x8200, lambda: 7)
+        try:
+            os.write(1, f"result {future.result(timeout=10)}\n".encode())
+        except Exception as error:  # noqa: BLE001 - the test reads what happened
+            os.write(1, f"{type(error).__name__}: {error}\n".encode())
+
+    if where == "atexit":
+        atexit.register(launch)
+    else:
+        def launches_once_the_main_program_ended():
+            wait_until(lambda: not threading.main_thread().is_alive())
+            launch()
+
+        threading.Thread(target=launches_once_the_main_program_ended).start()
+    print("done", flush=True)
+
+def switch_off_while_the_drain_thread_works_through_a_backlog():
+    # "off" means no drain thread touches the queue once set_auto_drain() returns: the thread stops before
+    # its next item and what it had taken goes back to the front of the queue, in order.
+    released = []
+
+    class Slow:
+        def __init__(self, index):
+            self.index = index
+
+        def __del__(self):
+            released.append(self.index)
+            time.sleep(0.002)
+
+    count = 1500
+    for index in range(count):
+        cuda_reclaim.defer_release(Slow(index))
+    assert wait_until(lambda: len(released) >= 20)
+    cuda_reclaim.set_auto_drain("off")
+    at_return = len(released)
+    time.sleep(0.3)
+    print("released after the switch returned:", len(released) - at_return)
+    print("pending is the rest:", cuda_reclaim.pending() == count - at_return)
+    cuda_reclaim.drain()
+    print("in order:", released == list(range(count)))
+    print("done", flush=True)
+
 
 scenario.run(
+    switch_off_while_the_drain_thread_works_through_a_backlog,
+    switch_back_on_while_the_stopped_thread_is_inside_a_release,
+    toggles_from_a_finalizer_on_the_drain_thread,
+    fork_while_the_drain_thread_is_inside_a_release,
     ctrl_c_while_close_waits_for_the_drain_thread,
+    a_drain_thread_that_cannot_start,
     launch_from_a_finalizer_during_finalization,
+    first_launch_at_exit,
 )
