@@ -18,6 +18,22 @@ def drain_threads():
     return [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]
 
 
+def working_drain_threads():
+    """Drain threads that may still drain: not past their loop, not handing over to a successor (the one
+    leaving starts it, so both exist for that instant)."""
+    frames = sys._current_frames()
+    working = 0
+    for thread in drain_threads():
+        names = set()
+        frame = frames.get(thread.ident)
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        if "run" in names and "_drain_thread_leaves" not in names:
+            working += 1
+    return working
+
+
 def wait_until(predicate, limit=30):
     deadline = time.monotonic() + limit
     while not predicate() and time.monotonic() < deadline:
@@ -71,7 +87,7 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
 
     def sample():
         while not sampling.is_set():
-            most[0] = max(most[0], len(drain_threads()))
+            most[0] = max(most[0], working_drain_threads())
             time.sleep(0.0005)
 
     sampler = threading.Thread(target=sample)
@@ -81,7 +97,8 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
     assert hand_over_marker().wait(30), "no drain thread after the stopped one left"
     sampling.set()
     sampler.join()
-    print("most threads at once:", max(most[0], len(drain_threads())))
+    print("most threads draining at once:", max(most[0], working_drain_threads()))
+    wait_until(lambda: len(drain_threads()) == 1)
     print("threads in the end:", len(drain_threads()))
     print("done", flush=True)
 
@@ -140,14 +157,17 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
             frame = frame.f_back
         return False
 
+    entered = threading.Event()
+
     class Slow:
         def __del__(self):  # on the drain thread: Ctrl-C once close() waits for this very thread
+            entered.set()
             wait_until(main_thread_waits_in_close)
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
 
     cuda_reclaim.defer_release(Slow())
-    time.sleep(0.1)
+    assert entered.wait(30)  # the drain thread is inside the release: close() will wait for it
     try:
         cuda_reclaim.close()
     except KeyboardInterrupt:
