@@ -459,6 +459,8 @@ def _after_fork_in_child():
         current.worker.stop()
     _lock = _StateLock()
     _worker = _thread = None
+    # Not the forking drain thread: its drain stops taking from the parent's storage after the reset, so a
+    # new drain thread may serve the child's hand-overs while the finalizer that forked still runs.
     _retired = []
     _closed = False
     _fork_depth = 0
