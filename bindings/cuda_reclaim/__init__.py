@@ -120,16 +120,12 @@ def close():
 
 def stats():
     """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
-    :data:`HOLD_KEYS` and :data:`CALL_KEYS`."""
-    # Sources first: a trampoline counts its push after the queue did, so `handed_over` read second
-    # already includes every push counted here and direct_pushes never goes negative.
-    sources = _graph.source_stats()
-    counters = _reclaim.stats()
-    sources["direct_pushes"] = counters["handed_over"] - sum(sources[key] for key in SOURCE_KEYS[:-1])
-    counters.update((key, sources[key]) for key in SOURCE_KEYS + HOLD_KEYS)
-    calls = _reclaim._call_stats()
-    counters.update((key, calls[key]) for key in CALL_KEYS)
-    return counters
+    :data:`HOLD_KEYS` and :data:`CALL_KEYS`.
+
+    One read of every counter (a single C call): every counter only grows, except the gauges
+    ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding``.
+    """
+    return _reclaim._all_stats()
 
 
 def get_include():
