@@ -86,7 +86,7 @@ HOLD_KEYS = (
 #: Further keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
 CALL_KEYS = (
     "calls_run",  # calls that ran in a drain (an exception counts: the call ran)
-    "calls_cancelled",  # launch_host_func calls that never will: future cancelled first, close, fork child
+    "calls_cancelled",  # calls that never will run: futures cancelled first, close, fork child, host-node firings after close
     "calls_outstanding",  # launch_host_func calls neither run nor cancelled yet
 )
 
