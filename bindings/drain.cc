@@ -2,6 +2,8 @@
 
 #include "bindings/drain.h"
 
+#include <atomic>
+
 #include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
 #include "bindings/release_loop.h"
@@ -18,6 +20,19 @@ namespace {
 // instructions per reference (bench/count_instructions.py).
 __attribute__((noinline)) void release_references(reclaim::ReleaseBatch* batch, void*) {
   release_batch(batch, host_item_type(), release_queued_item);
+}
+
+// The automatic drain thread's: as release_references, and before each item it looks at its worker's
+// stop flag (`context`): once stopped, the drain puts the rest back at the front of the queue and returns.
+__attribute__((noinline)) void release_references_until_stopped(reclaim::ReleaseBatch* batch, void* context) {
+  release_batch(batch, host_item_type(), release_queued_item, static_cast<const std::atomic<bool>*>(context));
+}
+
+// The gc mode's: plain references are released (their finalizers run, as the collector's own do), but a
+// call item is given back unrun, to the front of the queue, for the next drain that runs calls.
+__attribute__((noinline)) void release_references_giving_calls_back(reclaim::ReleaseBatch* batch, void*) {
+  release_batch(batch, host_item_type(),
+                [batch](PyObject* item) { reclaim::ReclaimQueue::give_back(batch, item); });
 }
 
 // Queued items are Python objects the release action touches at once: the drain prefetches them.
@@ -60,6 +75,10 @@ using python_compat::SavedException;
 
 // Set once by bind_queue() at module init (the GIL serializes it); never changes afterwards.
 reclaim::ReclaimQueue* g_queue = nullptr;
+
+// Set (with the GIL) by close_safely() once its final drain has run: from then on no call runs, also a
+// host-node firing that an interrupted drain took before the close. Cleared in a fork child.
+bool g_calls_closed = false;
 }  // namespace
 
 bool bind_queue() noexcept {
@@ -71,14 +90,26 @@ reclaim::ReclaimQueue& queue() noexcept { return *g_queue; }
 
 bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); }
 
-Py_ssize_t drain_safely(std::size_t max_items, bool linger) {
+Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bool>* stop, Calls calls) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const SavedException saved = save_exception();
   const QuietDecref quiet{host_item_type()};
-  const std::size_t released = queue().drain_quietly(release_references, nullptr, max_items, linger, quiet);
+  reclaim::ReleaseBatchFn action = release_references;
+  void* context = nullptr;
+  if (calls == Calls::kGiveBack) {
+    action = release_references_giving_calls_back;
+  } else if (stop != nullptr) {
+    action = release_references_until_stopped;
+    context = const_cast<std::atomic<bool>*>(stop);
+  }
+  const std::size_t released = queue().drain_quietly(action, context, max_items, linger, quiet);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
+
+bool calls_closed() noexcept { return g_calls_closed; }
+
+void reopen_calls_after_fork() noexcept { g_calls_closed = false; }
 
 void close_without_release_if_open() noexcept {
   if (g_queue != nullptr && !g_queue->is_closed()) g_queue->close_without_release();
@@ -93,7 +124,9 @@ Py_ssize_t close_safely() {
   }
   const SavedException saved = save_exception();
   const std::size_t released = queue().close(release_references, nullptr, kObjects);
-  // What was queued before the close has run; the calls CUDA has not handed back never will run now.
+  // What was queued before the close has run; the calls CUDA has not handed back never will run now, nor
+  // will a host-node firing that a drain this close interrupted had already taken.
+  g_calls_closed = true;
   cancel_outstanding_calls();
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);

@@ -16,8 +16,9 @@
 //   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
 //            GIL; work pending: drain again; nothing: end the linger and wait. No GIL is taken to find
 //            nothing.
-//   trim   — after a burst beyond the reserved capacity, a wait that ends with nothing arriving for
-//            kTrimAfterMilliseconds gives the burst's memory back (ReclaimQueue::trim(), GIL released).
+//   trim   — after a burst beyond the reserved capacity, once pending has stayed at or below the reserved
+//            capacity for the trim delay (a trickle of new work does not hold it up), the burst's memory
+//            goes back (ReclaimQueue::trim(), GIL released).
 //   exit   — when stopped, when the queue is closed, or once the interpreter finalizes; on every way out
 //            the signal is settled (end_linger): the fd is readable exactly when work is pending, so no
 //            later push can lose its wake-up.
@@ -66,10 +67,12 @@ namespace {
 // references that arrive meanwhile, and the producers' eventfd writes to about one per period.
 constexpr int kLingerMilliseconds = 1;
 
-// How long the queue must stay quiet after a burst before the loop gives the burst's memory back
-// (ReclaimQueue::trim()): long enough that a stream of bursts keeps its blocks instead of allocating them
-// again on CUDA's thread each time, short enough that a one-off burst does not stay resident.
+// How long pending must stay at or below the reserved capacity after a burst before the loop gives the
+// burst's memory back (ReclaimQueue::trim()): long enough that a stream of bursts keeps its blocks instead
+// of allocating them again on CUDA's thread each time, short enough that a one-off burst does not stay
+// resident. Settable for tests (_reclaim._set_trim_delay); read by each loop round.
 constexpr int kTrimAfterMilliseconds = 1000;
+std::atomic<int> g_trim_delay_ms{kTrimAfterMilliseconds};
 
 // A GIL acquisition that took longer than this was contended: another thread held the GIL and was made
 // to drop it (or dropped it on its own after running a while). An uncontended one takes microseconds. One
@@ -241,7 +244,8 @@ bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
       *state = PyEval_SaveThread();
       return false;  // nothing may be released now; the exit settles the signal
     }
-    const Py_ssize_t released = stopping(self) ? 0 : drain_safely(SIZE_MAX, /*linger=*/true);
+    // The stop flag reaches the drain: a stopped worker leaves before its next item (the rest goes back).
+    const Py_ssize_t released = stopping(self) ? 0 : drain_safely(SIZE_MAX, /*linger=*/true, &self->stop_requested);
     *state = PyEval_SaveThread();
     // A contended drain does not linger (see the top of this file): it ends the linger at once, like a
     // drain that found nothing. Always through end_linger(), never by draining without the linger flag:
@@ -273,6 +277,35 @@ void forget_drain_threads_after_fork() noexcept {
 
 namespace {
 
+// When the loop gives a burst's memory back: once pending has stayed at or below the reserved capacity
+// for the trim delay since it was last seen above it. GIL not needed.
+class TrimClock {
+ public:
+  // Trims if due; returns how long the loop may wait before asking again (ms; -1: no trim pending).
+  int trim_if_due() {
+    if (!queue().trim_would_help()) {
+      watching_ = false;
+      return -1;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!watching_ || queue().pending() > queue().reserved_capacity()) {
+      watching_ = true;
+      low_since_ = now;  // the burst is still here (or just noticed): the delay starts again
+    }
+    const auto delay = std::chrono::milliseconds(g_trim_delay_ms.load(std::memory_order_relaxed));
+    if (now - low_since_ >= delay) {
+      if (queue().trim() != reclaim::TrimStatus::kTrimmed) low_since_ = now;  // busy: one delay later
+      return queue().trim_would_help() ? static_cast<int>(delay.count()) : -1;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(low_since_ + delay - now);
+    return static_cast<int>(left.count()) + 1;
+  }
+
+ private:
+  bool watching_ = false;
+  std::chrono::steady_clock::time_point low_since_;
+};
+
 PyObject* worker_run(PyObject* object, PyObject*) {
   auto* self = reinterpret_cast<DrainWorker*>(object);
   if (self->started.exchange(true, std::memory_order_acq_rel)) {
@@ -283,17 +316,14 @@ PyObject* worker_run(PyObject* object, PyObject*) {
   if (interpreter_finalizing()) Py_RETURN_NONE;
   // From here on the loop holds the GIL only to drain.
   PyThreadState* state = PyEval_SaveThread();
+  TrimClock trim_clock;
   while (!stopping(self) && !queue().is_closed()) {
-    // After a burst beyond the reserved capacity the wait is bounded: when nothing arrives for
-    // kTrimAfterMilliseconds, the burst's memory goes back (trim() runs no Python and needs no GIL; busy:
-    // a drain elsewhere is in the storage, so the next quiet period tries again). Otherwise the wait has
-    // no limit: an idle process never wakes this thread.
-    const int timeout_ms = queue().trim_would_help() ? kTrimAfterMilliseconds : -1;
+    // After a burst beyond the reserved capacity the wait is bounded by when the trim is due (trim() runs
+    // no Python and needs no GIL; busy: a drain elsewhere is in the storage, so it tries again one delay
+    // later). Otherwise the wait has no limit: an idle process never wakes this thread.
+    const int timeout_ms = trim_clock.trim_if_due();
     // false: a timeout, or EINTR (the loop condition decides); stopped: the loop condition decides.
-    if (!queue().wait_for_work_or(self->stop_fd, timeout_ms)) {
-      if (timeout_ms >= 0 && !stopping(self)) (void)queue().trim();
-      continue;
-    }
+    if (!queue().wait_for_work_or(self->stop_fd, timeout_ms)) continue;
     if (stopping(self)) continue;
     if (!drain_while_work_arrives(self, &state)) break;
   }
@@ -533,7 +563,30 @@ PyType_Spec kNativeThreadSpec = {
 
 }  // namespace
 
+namespace {
+
+PyObject* py_set_trim_delay(PyObject*, PyObject* seconds) {
+  const double value = PyFloat_AsDouble(seconds);
+  if (value == -1.0 && PyErr_Occurred()) return nullptr;
+  if (!(value >= 0.0 && value <= 3600.0)) {
+    PyErr_Format(PyExc_ValueError, "_set_trim_delay(): seconds must be in [0, 3600], not %R", seconds);
+    return nullptr;
+  }
+  const int previous = g_trim_delay_ms.exchange(static_cast<int>(value * 1000.0), std::memory_order_relaxed);
+  return PyFloat_FromDouble(previous / 1000.0);
+}
+
+PyMethodDef kWorkerFunctions[] = {
+    {"_set_trim_delay", py_set_trim_delay, METH_O,
+     "_set_trim_delay(seconds, /)\n--\n\nInternal (tests): how long pending must stay at or below the reserved\n"
+     "capacity after a burst before the drain thread trims; returns the previous delay. Default 1.0."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
 int add_drain_worker_type(PyObject* module) {
+  if (PyModule_AddFunctions(module, kWorkerFunctions) < 0) return -1;
   PyObject* native_type = PyType_FromSpec(&kNativeThreadSpec);
   if (native_type == nullptr) return -1;
   if (PyModule_AddObject(module, "_NativeThread", native_type) < 0) {

@@ -10,8 +10,13 @@
 #define PY_SSIZE_T_CLEAN
 #include "bindings/graph_functions.h"
 
+#include <sched.h>
+
+#include <atomic>
 #include <cstdint>
 
+#include "bindings/call_items.h"
+#include "bindings/drain.h"
 #include "bindings/module_state.h"
 #include "graph/counters.h"
 #include "graph/driver.h"
@@ -133,6 +138,65 @@ PyObject* py_source_stats(PyObject*, PyObject*) {
   return dict;
 }
 
+// The highest direct_pushes reported so far: each read reports at least this, so the counter never goes
+// down (see py_all_stats).
+std::atomic<std::uint64_t> g_direct_pushes_reported{0};
+
+// Every counter of cuda_reclaim.stats(), in one read: the queue's (STATS_KEYS), pushes by source, what CUDA
+// holds, and the calls. direct_pushes is handed_over minus the pushes by source; a trampoline counts its
+// source just after its push, so a read that catches one in between would count its push as direct. The
+// read is therefore bracketed by the trampolines' in-flight counts (left first, entered last) and repeated
+// (bounded) until no trampoline push was in flight: then it is exact. Otherwise it reports a lower bound
+// (every push that might have been half-counted is taken as not direct), and never less than an earlier
+// read: every counter but the gauges only grows. Requires the GIL (the call counters).
+PyObject* py_all_stats(PyObject*, PyObject*) {
+  constexpr int kAttempts = 64;
+  reclaim::CounterSnapshot queue_counters;
+  graph::GraphCounters held;
+  graph::SourceCounters sources;
+  std::uint64_t in_flight = 0;
+  Py_BEGIN_ALLOW_THREADS
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    if (attempt >= 8) sched_yield();
+    const std::uint64_t left = graph::trampolines_left();
+    held = graph::graph_counters();
+    sources = graph::source_counters();
+    queue_counters = reclaim_bindings::queue().snapshot();
+    in_flight = graph::trampolines_entered() - left;
+    if (in_flight == 0) break;
+  }
+  Py_END_ALLOW_THREADS
+  const std::uint64_t by_source =
+      sources.graph_user_objects + sources.stream_host_functions + held.host_calls + held.host_node_calls;
+  const std::uint64_t lower =
+      queue_counters.handed_over > by_source + in_flight ? queue_counters.handed_over - by_source - in_flight : 0;
+  std::uint64_t direct = g_direct_pushes_reported.load(std::memory_order_relaxed);
+  while (lower > direct &&
+         !g_direct_pushes_reported.compare_exchange_weak(direct, lower, std::memory_order_relaxed)) {
+  }
+  if (lower > direct) direct = lower;
+
+  PyObject* dict = PyDict_New();
+  if (dict == nullptr) return nullptr;
+  bool ok = true;
+#define RECLAIM_ALL_STATS_QUEUE_ITEM_(name, description) ok = ok && set_counter(dict, #name, queue_counters.name);
+  RECLAIM_COUNTERS(RECLAIM_ALL_STATS_QUEUE_ITEM_)
+#undef RECLAIM_ALL_STATS_QUEUE_ITEM_
+  ok = ok && set_counter(dict, "graph_user_objects", sources.graph_user_objects) &&
+       set_counter(dict, "stream_host_functions", sources.stream_host_functions) &&
+       set_counter(dict, "host_calls", held.host_calls) && set_counter(dict, "host_node_calls", held.host_node_calls) &&
+       set_counter(dict, "direct_pushes", direct) && set_counter(dict, "attached_to_cuda", held.attached_to_cuda) &&
+       set_counter(dict, "handed_back_by_cuda", held.handed_back_by_cuda) &&
+       set_counter(dict, "held_by_cuda", held.held_by_cuda) && set_counter(dict, "calls_run", reclaim_bindings::g_call_counters.run) &&
+       set_counter(dict, "calls_cancelled", reclaim_bindings::g_call_counters.cancelled) &&
+       set_counter(dict, "calls_outstanding", reclaim_bindings::g_call_counters.outstanding);
+  if (!ok) {
+    Py_DECREF(dict);
+    return nullptr;
+  }
+  return dict;
+}
+
 PyObject* py_driver_info(PyObject*, PyObject*) {
   const graph::Driver* driver;
   Py_BEGIN_ALLOW_THREADS
@@ -156,6 +220,8 @@ PyMethodDef kGraphMethods[] = {
      METH_FASTCALL,
      "_keep_alive_stream(custream: int, payload)\n\nHand payload to the queue when the stream reaches "
      "this point (a host function)."},
+    {"_all_stats", py_all_stats, METH_NOARGS,
+     "_all_stats() -> dict\n\nEvery counter of cuda_reclaim.stats(), read together (see stats())."},
     {"_source_stats", py_source_stats, METH_NOARGS,
      "_source_stats() -> dict\n\nPushes made by graph user-object destructors and stream host functions, "
      "destructors whose payload was withdrawn after a failed attach, the threads (as "

@@ -5,9 +5,12 @@
 // graph/'s native count, so CUDA's thread never changes a Python refcount.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include <new>
 
 #include "bindings/call_items.h"
+#include "bindings/drain.h"
 
 namespace reclaim_bindings {
 namespace graph = reclaim::graph;
@@ -35,6 +38,12 @@ HostNode* new_host_node(PyObject* fn, PyObject* args) {
 void host_node_arrived(HostNode* node) {
   if (graph::host_node_entry_is_final(&node->slot)) {
     Py_DECREF(node);  // the user object went last: the native count's Python reference
+    return;
+  }
+  if (calls_closed()) {
+    // Taken by a drain that a close() interrupted: after close() no call runs (docs/callbacks.md).
+    ++g_call_counters.cancelled;
+    if (graph::host_node_call_done(&node->slot)) Py_DECREF(node);
     return;
   }
   ++g_call_counters.run;

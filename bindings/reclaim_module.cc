@@ -138,6 +138,10 @@ PyObject* py_drain(PyObject*, PyObject* args, PyObject* kwargs) {
   return PyLong_FromSsize_t(drain_safely(budget));
 }
 
+PyObject* py_drain_references(PyObject*, PyObject*) {
+  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim_bindings::Calls::kGiveBack));
+}
+
 PyObject* py_wait(PyObject*, PyObject* args, PyObject* kwargs) {
   static const char* kKeywords[] = {"timeout", nullptr};
   PyObject* timeout = nullptr;
@@ -221,6 +225,7 @@ PyObject* py_report(PyObject*, PyObject*) {
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
   reclaim_bindings::forget_drain_threads_after_fork();
   reclaim_bindings::forget_calls_after_fork();
+  reclaim_bindings::reopen_calls_after_fork();
   Py_RETURN_NONE;
 }
 
@@ -251,6 +256,9 @@ PyMethodDef kMethods[] = {
      "pending, first wait (GIL released) up to timeout seconds for work; a closed queue returns at once.\n"
      "Finalizer exceptions go to sys.unraisablehook. Safe to call from a finalizer. Releases nothing\n"
      "once the interpreter is finalizing."},
+    {"_drain_references", py_drain_references, METH_NOARGS,
+     "Internal (the gc mode's hook): release queued references, but give every call (host call, host-node\n"
+     "firing) back unrun to the front of the queue, for the next drain that runs calls."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
     {"_trim_would_help", py_trim_would_help, METH_NOARGS,

@@ -73,6 +73,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     counters.rejected = rejected_.load(std::memory_order_relaxed);
     counters.handed_over = before.admitted + before.leaked + overflow_admitted - counters.rejected;
     counters.released = released_.load(std::memory_order_relaxed);
+    counters.in_drain = in_drain_.load(std::memory_order_relaxed);
     counters.pending = stored_count();
     note_pending(counters.pending);
     counters.leaked_after_close = before.leaked + overflow_leaked_in(admissions);
@@ -92,6 +93,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
   counters.nonempty_drains = nonempty_drains_.load(std::memory_order_relaxed);
   counters.max_pending = max_pending_.load(std::memory_order_relaxed);
   counters.eventfd_writes = eventfd_writes_.load(std::memory_order_relaxed);
+  counters.trims = trims_.load(std::memory_order_relaxed);
   return counters;
 }
 
@@ -106,7 +108,10 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
       slots.admitted + slots.leaked + (admissions & ~kClosedBit) - rejected_.load(std::memory_order_relaxed);
   const std::uint64_t overflow_leaked = overflow_leaked_in(admissions);
   const std::uint64_t gone = released_.load(std::memory_order_relaxed) + slots.leaked + overflow_leaked;
+  // What drains had taken and not settled (in_drain) is in neither `gone` term: abandoned too. A drain of
+  // the forking thread that goes on in the child settles it out of abandoned_after_fork (uncount_taken).
   abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
+  in_drain_.store(0, std::memory_order_relaxed);
   overflow_leaked_before_reopen_.store(overflow_leaked, std::memory_order_relaxed);  // ends the derivation
   push_admissions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // open again
   push_completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
@@ -122,6 +127,7 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   }
   retired_.store(nullptr, std::memory_order_relaxed);
   storage_.store(make_storage(options_.reserved_capacity), std::memory_order_relaxed);
+  front_.store(make_storage(0), std::memory_order_relaxed);  // the parent's give-backs are abandoned too
   pending_since_trim_.store(0, std::memory_order_relaxed);
 
   // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds

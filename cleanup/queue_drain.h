@@ -145,34 +145,48 @@ inline std::optional<StorageReader> reader_in_fork_child(const ReclaimQueue& que
 template <class Take>
 std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
                                              std::size_t max_items, bool linger, const Take& take) {
-  // The caller's reader: neither storage changes until it leaves. A storage a failed trim() retired is
-  // emptied first.
-  // Unless a release forks and the child goes on: the child's reset abandons both storages (their pointers
+  // The caller's reader: neither storage changes until it leaves. What drains gave back (front_) is taken
+  // first, as much of it as was there when this drain began (what this drain gives back itself waits for
+  // the next one); then a storage a failed trim() retired; then the current one.
+  // Unless a release forks and the child goes on: the child's reset abandons the storages (their pointers
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
-  // reader (reader.forked()). There the drain finishes the batch in hand (counted as released before the
-  // fork) and stops.
+  // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
+  // abandoned_after_fork, see uncount_taken) and stops.
+  Storage* const front = front_.load(std::memory_order_relaxed);
+  std::size_t front_left = front->queue.size_approx();
   Storage* const retired = retired_.load(std::memory_order_relaxed);
   PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
   note_pending(stored_count());
   void* batch[kDrainBatch];
-  std::size_t total = 0;
-  while (total < max_items) {
-    const std::size_t want = max_items - total < kDrainBatch ? max_items - total : kDrainBatch;
-    TakenBatch got = retired != nullptr ? take(retired->queue, batch, want) : TakenBatch{0, 0};
-    PointerQueue& queue = got.taken != 0 ? retired->queue : current;
+  std::size_t taken_total = 0;
+  std::size_t released_total = 0;
+  bool stopped = false;
+  while (taken_total < max_items && !stopped) {
+    const std::size_t want = max_items - taken_total < kDrainBatch ? max_items - taken_total : kDrainBatch;
+    TakenBatch got{0, 0, 0};
+    if (front_left != 0) {
+      got = take(front->queue, batch, want < front_left ? want : front_left);
+      front_left = got.taken == 0 ? 0 : front_left - got.taken;
+    }
+    if (got.taken == 0 && retired != nullptr) got = take(retired->queue, batch, want);
     if (got.taken == 0) got = take(current, batch, want);
     if (got.taken == 0) break;
-    // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in
-    // neither bucket for longer than the dequeue itself (a quiet release runs no code that could look).
-    released_.fetch_add(got.taken, std::memory_order_relaxed);
-    if (total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
-    total += got.taken;
+    // Counted before the release calls (the quiet ones as released, the others as in_drain), so a nested
+    // drain or a snapshot never sees these pointers in no bucket for longer than the dequeue itself.
+    const std::size_t quiet = got.taken - got.left;
+    if (quiet != 0) released_.fetch_add(quiet, std::memory_order_relaxed);
+    if (got.left != 0) in_drain_.fetch_add(got.left, std::memory_order_relaxed);
+    if (taken_total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
+    taken_total += got.taken;
+    released_total += quiet;
     if (got.left == 0) continue;
     // Only after a full dequeue: more is probably queued, and those lines are written. After a short one
     // the queue is (nearly) empty, and fetching the lines the producer writes next would only take
     // them away from its core.
     std::uintptr_t ahead = got.taken == want ? got.next_source : 0;
     ReleaseBatch items{batch, 0, 0, got.left};
+    items.queue = this;
+    items.generation = reader.generation;
     try {
       while (items.count < got.left) {
         const std::size_t chunk = got.left - items.count < kReleaseChunk ? got.left - items.count : kReleaseChunk;
@@ -182,37 +196,38 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
           ahead += kLookahead * chunk * sizeof(void*);
         }
         release(&items, context);
+        if (items.stop) break;
+        settle(&items, items.count);
       }
     } catch (...) {
       // The item being released counts as released (its owner's action ran); the rest are still ours: back
-      // into the storage they came from, or after a fork into the child's own.
+      // to the front, into the child's own after a fork (front_ is read again).
+      settle(&items, items.next < got.left ? items.next : got.left);
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
-      const std::optional<StorageReader> child_reader = reader_in_fork_child(*this, reader);
-      PointerQueue& back = child_reader ? storage_.load(std::memory_order_relaxed)->queue : queue;
-      if (rest != 0) {
-        // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight),
-        // never in two.
-        released_.fetch_sub(rest, std::memory_order_relaxed);
-        if (back.enqueue_bulk(batch + items.next, rest)) {
-          raise_signal();
-        } else {
-          // Out of memory at that very moment (the put-back goes through this thread's own producer,
-          // which may need a block): these references can be stored nowhere, so they count as a push
-          // that could not be stored does, in `rejected` (leaked), never as released.
-          rejected_.fetch_add(rest, std::memory_order_relaxed);
-        }
-      }
+      // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
+      // in two.
+      uncount_taken(rest, items.generation);
+      put_back(batch + items.next, rest);
       throw;
     }
+    if (items.stop) {
+      // The action asked to stop before items[next]: that one and the rest of the dequeue go back first.
+      settle(&items, items.next);
+      const std::size_t rest = got.left - items.next;
+      uncount_taken(rest, items.generation);
+      put_back(batch + items.next, rest);
+      stopped = true;
+    }
+    released_total += items.released;
     if (reader.forked()) break;
   }
   const std::optional<StorageReader> child_reader = reader_in_fork_child(*this, reader);  // settling reads it
-  if (linger && total != 0) {
+  if (linger && released_total != 0 && !stopped) {
     linger_if_empty();
   } else {
     clear_signal_if_empty();
   }
-  return total;
+  return released_total;
 }
 
 template <class QuietRelease>

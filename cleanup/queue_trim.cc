@@ -81,6 +81,7 @@ TrimStatus ReclaimQueue::trim() noexcept {
     retired_.store(nullptr, std::memory_order_relaxed);
     pending_since_trim_.store(0, std::memory_order_relaxed);
     free_storage(source);
+    trims_.fetch_add(1, std::memory_order_relaxed);
 #if defined(__GLIBC__)
     ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
 #endif

@@ -38,11 +38,13 @@ extern "C" {
  * one, in this order. Fields are only ever appended. The conservation law, exact whenever nothing is in
  * flight (no push between its count and its enqueue, no drain between its dequeue and its count; a
  * closed queue has no push in flight once its close has returned, whatever arrives after it):
- *     handed_over == released + pending + leaked_after_close + abandoned_after_fork           */
+ *     handed_over == released + pending + in_drain + leaked_after_close + abandoned_after_fork
+ * in_drain is what a drain has taken off the queue and not yet finished releasing: its release action is
+ * still running (possibly for good, in a thread that exit stopped in the middle of a call).            */
 #define RECLAIM_COUNTERS(X)                                                                              \
   X(handed_over, "references handed over and accepted: queued, or counted as leaked because the queue " \
                  "was closed (a rejected hand-over is not in it)")                                        \
-  X(released, "references released by a drain or by close()")                                          \
+  X(released, "references whose release by a drain or by close() has finished (a call: it ran)")       \
   X(pending, "queued now (read from the queue itself, never derived from the other counters)")         \
   X(leaked_after_close, "handed over after close(): counted, never touched, never released")            \
   X(rejected, "could not be stored (allocation failure; also the rest of a batch whose release "      \
@@ -50,7 +52,10 @@ extern "C" {
   X(abandoned_after_fork, "queued in the parent when this process forked; the child never releases them") \
   X(nonempty_drains, "drains (and closes) that released at least one reference")                        \
   X(max_pending, "highest pending seen by a drain, close or counter read (a high-water mark)")          \
-  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls")
+  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls")     \
+  X(in_drain, "taken off the queue by a drain that has not finished releasing them (a gauge, like "     \
+              "pending; at exit: what a drain took and never finished)")                                 \
+  X(trims, "times trim() gave a burst's memory back (by hand, or the drain thread's own)")
 
 /* Counter snapshot; see RECLAIM_COUNTERS for what each field holds. */
 typedef struct reclaim_stats {
@@ -61,8 +66,8 @@ typedef struct reclaim_stats {
 
 /* The conservation law, written once. 1 when it holds for `stats`, else 0. */
 static inline int reclaim_stats_conserved(const reclaim_stats* stats) {
-  return stats->handed_over ==
-         stats->released + stats->pending + stats->leaked_after_close + stats->abandoned_after_fork;
+  return stats->handed_over == stats->released + stats->pending + stats->in_drain +
+                                   stats->leaked_after_close + stats->abandoned_after_fork;
 }
 
 /* Results of push(). */

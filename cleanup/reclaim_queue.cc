@@ -103,6 +103,7 @@ ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
       slot_mask_(round_up_to_power_of_two(options.producer_slots == 0 ? 1 : options.producer_slots) - 1),
       wakeup_fd_(make_eventfd()),
       closed_fd_(make_eventfd()) {
+  front_.store(make_storage(0), std::memory_order_relaxed);  // no blocks until something is given back
   // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
   void* slot_memory = nullptr;
   if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * (slot_mask_ + 1)) != 0) {
@@ -124,6 +125,7 @@ ReclaimQueue::~ReclaimQueue() {
   std::free(storage);
   Storage* retired = retired_.load(std::memory_order_relaxed);  // a trim that ran out of memory
   if (retired != nullptr) free_storage(retired);
+  free_storage(front_.load(std::memory_order_relaxed));
   ::close(wakeup_fd_);
   ::close(closed_fd_);
 }
@@ -219,7 +221,49 @@ std::size_t ReclaimQueue::stored_count() const noexcept {
   std::size_t count = storage_.load(std::memory_order_seq_cst)->queue.size_approx();
   const Storage* retired = retired_.load(std::memory_order_relaxed);
   if (retired != nullptr) count += retired->queue.size_approx();
-  return count;
+  return count + front_.load(std::memory_order_relaxed)->queue.size_approx();
+}
+
+void ReclaimQueue::uncount_taken(std::size_t count, std::uint64_t generation) noexcept {
+  if (count == 0) return;
+  if (fork_generation_.load(std::memory_order_relaxed) != generation) {
+    abandoned_after_fork_.fetch_sub(count, std::memory_order_relaxed);  // the reset counted them there
+  } else {
+    in_drain_.fetch_sub(count, std::memory_order_relaxed);
+  }
+}
+
+void ReclaimQueue::put_back(void* const* items, std::size_t count) noexcept {
+  if (count == 0) return;
+  // This thread's own implicit producer of the front storage: a drain's put-back keeps its order.
+  if (front_.load(std::memory_order_relaxed)->queue.enqueue_bulk(items, count)) {
+    raise_signal();
+  } else {
+    // Out of memory at that very moment: stored nowhere, so counted as a push that could not be stored
+    // is, in `rejected` (leaked), never as released.
+    rejected_.fetch_add(count, std::memory_order_relaxed);
+  }
+}
+
+void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
+  ReclaimQueue* const queue = batch->queue;
+  if (queue == nullptr || upto <= batch->settled) return;
+  const std::size_t released = upto - batch->settled - batch->given_back;
+  // Out of in_drain first: in between, a snapshot finds them in no bucket, never in two.
+  queue->uncount_taken(released, batch->generation);
+  queue->released_.fetch_add(released, std::memory_order_relaxed);
+  batch->settled = upto;
+  batch->given_back = 0;
+  batch->released += released;
+}
+
+void ReclaimQueue::give_back(ReleaseBatch* batch, void* item) noexcept {
+  ReclaimQueue* const queue = batch->queue;
+  if (queue == nullptr) return;
+  queue->uncount_taken(1, batch->generation);
+  ++batch->given_back;
+  void* const items[1] = {item};
+  queue->put_back(items, 1);
 }
 
 void ReclaimQueue::clear_signal_if_empty() noexcept {

@@ -65,6 +65,12 @@ namespace reclaim {
 // passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
 // std::terminate) after putting back the items the action had not reached (`next` onwards for a batch:
 // the item being released when it unwound counts as released).
+//
+// Counting: a drain counts what it takes as in_drain, and each item as released once the action is done
+// with it: the drain settles a call's items when the call returns; an action settles earlier
+// (ReclaimQueue::settle) before it runs something that may take long (a Python call), so that counters
+// and an exit report taken meanwhile say what really happened. An action may also give an item back
+// unreleased (ReclaimQueue::give_back: it is pending again, at the front) or stop the drain (`stop`).
 using ReleaseFn = void (*)(void* item, void* context);
 struct ReleaseBatch {
   void* const* items;
@@ -74,6 +80,20 @@ struct ReleaseBatch {
   // later call of the same drain: the action may read them (to prefetch what they point to), never
   // release them. A call whose items end with their dequeue has available == count.
   std::size_t available;
+  // Set by the action, with `next` at the first item it did not release: the drain puts items[next ...)
+  // of its whole dequeue back at the front of the queue (pending again, taken first by the next drain, in
+  // this order) and returns.
+  bool stop = false;
+  // The drain's bookkeeping (the action never writes these): items[0 ... settled) are counted, the
+  // `given_back` of them (since the last settle) that went back to the queue as pending, the rest as
+  // released (`released` in all); `queue` and
+  // `generation` say whose counters and whether a fork reset came in between. Null queue: nothing counts
+  // (a release action run over a plain array).
+  std::size_t settled = 0;
+  std::size_t given_back = 0;
+  std::size_t released = 0;  // settled as released, in all
+  class ReclaimQueue* queue = nullptr;
+  std::uint64_t generation = 0;
 };
 using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
 
@@ -250,6 +270,22 @@ class ReclaimQueue {
   // Any thread; never touches Python; never blocks.
   bool is_closed() const noexcept;
 
+  // For a release action during its call: counts batch->items[batch->settled ... upto) as released (minus
+  // what it gave back), before the drain would at the call's end. Call it before anything that may take
+  // long (a Python call), so that counters and the exit report do not show finished items as in_drain.
+  // The releasing thread; never touches Python; never blocks.
+  static void settle(ReleaseBatch* batch, std::size_t upto) noexcept;
+
+  // For a release action during its call: `item`, the batch's item at batch->next, is not released but
+  // goes back to the front of the queue (pending again; the next drain takes it first, this drain does
+  // not take it again) and the wake-up fd becomes readable. If it cannot be stored (out of memory) it is
+  // counted as rejected (leaked). The releasing thread; never touches Python; may allocate (once per
+  // thread that gives back).
+  static void give_back(ReleaseBatch* batch, void* item) noexcept;
+
+  // The reserved capacity in pointers (QueueOptions::reserved_capacity). Any thread; never blocks.
+  std::size_t reserved_capacity() const noexcept { return options_.reserved_capacity; }
+
   // False when nothing was signalled since the last emptying drain: the one load an empty drain() costs,
   // for callers that want to skip work of their own (argument parsing) before draining.
   // Any thread; never touches Python; never blocks.
@@ -320,6 +356,12 @@ class ReclaimQueue {
   static bool move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept;
   static void free_storage(Storage* storage) noexcept;
   void linger_if_empty() noexcept;
+  // Takes `count` items a drain of fork generation `generation` took out of in_drain (or, after a fork
+  // reset that counted them as abandoned, out of abandoned_after_fork). Any owner thread.
+  void uncount_taken(std::size_t count, std::uint64_t generation) noexcept;
+  // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and makes
+  // the wake-up fd readable. The caller has uncounted them. Any owner thread; may allocate.
+  void put_back(void* const* items, std::size_t count) noexcept;
   void note_pending(std::uint64_t seen) const noexcept;
   // Leaks after close outside the slots, for the value `admissions` of push_admissions_.
   std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
@@ -372,6 +414,10 @@ class ReclaimQueue {
   // until a later trim() empties and frees it. Written only by trim() (readers excluded) and the fork
   // reset; null almost always.
   std::atomic<Storage*> retired_{nullptr};
+  // What drains gave back (ReleaseBatch::stop, give_back(), an unwinding release): taken before the
+  // storages, so it keeps its place ahead of what arrived later. Created with the queue; never replaced
+  // by trim(); abandoned (never freed) and replaced by the fork reset. Drains are its only producers.
+  std::atomic<Storage*> front_{nullptr};
   // The highest pending seen since the last trim (raised with max_pending_): trim() gives memory back
   // when it exceeded the reserved capacity.
   mutable std::atomic<std::uint64_t> pending_since_trim_{0};
@@ -393,6 +439,11 @@ class ReclaimQueue {
   std::atomic<std::uint64_t> nonempty_drains_{0};
   mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
+  // Taken by a drain and not yet settled (ReleaseBatch): raised at the dequeue, lowered when the items are
+  // settled or put back; relaxed. The fork reset moves it into abandoned_after_fork_ (a drain that outlived
+  // the reset then settles out of that bucket instead, see uncount_taken).
+  std::atomic<std::uint64_t> in_drain_{0};
+  std::atomic<std::uint64_t> trims_{0};  // trim() calls that replaced the storage; relaxed
   // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers (on
   // the drains' own line, not readers_', which every reader writes). A reader from before the fork (the
   // forking thread's own drain, when a finalizer it ran called fork()) was wiped out of readers_ by the

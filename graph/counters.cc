@@ -63,6 +63,14 @@ void note_handed_back() noexcept {
   g_held_by_cuda.fetch_sub(1, std::memory_order_relaxed);
 }
 
+std::atomic<std::uint64_t> g_trampolines_entered{0};
+std::atomic<std::uint64_t> g_trampolines_left{0};
+
+void note_trampoline_enter() noexcept { g_trampolines_entered.fetch_add(1, std::memory_order_seq_cst); }
+void note_trampoline_leave() noexcept { g_trampolines_left.fetch_add(1, std::memory_order_release); }
+std::uint64_t trampolines_entered() noexcept { return g_trampolines_entered.load(std::memory_order_seq_cst); }
+std::uint64_t trampolines_left() noexcept { return g_trampolines_left.load(std::memory_order_acquire); }
+
 void note_host_call_push() noexcept { g_host_calls.fetch_add(1, std::memory_order_relaxed); }
 
 void note_host_node_push() noexcept { g_host_node_calls.fetch_add(1, std::memory_order_relaxed); }

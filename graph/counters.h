@@ -62,6 +62,15 @@ void note_attach_end(bool taken) noexcept;
 // Any thread; never touches Python; never blocks.
 void note_handed_back() noexcept;
 
+// A trampoline's push and its count by source are in flight between these two (push_payload): entered
+// seq_cst before the push, left (release) after the count. A reader that reads `left` first and
+// `entered` last, and finds them equal, saw no such push half-counted in between.
+// Any thread; never touches Python; never blocks.
+void note_trampoline_enter() noexcept;
+void note_trampoline_leave() noexcept;
+std::uint64_t trampolines_entered() noexcept;  // seq_cst load
+std::uint64_t trampolines_left() noexcept;     // acquire load
+
 // One push by a host-call trampoline / a host-node firing (accepted by the queue).
 // Any thread; never touches Python; never blocks.
 void note_host_call_push() noexcept;

@@ -23,12 +23,8 @@ void host_call_function(void* data) noexcept {
   internal::note_host_function_thread();
   CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
   slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
-  const int status = internal::push_payload(slot->payload);
-  if (internal::accepted(status)) {
-    note_host_call_push();
-  } else if (status == RECLAIM_REJECTED) {
-    order->rejected.fetch_add(1, std::memory_order_relaxed);
-  }
+  const int status = internal::push_payload(slot->payload, note_host_call_push);
+  if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
   note_handed_back();
 }
 
@@ -54,10 +50,8 @@ void host_node_function(void* data) noexcept {
   internal::note_host_function_thread();
   // The user object holds one reference for as long as the graph can fire, so this never starts from 0.
   slot->native_refs.fetch_add(1, std::memory_order_relaxed);
-  const int status = internal::push_payload(slot->payload);
-  if (internal::accepted(status)) {
-    note_host_node_push();
-  } else if (status == RECLAIM_REJECTED) {
+  const int status = internal::push_payload(slot->payload, note_host_node_push);
+  if (status == RECLAIM_REJECTED) {
     slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
   }
 }
@@ -74,7 +68,7 @@ void host_node_destructor(void* data) noexcept {
   // launch of the graphs that hold them, so no firing can follow.)
   if (slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     void* const payload = slot->payload;  // read before the push: after it, the slot may be freed
-    if (internal::accepted(internal::push_payload(payload))) internal::note_user_object_push();
+    (void)internal::push_payload(payload, internal::note_user_object_push);
   }
 }
 

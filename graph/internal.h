@@ -18,8 +18,10 @@ namespace graph {
 namespace internal {
 
 // Pushes `payload` into the process-wide queue through cleanup/'s C entry point (which follows an
-// adopted queue); returns the RECLAIM_* status.
-int push_payload(void* payload) noexcept;
+// adopted queue) and, when the queue took it, counts it by source with `count_source`; returns the
+// RECLAIM_* status. The push and its count are one trampoline push in flight (counters.h), so that a
+// stats read can tell whether pushes by source and the queue's handed_over agree.
+int push_payload(void* payload, void (*count_source)() noexcept) noexcept;
 
 // True for a push the queue took (queued, or counted as leaked because it was closed).
 bool accepted(int status) noexcept;

@@ -50,11 +50,15 @@ bool consume_withdrawn(void* payload) noexcept {
   return false;
 }
 
-int push_payload(void* payload) noexcept {
+int push_payload(void* payload, void (*count_source)() noexcept) noexcept {
+  note_trampoline_enter();
   // Through the C entry point: when this copy of cleanup/ adopted the owner's table (reclaim_adopt, e.g.
   // an extension built with Bazel next to the cuda_reclaim wheel), it forwards to the queue that is
   // drained.
-  return reclaim_push(payload);
+  const int status = reclaim_push(payload);
+  if (accepted(status)) count_source();
+  note_trampoline_leave();
+  return status;
 }
 
 bool accepted(int status) noexcept { return status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE; }
@@ -150,15 +154,17 @@ void graph_user_object_destructor(void* payload) noexcept {
     internal::note_withdrawn();  // back with the failed attach's caller, which counts it (not handed back)
     return;
   }
-  if (internal::accepted(internal::push_payload(payload))) internal::note_user_object_push();
+  (void)internal::push_payload(payload, internal::note_user_object_push);
   note_handed_back();
 }
 
+namespace {
+void note_stream_host_function_push() noexcept { g_stream_host_functions.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
 void stream_host_function(void* payload) noexcept {
   internal::note_host_function_thread();
-  if (internal::accepted(internal::push_payload(payload))) {
-    g_stream_host_functions.fetch_add(1, std::memory_order_relaxed);
-  }
+  (void)internal::push_payload(payload, note_stream_host_function_push);
   note_handed_back();
 }
 

@@ -86,7 +86,7 @@ HOLD_KEYS = (
 #: Further keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
 CALL_KEYS = (
     "calls_run",  # calls that ran in a drain (an exception counts: the call ran)
-    "calls_cancelled",  # launch_host_func calls that never will: future cancelled first, close, fork child
+    "calls_cancelled",  # calls that never will run: futures cancelled first, close, fork child, host-node firings after close
     "calls_outstanding",  # launch_host_func calls neither run nor cancelled yet
 )
 
@@ -125,16 +125,12 @@ def close():
 
 def stats():
     """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
-    :data:`HOLD_KEYS` and :data:`CALL_KEYS`."""
-    # Sources first: a trampoline counts its push after the queue did, so `handed_over` read second
-    # already includes every push counted here and direct_pushes never goes negative.
-    sources = _graph.source_stats()
-    counters = _reclaim.stats()
-    sources["direct_pushes"] = counters["handed_over"] - sum(sources[key] for key in SOURCE_KEYS[:-1])
-    counters.update((key, sources[key]) for key in SOURCE_KEYS + HOLD_KEYS)
-    calls = _reclaim._call_stats()
-    counters.update((key, calls[key]) for key in CALL_KEYS)
-    return counters
+    :data:`HOLD_KEYS` and :data:`CALL_KEYS`.
+
+    One read of every counter (a single C call): every counter only grows, except the gauges
+    ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding``.
+    """
+    return _reclaim._all_stats()
 
 
 def get_include():

@@ -369,7 +369,7 @@ def _wait_for_os_thread_exit(thread, limit=1.0):
 
 def _gc_callback(phase, info):
     if phase == "stop":
-        _reclaim.drain()
+        _reclaim._drain_references()  # references only: calls wait for a drain that runs calls
 
 
 def _set_gc_callback(installed):

@@ -40,6 +40,8 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
         uint64_t nonempty_drains
         uint64_t max_pending
         uint64_t eventfd_writes
+        uint64_t in_drain
+        uint64_t trims
 
     int reclaim_stats_conserved(const cuda_reclaim_stats* stats)
 

@@ -116,7 +116,8 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   EXPECT_EQ(report_line(),
             "cuda-reclaim: handed_over=4003 released=4001 pending=0 leaked_after_close=2 rejected=0 "
             "abandoned_after_fork=0 nonempty_drains=" + std::to_string(stats.nonempty_drains) +
-            " max_pending=4000 eventfd_writes=" + std::to_string(stats.eventfd_writes) + " conserved=yes\n");
+            " max_pending=4000 eventfd_writes=" + std::to_string(stats.eventfd_writes) +
+                " in_drain=0 trims=0 conserved=yes\n");
 }
 
 TEST(ReclaimCApi, WriteReportToABadFdFails) { EXPECT_EQ(reclaim_write_report(-1), -1); }

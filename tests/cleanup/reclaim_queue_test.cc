@@ -265,7 +265,7 @@ TEST(ReclaimQueue, ReportLineHoldsEveryCounterAndTheLaw) {
   const std::string text(line, length);
   EXPECT_EQ(text,
             "cuda-reclaim: handed_over=7 released=4 pending=1 leaked_after_close=2 rejected=3 "
-            "abandoned_after_fork=0 nonempty_drains=0 max_pending=0 eventfd_writes=5 conserved=yes\n");
+            "abandoned_after_fork=0 nonempty_drains=0 max_pending=0 eventfd_writes=5 in_drain=0 trims=0 conserved=yes\n");
   counters.released = 3;
   const std::size_t broken = reclaim::format_report(counters, line, sizeof line);
   EXPECT_NE(std::string(line, broken).find("conserved=no"), std::string::npos);

@@ -40,7 +40,13 @@ def test_the_law_the_parser_checks_is_the_one_the_c_header_defines():
     import cuda_reclaim
 
     # Derived by the extension from reclaim_stats_conserved (cleanup/reclaim_abi.h); pinned here.
-    assert cuda_reclaim.CONSERVATION_BUCKETS == ("released", "pending", "leaked_after_close", "abandoned_after_fork")
+    assert cuda_reclaim.CONSERVATION_BUCKETS == (
+        "released",
+        "pending",
+        "leaked_after_close",
+        "abandoned_after_fork",
+        "in_drain",
+    )
     one_leak = dict.fromkeys(cuda_reclaim.STATS_KEYS, 0) | {"handed_over": 1, "leaked_after_close": 1}
     one_rejected = dict.fromkeys(cuda_reclaim.STATS_KEYS, 0) | {"handed_over": 1, "rejected": 1}
     assert exit_report.conserved(one_leak) and cuda_reclaim.conserved(one_leak)
@@ -51,8 +57,8 @@ def test_parser_finds_every_report_among_other_lines():
     text = (
         "Traceback? no: ordinary output\n"
         "cuda-reclaim: ignoring CUDA_RECLAIM_RESERVED_CAPACITY=x\n"
-        "cuda-reclaim: handed_over=3 released=1 pending=0 leaked_after_close=2 abandoned_after_fork=0 conserved=yes\n"
-        "cuda-reclaim: handed_over=1 released=0 pending=0 leaked_after_close=0 abandoned_after_fork=0 conserved=no\n"
+        "cuda-reclaim: handed_over=3 released=1 pending=0 leaked_after_close=2 abandoned_after_fork=0 in_drain=0 conserved=yes\n"
+        "cuda-reclaim: handed_over=1 released=0 pending=0 leaked_after_close=0 abandoned_after_fork=0 in_drain=0 conserved=no\n"
     )
     reports = exit_report.find_reports(text)
     assert [r["handed_over"] for r in reports] == [3, 1]

@@ -229,8 +229,6 @@ def run_lifecycle(name, *args, env=None):
     return result.stdout.splitlines()
 
 
-@pytest.mark.xfail(strict=True, reason="needs the drain to stop before its next item once its worker is "
-                   "stopped and to put the rest of its batch back (drain_worker.cc / drain.cc)")
 def test_once_switching_off_returns_no_drain_thread_releases_anything():
     lines = run_lifecycle("switch_off_while_the_drain_thread_works_through_a_backlog")
     assert "released after the switch returned: 0" in lines, lines

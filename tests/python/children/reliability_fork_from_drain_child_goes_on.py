@@ -45,21 +45,24 @@ class Plain:
 
 
 def child_goes_on():
-    # Only what the drain had counted as released before the fork may be released here; the rest of the
-    # parent's queue is abandoned. Nothing twice: the Plain objects released in this process's history
-    # (before the fork, where os.fork()'s before-fork hook may have drained, and here since) + abandoned =
-    # all of them. (In "thread" mode the forking thread may still be finishing its batch: wait, bounded.)
+    # Only what the drain had taken before the fork may be released here; the rest of the parent's queue is
+    # abandoned. The forking drain either finishes its batch in hand ("drain") or, stopped by the child's
+    # fork hook ("thread": its worker is stopped), puts the rest of it back, pending in the child's queue.
+    # Nothing twice: the Plain objects released in this process's history (before the fork, where
+    # os.fork()'s before-fork hook may have drained, and here since) + pending + abandoned = all of them.
+    # (In "thread" mode the forking thread may still be finishing its item: wait, bounded.)
     deadline = time.monotonic() + 30
     while True:
         before = cuda_reclaim.stats()
         plain_here = sum(released_in.values())
-        if plain_here + before["abandoned_after_fork"] == PLAIN or time.monotonic() > deadline:
+        accounted = plain_here + before["pending"] + before["abandoned_after_fork"]
+        if (accounted == PLAIN and before["in_drain"] == 0) or time.monotonic() > deadline:
             break
         time.sleep(0.01)
     findings = [
         cuda_reclaim.conserved(before),
-        before["pending"] == 0,
-        plain_here + before["abandoned_after_fork"] == PLAIN,
+        before["in_drain"] == 0 and (MODE == "thread" or before["pending"] == 0),
+        accounted == PLAIN,
     ]
     # The child's own queue works: a new hand-over is released by drain().
     cuda_reclaim.set_auto_drain("off")
@@ -73,7 +76,11 @@ def child_goes_on():
     cuda_reclaim.drain()
     findings.append(released.is_set())
     after = cuda_reclaim.stats()
-    findings += [cuda_reclaim.conserved(after), after["released"] == before["released"] + 1]
+    findings += [
+        cuda_reclaim.conserved(after),
+        after["released"] == before["released"] + before["pending"] + 1
+        and sum(released_in.values()) + after["abandoned_after_fork"] == PLAIN,
+    ]
     os.write(write_end, repr(findings).encode())
     os.close(write_end)
 
