@@ -39,7 +39,7 @@ struct Slot {
 
 // cuda-reclaim's counters as of the end of Py_Finalize (strategy R), in this order.
 constexpr const char* kFinalizedStatsKeys[] = {"handed_over", "released", "pending", "leaked_after_close",
-                                               "abandoned_after_fork"};
+                                               "abandoned_after_fork", "in_drain"};
 constexpr int kFinalizedStats = sizeof kFinalizedStatsKeys / sizeof kFinalizedStatsKeys[0];
 
 struct SharedRecord {

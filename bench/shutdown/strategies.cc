@@ -46,8 +46,9 @@ void snapshot_at_finalized() {
   if (getpid() != g_snapshot_pid) return;  // a forked child inherits the hook, not the queue's history
   cuda_reclaim_stats stats;
   if (g_api->get_stats(&stats, sizeof stats) != 0) return;
-  const std::uint64_t values[kFinalizedStats] = {stats.handed_over, stats.released, stats.pending,
-                                                 stats.leaked_after_close, stats.abandoned_after_fork};
+  const std::uint64_t values[kFinalizedStats] = {stats.handed_over,        stats.released,
+                                                 stats.pending,            stats.leaked_after_close,
+                                                 stats.abandoned_after_fork, stats.in_drain};
   for (int i = 0; i < kFinalizedStats; ++i) g_record->finalized_stats[i].store(values[i]);
   g_record->finalized_stats_valid.store(1);
 }
