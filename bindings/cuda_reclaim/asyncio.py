@@ -11,9 +11,16 @@ only pushes, a drain completes a ``concurrent.futures.Future``, and the loop lea
 ``call_soon_threadsafe`` (from the drain thread) or at once (from its own reader's drain). No polling, no
 thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
 references go when CUDA hands the call back, or at close.
+
+In a fork child, a loop whose reader was installed before the fork is made to watch the child's wake-up fd
+(see _after_fork_in_child): an asyncio loop with an epoll selector gets an epoll instance of its own, other
+loops (uvloop) drain on a timer there.
 """
 
 import asyncio as _asyncio
+import os as _os
+import select as _select
+import selectors as _selectors
 import threading as _threading
 import weakref
 
@@ -29,6 +36,13 @@ _installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle (which holds its
 # a finalizer run on this thread while it is held may switch the mode).
 _awaiting = weakref.WeakKeyDictionary()  # loop -> count
 _awaiting_lock = _threading.RLock()
+# Set in a fork child of this process: loops there may share their kernel poller with the parent's.
+_forked = False
+# Loops whose selector this process has given an epoll instance of its own (fork child only).
+_own_poller_loops = weakref.WeakSet()
+# Fork child: the descriptor numbers of the epoll instances it inherited (shared with the parent), or None
+# where /proc cannot tell.
+_inherited_pollers = None
 
 
 class DrainHandle:
@@ -55,12 +69,35 @@ class DrainHandle:
             self._timer = loop.call_later(self._interval, self._tick)
 
     def _start(self, loop):
+        if _forked and not _make_poller_own(loop) and _poller_may_be_the_parents(loop):
+            self._start_timer(loop)  # see _follow_fork
+            return
         try:
             loop.add_reader(_reclaim.fileno(), self._drain)
             self.mode = "reader"
         except NotImplementedError:
-            self._timer = loop.call_later(self._interval, self._tick)
-            self.mode = "timer"
+            self._start_timer(loop)
+
+    def _start_timer(self, loop):
+        self._timer = loop.call_later(self._interval, self._tick)
+        self.mode = "timer"
+
+    def _follow_fork(self, loop):
+        """In a fork child: keep draining the child's queue from `loop`, whose reader the parent installed
+        (the fd number stays; the child's own eventfd is behind it now)."""
+        if self.mode != "reader" or self.cancelled:
+            return
+        if _make_poller_own(loop):
+            return  # the reader's registration was re-made in the child's own poller
+        # A poller this module cannot renew (uvloop's libuv epoll): its registration of the fd is the
+        # parent's eventfd, and one made now would sit in the poller the parent waits on too, waking the
+        # parent for the child's work. The parent's stays where it is (removing it here fails harmlessly:
+        # the kernel keys it by the parent's file), and the child drains on a timer.
+        try:
+            loop.remove_reader(_reclaim.fileno())
+        except (OSError, ValueError):
+            pass
+        self._start_timer(loop)
 
     def cancel(self):
         """Stop draining from the loop. Idempotent."""
@@ -107,6 +144,78 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     handle._start(loop)
     _installed[loop] = handle
     return handle
+
+
+def _make_poller_own(loop):
+    """Fork child, on `loop`'s thread: make `loop`'s kernel poller this process's own, so that what the
+    child registers there neither wakes the parent nor waits on the parent's files. True if the loop's
+    readers now see this process's files only: an asyncio loop with an epoll selector gets a fresh epoll
+    instance behind the same descriptor number (the parent keeps the old one) with every registration made
+    again; poll and select selectors hold no kernel state. False for loops whose poller is out of reach.
+    Once per loop per process; never blocks."""
+    if loop in _own_poller_loops:
+        return True
+    selector = getattr(loop, "_selector", None)
+    if isinstance(selector, (_selectors.PollSelector, _selectors.SelectSelector)):
+        return True
+    if not isinstance(selector, _selectors.EpollSelector) or loop.is_closed():
+        return False
+    # After fork() both processes hold the same epoll instance, and epoll keys a registration by the open
+    # file and the descriptor number: the parent's registration of the wake-up fd would wake the child's
+    # loop for the parent's work, and the child's own one would wake the parent's loop for the child's
+    # (which the parent's drain can never clear: a spin). With its own instance neither sees the other.
+    fresh = _select.epoll()
+    try:
+        _os.dup2(fresh.fileno(), selector.fileno(), inheritable=False)
+    finally:
+        fresh.close()
+    for key in list(selector.get_map().values()):
+        # unregister() tolerates the fresh instance's ENOENT; register() adds it there.
+        selector.unregister(key.fileobj)
+        selector.register(key.fileobj, key.events, key.data)
+    _own_poller_loops.add(loop)
+    return True
+
+
+def _poller_may_be_the_parents(loop):
+    """Fork child: whether `loop`'s kernel poller, which this module cannot renew, may be one the parent
+    waits on too (uvloop's libuv epoll, made before the fork). Errs towards yes."""
+    backend = getattr(loop, "_get_backend_id", None)  # uvloop: libuv's epoll descriptor
+    if backend is None or _inherited_pollers is None:
+        return True
+    try:
+        return backend() in _inherited_pollers
+    except Exception:
+        return True
+
+
+def _epoll_descriptors():
+    """The descriptor numbers of this process's epoll instances, or None where /proc cannot tell."""
+    found = set()
+    try:
+        names = _os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if _os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventpoll]":
+                found.add(int(name))
+        except (OSError, ValueError):
+            continue  # the listing's own descriptor, closed by now
+    return found
+
+
+def _after_fork_in_child():
+    """os.register_at_fork's hook in the child (the forking thread, the only one left)."""
+    global _forked, _inherited_pollers
+    _forked = True
+    _inherited_pollers = _epoll_descriptors()
+    _own_poller_loops.clear()  # a grandchild's loops share their poller with this process again
+    for loop, handle in list(_installed.items()):
+        handle._follow_fork(loop)
+
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --- awaiting stream points ---------------------------------------------------------------------------

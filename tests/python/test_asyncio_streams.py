@@ -294,3 +294,26 @@ def test_the_asyncio_example_says_there_is_no_gpu_and_exits_0():
         pytest.skip("a GPU is present: the example runs for real in test_gpu_callbacks.py")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mode", ["off", "gc"])
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_loop_made_before_a_fork_is_woken_by_the_childs_work_without_waking_the_parents(factory, mode, when):
+    # After fork() the loop's epoll instance is the parent's too: the child's reader must watch the child's
+    # wake-up fd, and nothing the child registers may wake (or spin) the parent's loop, which must go on
+    # serving its own awaits. Forking with the fake CUDA's helper thread just joined may still warn.
+    kind = "uvloop" if factory.startswith("uvloop") else "asyncio"
+    if kind == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is not installed for this Python")
+    result = fake_cuda.run_script(
+        "asyncfork_loop_reader.py", "a_loop_made_before_a_fork_is_woken_by_each_sides_work", kind, mode, when,
+        PYTHONWARNINGS="ignore::DeprecationWarning",
+    )
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines.get("child") == "2", result.stdout + result.stderr
+    assert lines.get("parent") == "3", result.stdout + result.stderr
+    idle = dict(item.split("=") for item in result.stdout.split() if "=" in item)
+    assert int(idle["idle_drains"]) == 0, result.stdout
+    assert int(idle["idle_polls"]) <= 10, result.stdout  # asyncio: one poll per timer, not a spin
+    assert float(idle["idle_cpu_share"]) < 0.1, result.stdout  # a spinning loop keeps the CPU busy
