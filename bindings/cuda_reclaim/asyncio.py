@@ -245,20 +245,38 @@ def _copy_outcome(source, destination):
     destination.set_exception(error)
 
 
-def _on_loop(future, loop):
-    """An asyncio future of `loop` that follows the concurrent.futures.Future `future`.
+class _CallWaiter(_asyncio.Future):
+    """The asyncio future an await of this module waits on, for one launched call (a
+    concurrent.futures.Future). Created and cancelled on its loop's thread; cancel() never blocks.
 
-    Cancelling it cancels `future` (a call that has not started never runs). The outcome reaches the loop
-    through call_soon_threadsafe from another thread (the drain thread), or call_soon when the drain runs
-    on the loop's own thread (its reader): no wake-up write then. A loop that is closed by the time the
-    call completes gets nothing (nobody awaits any more).
+    cancel() cancels the call before it cancels itself, at once: asyncio tells a cancelled future's
+    done-callbacks only on the loop's next iteration, and until then the drain thread may take the call and
+    run it. A call that has started (or ended) cannot be cancelled: it finishes and its outcome is dropped.
     """
-    waiter = loop.create_future()
-    loop_thread = _threading.get_ident()  # we are on the loop's thread: called from a coroutine
 
-    def cancel_call(done):
-        if done.cancelled():
-            future.cancel()
+    def __init__(self, call, loop):
+        super().__init__(loop=loop)
+        self._call = call
+
+    def cancel(self, msg=None):
+        try:
+            self._call.cancel()
+        finally:
+            # Even if the call's cancel was interrupted (a KeyboardInterrupt in its done-callbacks): whatever
+            # the call's state, the await ends, and a call that was not cancelled runs at most once.
+            cancelled = super().cancel(msg=msg)
+        return cancelled
+
+
+def _on_loop(future, loop):
+    """A _CallWaiter of `loop` that follows the concurrent.futures.Future `future`.
+
+    The outcome reaches the loop through call_soon_threadsafe from another thread (the drain thread), or
+    call_soon when the drain runs on the loop's own thread (its reader): no wake-up write then. A loop that
+    is closed by the time the call completes gets nothing (nobody awaits any more).
+    """
+    waiter = _CallWaiter(future, loop)
+    loop_thread = _threading.get_ident()  # we are on the loop's thread: called from a coroutine
 
     def deliver(finished):
         try:
@@ -269,7 +287,6 @@ def _on_loop(future, loop):
         except RuntimeError:  # the loop is closed
             pass
 
-    waiter.add_done_callback(cancel_call)
     future.add_done_callback(deliver)
     return waiter
 
@@ -281,21 +298,36 @@ def _make_sure_something_drains(loop):
         install(loop)
 
 
-async def _await_draining(loop, waiter):
-    """Await `waiter` (an _on_loop future of `loop`), with something draining until it completes: the loop
-    counts as awaiting meanwhile, so that a switch away from the drain thread installs its reader."""
+def _stop_awaiting(loop):
     with _awaiting_lock:
-        _awaiting[loop] = _awaiting.get(loop, 0) + 1
+        left = _awaiting.get(loop, 1) - 1
+        if left > 0:
+            _awaiting[loop] = left
+        else:
+            _awaiting.pop(loop, None)
+
+
+async def _await_call(loop, call):
+    """Await the launched call `call` (a concurrent.futures.Future) on `loop`, with something draining
+    until it completes: the loop counts as awaiting meanwhile, so that a switch away from the drain thread
+    installs its reader. An exception before the await begins (a KeyboardInterrupt) cancels the call:
+    nobody would await its outcome."""
+    counted = False
     try:
+        waiter = _on_loop(call, loop)
+        with _awaiting_lock:
+            _awaiting[loop] = _awaiting.get(loop, 0) + 1
+            counted = True
         _make_sure_something_drains(loop)
+    except BaseException:
+        call.cancel()
+        if counted:
+            _stop_awaiting(loop)
+        raise
+    try:
         return await waiter
     finally:
-        with _awaiting_lock:
-            left = _awaiting.get(loop, 1) - 1
-            if left > 0:
-                _awaiting[loop] = left
-            else:
-                _awaiting.pop(loop, None)
+        _stop_awaiting(loop)
 
 
 def _install_if_still_awaiting(loop):
@@ -333,7 +365,7 @@ async def stream_reached(stream):
     :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
     """
     loop = _asyncio.get_running_loop()
-    await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, _reached), loop))
+    await _await_call(loop, _graph.launch_host_func(stream, _reached))
 
 
 async def run_when_reached(stream, fn, /, *args, **kwargs):
@@ -345,4 +377,4 @@ async def run_when_reached(stream, fn, /, *args, **kwargs):
     Cancelling the await before the call starts means it never runs.
     """
     loop = _asyncio.get_running_loop()
-    return await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, fn, *args, **kwargs), loop))
+    return await _await_call(loop, _graph.launch_host_func(stream, fn, *args, **kwargs))
