@@ -12,15 +12,19 @@ only pushes, a drain completes a ``concurrent.futures.Future``, and the loop lea
 thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
 references go when CUDA hands the call back, or at close.
 
-In a fork child, a loop whose reader was installed before the fork is made to watch the child's wake-up fd
-(see _after_fork_in_child): an asyncio loop with an epoll selector gets an epoll instance of its own, other
-loops (uvloop) drain on a timer there.
+Fork: a loop made before a fork shares its kernel poller (epoll) with the parent in the child, where the
+wake-up fd's number stays with the child's own eventfd behind it. So in a fork child, an asyncio loop with
+an epoll selector gets an epoll instance of its own, with its registrations made again, before its reader
+is (re)installed: it then sees the child's work only, and the parent's loop never sees the child's. A
+uvloop loop cannot be given one (libuv keeps its own record of what is registered): if its reader was
+installed before the fork, or its poller was inherited, it drains on a timer in the child instead.
 """
 
 import asyncio as _asyncio
 import os as _os
 import select as _select
 import selectors as _selectors
+import sys as _sys
 import threading as _threading
 import weakref
 
@@ -124,7 +128,9 @@ def install(loop=None, *, max_items=4096, interval=0.05):
 
     ``max_items`` bounds each drain so other callbacks keep running (the fd stays readable while work
     remains, so the loop comes back). ``interval`` is the timer period where add_reader is missing.
-    Installing twice on one loop returns the existing handle.
+    Installing twice on one loop returns the existing handle. In a fork child, a loop made before the fork
+    is first given a poller of its own, or drains on the timer where that cannot be done (see the module's
+    docstring). Call it on the loop's thread; it never blocks.
     """
     if loop is None:
         try:
@@ -164,15 +170,23 @@ def _make_poller_own(loop):
     # file and the descriptor number: the parent's registration of the wake-up fd would wake the child's
     # loop for the parent's work, and the child's own one would wake the parent's loop for the child's
     # (which the parent's drain can never clear: a spin). With its own instance neither sees the other.
-    fresh = _select.epoll()
+    try:
+        fresh = _select.epoll()
+    except OSError:  # out of descriptors: the caller drains on a timer instead
+        return False
     try:
         _os.dup2(fresh.fileno(), selector.fileno(), inheritable=False)
+    except OSError:
+        return False
     finally:
         fresh.close()
     for key in list(selector.get_map().values()):
-        # unregister() tolerates the fresh instance's ENOENT; register() adds it there.
-        selector.unregister(key.fileobj)
-        selector.register(key.fileobj, key.events, key.data)
+        try:
+            # unregister() tolerates the fresh instance's ENOENT; register() adds it there.
+            selector.unregister(key.fileobj)
+            selector.register(key.fileobj, key.events, key.data)
+        except (OSError, ValueError, KeyError):
+            continue  # a file closed without being unregistered: the loop would drop it too
     _own_poller_loops.add(loop)
     return True
 
@@ -209,7 +223,8 @@ def _after_fork_in_child():
     """os.register_at_fork's hook in the child (the forking thread, the only one left)."""
     global _forked, _inherited_pollers
     _forked = True
-    _inherited_pollers = _epoll_descriptors()
+    # Only uvloop's pollers need telling apart (see _poller_may_be_the_parents); without it, skip the scan.
+    _inherited_pollers = _epoll_descriptors() if "uvloop" in _sys.modules else set()
     _own_poller_loops.clear()  # a grandchild's loops share their poller with this process again
     for loop, handle in list(_installed.items()):
         handle._follow_fork(loop)
