@@ -462,3 +462,35 @@ s = cuda_reclaim.stats()
 assert s["calls_cancelled"] == 21 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
 """
     )
+
+
+def test_a_keyboard_interrupt_before_the_await_begins_cancels_the_launched_call():
+    # The call is launched, then the await is interrupted before it waits (here: while it installs the
+    # loop's drain): nobody will ever await the outcome, so the call must not run.
+    fake_cuda.run(
+        SETUP
+        + """
+stream = 0xA600
+ran = []
+fake.fake_cuda_stream_hold(stream, 1)
+install = reclaim_asyncio.install
+def interrupted(loop=None, **kwargs):
+    raise KeyboardInterrupt
+reclaim_asyncio.install = interrupted
+async def main():
+    await reclaim_asyncio.run_when_reached(stream, ran.append, "ran")
+try:
+    run(main, asyncio.new_event_loop)
+except KeyboardInterrupt:
+    pass
+else:
+    raise AssertionError("the interrupt did not come out")
+reclaim_asyncio.install = install
+fake.fake_cuda_stream_hold(stream, 0)
+wait_until(lambda: cuda_reclaim.stats()["held_by_cuda"] == 0)
+cuda_reclaim.drain()
+assert ran == [], "nobody awaits the call: it never runs"
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 1 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+"""
+    )
