@@ -141,7 +141,8 @@ void cancel_future(PyObject* future);
 // stream that follows), parks it otherwise. Steals the queue's reference. Requires the GIL; re-entrant.
 void host_call_arrived(HostCall* call);
 
-// Cancels every call on the outstanding list (close, fork child). Requires the GIL; re-entrant.
+// Cancels every call not yet run or cancelled (close; a fork child cancels only the parent's, see
+// forget_calls_after_fork). Requires the GIL; re-entrant.
 void cancel_all_host_calls();
 
 // Whether `item` (borrowed) is a _HostItem of kind kCall (false before ready_host_item_type). Requires the

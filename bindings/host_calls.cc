@@ -36,6 +36,10 @@ bool is_host_item_of(PyObject* item, HostItemKind kind) {
 }
 
 HostCall* g_outstanding = nullptr;  // head of the outstanding list
+// Fork child, while forget_calls_after_fork cancels them: the parent's outstanding calls, moved off the
+// outstanding list, so that a call launched meanwhile (by a done-callback of one of them) stays the
+// child's own. Each call is on one of the two lists until it is done; both count as outstanding.
+HostCall* g_parents_calls = nullptr;
 
 void link(HostCall* call) {
   call->previous = nullptr;
@@ -46,10 +50,16 @@ void link(HostCall* call) {
 }
 
 void unlink(HostCall* call) {
-  if (call->previous == nullptr && g_outstanding != call) return;  // not linked
-  if (call->previous != nullptr) call->previous->next = call->next;
+  if (call->previous != nullptr) {
+    call->previous->next = call->next;
+  } else if (g_outstanding == call) {
+    g_outstanding = call->next;
+  } else if (g_parents_calls == call) {
+    g_parents_calls = call->next;
+  } else {
+    return;  // not linked
+  }
   if (call->next != nullptr) call->next->previous = call->previous;
-  if (g_outstanding == call) g_outstanding = call->next;
   call->previous = call->next = nullptr;
   --g_call_counters.outstanding;
 }
@@ -254,8 +264,12 @@ void host_call_arrived(HostCall* call) {
   run_in_order(order, call);
 }
 
-void cancel_all_host_calls() {
-  while (HostCall* call = g_outstanding) {
+namespace {
+
+// Cancels every call on the list whose head is `*head`. Done-callbacks may re-enter (launch, close, fork),
+// so the head is read again after each call.
+void cancel_list(HostCall* const* head) {
+  while (HostCall* call = *head) {
     const bool parked = call->state == CallState::kParked;
     if (parked) unpark(call);
     CallParts parts;
@@ -266,6 +280,13 @@ void cancel_all_host_calls() {
     // a drain on another thread dequeued it and has yet to release it: host_call_arrived then drops it).
     if (parked) Py_DECREF(call);
   }
+}
+
+}  // namespace
+
+void cancel_all_host_calls() {
+  cancel_list(&g_parents_calls);  // a close() from a done-callback while a fork child cancels them
+  cancel_list(&g_outstanding);
 }
 
 // --- host_calls.h -----------------------------------------------------------------------------------------
@@ -285,10 +306,21 @@ HostItemType host_item_type() noexcept { return HostItemType{g_host_item_type}; 
 void cancel_outstanding_calls() { cancel_all_host_calls(); }
 
 void forget_calls_after_fork() {
-  cancel_all_host_calls();
-  // Calls CUDA still holds point to their orders; those stay until they are gone, but new launches in
-  // this process start with fresh ones.
+  // First: a launch that a done-callback makes below is the child's own and starts a fresh order (an order
+  // of the parent's would wait for places that the child never gets). Calls CUDA still holds keep theirs
+  // until they are gone.
   forget_stream_orders();
+  // Exactly the calls outstanding now are the parent's (with what an ancestor had left to cancel, when a
+  // done-callback of its cancellation forked): they move to their own list, which alone is cancelled.
+  if (HostCall* first = g_outstanding) {
+    HostCall* last = first;
+    while (last->next != nullptr) last = last->next;
+    last->next = g_parents_calls;
+    if (g_parents_calls != nullptr) g_parents_calls->previous = last;
+    g_parents_calls = first;
+    g_outstanding = nullptr;
+  }
+  cancel_list(&g_parents_calls);
 }
 
 }  // namespace reclaim_bindings

@@ -11,9 +11,20 @@ only pushes, a drain completes a ``concurrent.futures.Future``, and the loop lea
 ``call_soon_threadsafe`` (from the drain thread) or at once (from its own reader's drain). No polling, no
 thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
 references go when CUDA hands the call back, or at close.
+
+Fork: a loop made before a fork shares its kernel poller (epoll) with the parent in the child, where the
+wake-up fd's number stays with the child's own eventfd behind it. So in a fork child, an asyncio loop with
+an epoll selector gets an epoll instance of its own, with its registrations made again, before its reader
+is (re)installed: it then sees the child's work only, and the parent's loop never sees the child's. A
+uvloop loop cannot be given one (libuv keeps its own record of what is registered): if its reader was
+installed before the fork, or its poller was inherited, it drains on a timer in the child instead.
 """
 
 import asyncio as _asyncio
+import os as _os
+import select as _select
+import selectors as _selectors
+import sys as _sys
 import threading as _threading
 import weakref
 
@@ -29,6 +40,13 @@ _installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle (which holds its
 # a finalizer run on this thread while it is held may switch the mode).
 _awaiting = weakref.WeakKeyDictionary()  # loop -> count
 _awaiting_lock = _threading.RLock()
+# Set in a fork child of this process: loops there may share their kernel poller with the parent's.
+_forked = False
+# Loops whose selector this process has given an epoll instance of its own (fork child only).
+_own_poller_loops = weakref.WeakSet()
+# Fork child: the descriptor numbers of the epoll instances it inherited (shared with the parent), or None
+# where /proc cannot tell.
+_inherited_pollers = None
 
 
 class DrainHandle:
@@ -55,12 +73,35 @@ class DrainHandle:
             self._timer = loop.call_later(self._interval, self._tick)
 
     def _start(self, loop):
+        if _forked and not _make_poller_own(loop) and _poller_may_be_the_parents(loop):
+            self._start_timer(loop)  # see _follow_fork
+            return
         try:
             loop.add_reader(_reclaim.fileno(), self._drain)
             self.mode = "reader"
         except NotImplementedError:
-            self._timer = loop.call_later(self._interval, self._tick)
-            self.mode = "timer"
+            self._start_timer(loop)
+
+    def _start_timer(self, loop):
+        self._timer = loop.call_later(self._interval, self._tick)
+        self.mode = "timer"
+
+    def _follow_fork(self, loop):
+        """In a fork child: keep draining the child's queue from `loop`, whose reader the parent installed
+        (the fd number stays; the child's own eventfd is behind it now)."""
+        if self.mode != "reader" or self.cancelled:
+            return
+        if _make_poller_own(loop):
+            return  # the reader's registration was re-made in the child's own poller
+        # A poller this module cannot renew (uvloop's libuv epoll): its registration of the fd is the
+        # parent's eventfd, and one made now would sit in the poller the parent waits on too, waking the
+        # parent for the child's work. The parent's stays where it is (removing it here fails harmlessly:
+        # the kernel keys it by the parent's file), and the child drains on a timer.
+        try:
+            loop.remove_reader(_reclaim.fileno())
+        except (OSError, ValueError):
+            pass
+        self._start_timer(loop)
 
     def cancel(self):
         """Stop draining from the loop. Idempotent."""
@@ -87,7 +128,9 @@ def install(loop=None, *, max_items=4096, interval=0.05):
 
     ``max_items`` bounds each drain so other callbacks keep running (the fd stays readable while work
     remains, so the loop comes back). ``interval`` is the timer period where add_reader is missing.
-    Installing twice on one loop returns the existing handle.
+    Installing twice on one loop returns the existing handle. In a fork child, a loop made before the fork
+    is first given a poller of its own, or drains on the timer where that cannot be done (see the module's
+    docstring). Call it on the loop's thread; it never blocks.
     """
     if loop is None:
         try:
@@ -107,6 +150,87 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     handle._start(loop)
     _installed[loop] = handle
     return handle
+
+
+def _make_poller_own(loop):
+    """Fork child, on `loop`'s thread: make `loop`'s kernel poller this process's own, so that what the
+    child registers there neither wakes the parent nor waits on the parent's files. True if the loop's
+    readers now see this process's files only: an asyncio loop with an epoll selector gets a fresh epoll
+    instance behind the same descriptor number (the parent keeps the old one) with every registration made
+    again; poll and select selectors hold no kernel state. False for loops whose poller is out of reach.
+    Once per loop per process; never blocks."""
+    if loop in _own_poller_loops:
+        return True
+    selector = getattr(loop, "_selector", None)
+    if isinstance(selector, (_selectors.PollSelector, _selectors.SelectSelector)):
+        return True
+    if not isinstance(selector, _selectors.EpollSelector) or loop.is_closed():
+        return False
+    # After fork() both processes hold the same epoll instance, and epoll keys a registration by the open
+    # file and the descriptor number: the parent's registration of the wake-up fd would wake the child's
+    # loop for the parent's work, and the child's own one would wake the parent's loop for the child's
+    # (which the parent's drain can never clear: a spin). With its own instance neither sees the other.
+    try:
+        fresh = _select.epoll()
+    except OSError:  # out of descriptors: the caller drains on a timer instead
+        return False
+    try:
+        _os.dup2(fresh.fileno(), selector.fileno(), inheritable=False)
+    except OSError:
+        return False
+    finally:
+        fresh.close()
+    for key in list(selector.get_map().values()):
+        try:
+            # unregister() tolerates the fresh instance's ENOENT; register() adds it there.
+            selector.unregister(key.fileobj)
+            selector.register(key.fileobj, key.events, key.data)
+        except (OSError, ValueError, KeyError):
+            continue  # a file closed without being unregistered: the loop would drop it too
+    _own_poller_loops.add(loop)
+    return True
+
+
+def _poller_may_be_the_parents(loop):
+    """Fork child: whether `loop`'s kernel poller, which this module cannot renew, may be one the parent
+    waits on too (uvloop's libuv epoll, made before the fork). Errs towards yes."""
+    backend = getattr(loop, "_get_backend_id", None)  # uvloop: libuv's epoll descriptor
+    if backend is None or _inherited_pollers is None:
+        return True
+    try:
+        return backend() in _inherited_pollers
+    except Exception:
+        return True
+
+
+def _epoll_descriptors():
+    """The descriptor numbers of this process's epoll instances, or None where /proc cannot tell."""
+    found = set()
+    try:
+        names = _os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if _os.readlink(f"/proc/self/fd/{name}") == "anon_inode:[eventpoll]":
+                found.add(int(name))
+        except (OSError, ValueError):
+            continue  # the listing's own descriptor, closed by now
+    return found
+
+
+def _after_fork_in_child():
+    """os.register_at_fork's hook in the child (the forking thread, the only one left)."""
+    global _forked, _inherited_pollers
+    _forked = True
+    # Only uvloop's pollers need telling apart (see _poller_may_be_the_parents); without it, skip the scan.
+    _inherited_pollers = _epoll_descriptors() if "uvloop" in _sys.modules else set()
+    _own_poller_loops.clear()  # a grandchild's loops share their poller with this process again
+    for loop, handle in list(_installed.items()):
+        handle._follow_fork(loop)
+
+
+_os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 # --- awaiting stream points ---------------------------------------------------------------------------
@@ -136,20 +260,38 @@ def _copy_outcome(source, destination):
     destination.set_exception(error)
 
 
-def _on_loop(future, loop):
-    """An asyncio future of `loop` that follows the concurrent.futures.Future `future`.
+class _CallWaiter(_asyncio.Future):
+    """The asyncio future an await of this module waits on, for one launched call (a
+    concurrent.futures.Future). Created and cancelled on its loop's thread; cancel() never blocks.
 
-    Cancelling it cancels `future` (a call that has not started never runs). The outcome reaches the loop
-    through call_soon_threadsafe from another thread (the drain thread), or call_soon when the drain runs
-    on the loop's own thread (its reader): no wake-up write then. A loop that is closed by the time the
-    call completes gets nothing (nobody awaits any more).
+    cancel() cancels the call before it cancels itself, at once: asyncio tells a cancelled future's
+    done-callbacks only on the loop's next iteration, and until then the drain thread may take the call and
+    run it. A call that has started (or ended) cannot be cancelled: it finishes and its outcome is dropped.
     """
-    waiter = loop.create_future()
-    loop_thread = _threading.get_ident()  # we are on the loop's thread: called from a coroutine
 
-    def cancel_call(done):
-        if done.cancelled():
-            future.cancel()
+    def __init__(self, call, loop):
+        super().__init__(loop=loop)
+        self._call = call
+
+    def cancel(self, msg=None):
+        try:
+            self._call.cancel()
+        finally:
+            # Even if the call's cancel was interrupted (a KeyboardInterrupt in its done-callbacks): whatever
+            # the call's state, the await ends, and a call that was not cancelled runs at most once.
+            cancelled = super().cancel(msg=msg)
+        return cancelled
+
+
+def _on_loop(future, loop):
+    """A _CallWaiter of `loop` that follows the concurrent.futures.Future `future`.
+
+    The outcome reaches the loop through call_soon_threadsafe from another thread (the drain thread), or
+    call_soon when the drain runs on the loop's own thread (its reader): no wake-up write then. A loop that
+    is closed by the time the call completes gets nothing (nobody awaits any more).
+    """
+    waiter = _CallWaiter(future, loop)
+    loop_thread = _threading.get_ident()  # we are on the loop's thread: called from a coroutine
 
     def deliver(finished):
         try:
@@ -160,7 +302,6 @@ def _on_loop(future, loop):
         except RuntimeError:  # the loop is closed
             pass
 
-    waiter.add_done_callback(cancel_call)
     future.add_done_callback(deliver)
     return waiter
 
@@ -172,21 +313,36 @@ def _make_sure_something_drains(loop):
         install(loop)
 
 
-async def _await_draining(loop, waiter):
-    """Await `waiter` (an _on_loop future of `loop`), with something draining until it completes: the loop
-    counts as awaiting meanwhile, so that a switch away from the drain thread installs its reader."""
+def _stop_awaiting(loop):
     with _awaiting_lock:
-        _awaiting[loop] = _awaiting.get(loop, 0) + 1
+        left = _awaiting.get(loop, 1) - 1
+        if left > 0:
+            _awaiting[loop] = left
+        else:
+            _awaiting.pop(loop, None)
+
+
+async def _await_call(loop, call):
+    """Await the launched call `call` (a concurrent.futures.Future) on `loop`, with something draining
+    until it completes: the loop counts as awaiting meanwhile, so that a switch away from the drain thread
+    installs its reader. An exception before the await begins (a KeyboardInterrupt) cancels the call:
+    nobody would await its outcome."""
+    counted = False
     try:
+        waiter = _on_loop(call, loop)
+        with _awaiting_lock:
+            _awaiting[loop] = _awaiting.get(loop, 0) + 1
+            counted = True
         _make_sure_something_drains(loop)
+    except BaseException:
+        call.cancel()
+        if counted:
+            _stop_awaiting(loop)
+        raise
+    try:
         return await waiter
     finally:
-        with _awaiting_lock:
-            left = _awaiting.get(loop, 1) - 1
-            if left > 0:
-                _awaiting[loop] = left
-            else:
-                _awaiting.pop(loop, None)
+        _stop_awaiting(loop)
 
 
 def _install_if_still_awaiting(loop):
@@ -224,7 +380,7 @@ async def stream_reached(stream):
     :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
     """
     loop = _asyncio.get_running_loop()
-    await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, _reached), loop))
+    await _await_call(loop, _graph.launch_host_func(stream, _reached))
 
 
 async def run_when_reached(stream, fn, /, *args, **kwargs):
@@ -236,4 +392,4 @@ async def run_when_reached(stream, fn, /, *args, **kwargs):
     Cancelling the await before the call starts means it never runs.
     """
     loop = _asyncio.get_running_loop()
-    return await _await_draining(loop, _on_loop(_graph.launch_host_func(stream, fn, *args, **kwargs), loop))
+    return await _await_call(loop, _graph.launch_host_func(stream, fn, *args, **kwargs))

@@ -294,3 +294,203 @@ def test_the_asyncio_example_says_there_is_no_gpu_and_exits_0():
         pytest.skip("a GPU is present: the example runs for real in test_gpu_callbacks.py")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("mode", ["off", "gc"])
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_loop_made_before_a_fork_is_woken_by_the_childs_work_without_waking_the_parents(factory, mode, when):
+    # After fork() the loop's epoll instance is the parent's too: the child's reader must watch the child's
+    # wake-up fd, and nothing the child registers may wake (or spin) the parent's loop, which must go on
+    # serving its own awaits. Forking with the fake CUDA's helper thread just joined may still warn.
+    kind = "uvloop" if factory.startswith("uvloop") else "asyncio"
+    if kind == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is not installed for this Python")
+    result = fake_cuda.run_script(
+        "asyncfork_loop_reader.py", "a_loop_made_before_a_fork_is_woken_by_each_sides_work", kind, mode, when,
+        PYTHONWARNINGS="ignore::DeprecationWarning",
+    )
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines() if " " in line)
+    assert lines.get("child") == "2", result.stdout + result.stderr
+    assert lines.get("parent") == "3", result.stdout + result.stderr
+    idle = dict(item.split("=") for item in result.stdout.split() if "=" in item)
+    assert int(idle["idle_drains"]) == 0, result.stdout
+    assert int(idle["idle_polls"]) <= 10, result.stdout  # asyncio: one poll per timer, not a spin
+    assert float(idle["idle_cpu_share"]) < 0.1, result.stdout  # a spinning loop keeps the CPU busy
+
+
+@pytest.mark.parametrize("awaiting", ["run_when_reached", "stream_reached"])
+@pytest.mark.parametrize("factory", LOOPS)
+def test_a_cancelled_await_never_runs_its_call_even_if_the_drain_thread_takes_it_before_the_loop_iterates(
+    factory, awaiting
+):
+    # task.cancel() must reach the call at once: asyncio tells a cancelled future's done-callbacks only on
+    # the loop's next iteration, and until then the drain thread may take the call and run it.
+    factory = loop_factory(factory)
+    fake_cuda.run(
+        SETUP
+        + f"""
+stream = 0xA200
+ran = []
+cuda_reclaim.set_auto_drain("thread")
+def call():
+    ran.append("ran")
+async def main():
+    fake.fake_cuda_stream_hold(stream, 1)
+    if {awaiting!r} == "run_when_reached":
+        task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, call))
+    else:
+        task = asyncio.ensure_future(reclaim_asyncio.stream_reached(stream))
+    await asyncio.sleep(0)                       # the task launched its call and awaits it
+    assert task.cancel()
+    # Still in this step, before the loop iterates: the stream gets there and the drain thread takes the call.
+    fake.fake_cuda_stream_hold(stream, 0)
+    wait_until(lambda: cuda_reclaim.stats()["calls_outstanding"] == 0)
+    try:
+        await task
+    except asyncio.CancelledError:
+        return "cancelled"
+assert run(main, {factory}) == "cancelled"
+assert ran == [], "a call that had not started when its await was cancelled never runs"
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 1 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+"""
+    )
+
+
+@pytest.mark.parametrize("factory", LOOPS)
+def test_an_await_cancelled_while_the_drain_thread_runs_its_call_lets_the_call_finish_once(factory):
+    # A call that has started finishes, once; the await ends cancelled; the counters add up.
+    factory = loop_factory(factory)
+    fake_cuda.run(
+        SETUP
+        + f"""
+stream = 0xA300
+started, release, ran = threading.Event(), threading.Event(), []
+cuda_reclaim.set_auto_drain("thread")
+def call():
+    started.set()
+    assert release.wait(30)
+    ran.append("ran")
+    return "result"
+async def main():
+    task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, call))
+    await asyncio.sleep(0)
+    assert started.wait(30)                      # the drain thread runs the call now
+    assert task.cancel()
+    release.set()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("the await was not cancelled")
+    wait_until(lambda: cuda_reclaim.stats()["calls_outstanding"] == 0)
+    await asyncio.sleep(0.05)                    # the outcome reaches the loop, and is dropped quietly
+run(main, {factory})
+assert ran == ["ran"], ran
+s = cuda_reclaim.stats()
+assert s["calls_run"] == 1 and s["calls_cancelled"] == 0 and s["calls_outstanding"] == 0, s
+print("clean")
+"""
+    )
+
+
+def test_a_keyboard_interrupt_while_an_await_is_cancelled_still_cancels_its_call_and_ends_the_await():
+    # The interrupt comes out of the call's cancel (from the done-callback that tells the loop): the call
+    # must stay cancelled, the await must still end, and the interrupt reaches whoever cancelled.
+    fake_cuda.run(
+        SETUP
+        + """
+stream = 0xA400
+ran = []
+cuda_reclaim.set_auto_drain("thread")
+async def main():
+    loop = asyncio.get_running_loop()
+    fake.fake_cuda_stream_hold(stream, 1)
+    task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, ran.append, "ran"))
+    await asyncio.sleep(0)
+    schedule = loop.call_soon
+    def interrupted(callback, *args, **kwargs):
+        if callback is reclaim_asyncio._copy_outcome:
+            loop.call_soon = schedule
+            raise KeyboardInterrupt
+        return schedule(callback, *args, **kwargs)
+    loop.call_soon = interrupted
+    try:
+        task.cancel()
+    except KeyboardInterrupt:
+        pass
+    else:
+        raise AssertionError("the interrupt did not reach the caller")
+    loop.call_soon = schedule
+    fake.fake_cuda_stream_hold(stream, 0)
+    wait_until(lambda: cuda_reclaim.stats()["calls_outstanding"] == 0)
+    try:
+        await asyncio.wait_for(task, 30)
+    except asyncio.CancelledError:
+        return "cancelled"
+assert run(main, asyncio.new_event_loop) == "cancelled"
+assert ran == []
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 1 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+"""
+    )
+
+
+@pytest.mark.parametrize("mode", ["thread", "off"])
+def test_close_while_awaits_are_pending_cancels_them_and_runs_nothing_after_it(mode):
+    fake_cuda.run(
+        SETUP
+        + f"""
+stream = 0xA500
+ran = []
+cuda_reclaim.set_auto_drain({mode!r})
+async def main():
+    fake.fake_cuda_stream_hold(stream, 1)
+    tasks = [asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, ran.append, i)) for i in range(20)]
+    tasks.append(asyncio.ensure_future(reclaim_asyncio.stream_reached(stream)))
+    await asyncio.sleep(0)
+    tasks[3].cancel()                            # one of them cancelled before the close
+    cuda_reclaim.close()
+    fake.fake_cuda_stream_hold(stream, 0)
+    outcomes = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 30)
+    return [type(outcome).__name__ for outcome in outcomes]
+assert run(main, asyncio.new_event_loop) == ["CancelledError"] * 21
+assert ran == []
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 21 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+"""
+    )
+
+
+def test_a_keyboard_interrupt_before_the_await_begins_cancels_the_launched_call():
+    # The call is launched, then the await is interrupted before it waits (here: while it installs the
+    # loop's drain): nobody will ever await the outcome, so the call must not run.
+    fake_cuda.run(
+        SETUP
+        + """
+stream = 0xA600
+ran = []
+fake.fake_cuda_stream_hold(stream, 1)
+install = reclaim_asyncio.install
+def interrupted(loop=None, **kwargs):
+    raise KeyboardInterrupt
+reclaim_asyncio.install = interrupted
+async def main():
+    await reclaim_asyncio.run_when_reached(stream, ran.append, "ran")
+try:
+    run(main, asyncio.new_event_loop)
+except KeyboardInterrupt:
+    pass
+else:
+    raise AssertionError("the interrupt did not come out")
+reclaim_asyncio.install = install
+fake.fake_cuda_stream_hold(stream, 0)
+wait_until(lambda: cuda_reclaim.stats()["held_by_cuda"] == 0)
+cuda_reclaim.drain()
+assert ran == [], "nobody awaits the call: it never runs"
+s = cuda_reclaim.stats()
+assert s["calls_cancelled"] == 1 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+"""
+    )

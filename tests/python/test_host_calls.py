@@ -98,6 +98,21 @@ def test_a_fork_child_cancels_the_parents_calls_and_launches_its_own():
     fake_cuda.run_script(SCENARIOS, "a_fork_child_cancels_the_parents_calls")
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a_launch_by_a_done_callback_during_the_childs_cancellation_is_the_childs_own",
+        "a_done_callback_that_relaunches_when_cancelled_lets_the_fork_return",
+        "a_fork_or_close_from_a_done_callback_during_the_childs_cancellation_cancels_the_rest_once",
+    ],
+)
+def test_a_fork_child_cancels_exactly_the_parents_calls_whatever_their_done_callbacks_do(name):
+    # Done-callbacks run while the child cancels: what they launch is the child's own (with a fresh stream
+    # order); a fork or close from one of them cancels the rest once.
+    result = fake_cuda.run_script("asyncfork_child_cancels.py", name)
+    assert result.stdout.strip() == "ok", result.stdout + result.stderr
+
+
 def test_exit_runs_what_cuda_handed_back_and_cancels_what_it_still_holds():
     result = fake_cuda.run_script(SCENARIOS, "exit_runs_what_cuda_handed_back", CUDA_RECLAIM_REPORT="1")
     assert "ran at exit" in result.stdout and "never runs" not in result.stdout, result.stdout
