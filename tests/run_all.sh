@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of cuda-reclaim on a fresh machine of this kind, installing what is missing:
 #   1. Debian packages (third_party/install_deps.sh) and, per interpreter, tests/requirements.txt;
-#   2. `bazel test //...` once for every CPython among 3.10–3.14 found (fails if one is missing,
+#   2. `bazel test //...` once for every CPython among 3.10–3.15 found (fails if one is missing,
 #      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
-#      the wheel and everything else registered with Bazel; a missing 3.14 is first assembled from
-#      Debian's packages by third_party/install_python314.sh;
+#      the wheel and everything else registered with Bazel; a missing 3.14 or 3.15 is first assembled
+#      from Debian's packages by third_party/install_python.sh;
 #   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan.
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
@@ -16,11 +16,8 @@ bash third_party/install_deps.sh || exit 1
 
 pythons=()
 missing=()
-for minor in 10 11 12 13 14; do
-  python="$(find_python "$minor")"
-  if [[ -z "$python" && "$minor" == 14 ]] && bash third_party/install_python314.sh >&2; then
-    python="$(find_python "$minor")"
-  fi
+for minor in 10 11 12 13 14 15; do
+  python="$(find_or_install_python "$minor")"
   if [[ -n "$python" ]]; then pythons+=("$python"); else missing+=("3.$minor"); fi
 done
 if ((${#missing[@]})); then
