@@ -58,14 +58,16 @@ for config in tsan asan ubsan; do
     //tests/cleanup/... //tests/graph/...
 done
 
-# Packaging: the sdist and a manylinux wheel built as a user builds them (pip and PyPI's setuptools, no
-# Bazel), checked by auditwheel and installed into a fresh venv; one interpreter (3.12 where found) keeps
-# it to about a minute. Counted as one test below. (The sdist's pytest run is in //tests/packaging.)
+# Packaging: the sdist and a manylinux_2_28 wheel built as a release builds them (pip and PyPI's
+# setuptools, compiled by zig, no Bazel), checked by auditwheel, installed into fresh venvs and tested
+# with the pytest suite; one interpreter (3.12 where found) keeps it to about a minute (a few more the
+# first time, while zig builds its libc++). Counted as one test below. (The sdist's pytest run, built
+# with the system's compiler, is in //tests/packaging on every interpreter.)
 if ((${#pythons[@]})); then
   packaging_python="$(find_python 12)"
   packaging_python="${packaging_python:-${pythons[0]}}"
   echo
-  echo "=== sdist and manylinux wheel without Bazel: tests/packaging/manylinux_wheel_test.sh ($packaging_python)"
+  echo "=== sdist and zig-built manylinux wheel: tests/packaging/manylinux_wheel_test.sh ($packaging_python)"
   if bash tests/packaging/manylinux_wheel_test.sh "$packaging_python"; then
     passed=$((passed + 1))
   else
