@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test of cuda-reclaim on a fresh machine of this kind, installing what is missing:
 #   1. Debian packages (third_party/install_deps.sh) and, per interpreter, tests/requirements.txt;
-#   2. `bazel test //...` once for every CPython among 3.10–3.14 found (fails if one is missing,
+#   2. `bazel test //...` once for every CPython among 3.10–3.15 found (fails if one is missing,
 #      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
-#      the wheel and everything else registered with Bazel; a missing 3.14 is first assembled from
-#      Debian's packages by third_party/install_python314.sh;
+#      the wheel and everything else registered with Bazel; a missing 3.14 or 3.15 is first assembled
+#      from Debian's packages by third_party/install_python.sh;
 #   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan.
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
@@ -16,11 +16,8 @@ bash third_party/install_deps.sh || exit 1
 
 pythons=()
 missing=()
-for minor in 10 11 12 13 14; do
-  python="$(find_python "$minor")"
-  if [[ -z "$python" && "$minor" == 14 ]] && bash third_party/install_python314.sh >&2; then
-    python="$(find_python "$minor")"
-  fi
+for minor in 10 11 12 13 14 15; do
+  python="$(find_or_install_python "$minor")"
   if [[ -n "$python" ]]; then pythons+=("$python"); else missing+=("3.$minor"); fi
 done
 if ((${#missing[@]})); then
@@ -61,14 +58,16 @@ for config in tsan asan ubsan; do
     //tests/cleanup/... //tests/graph/...
 done
 
-# Packaging: the sdist and a manylinux wheel built as a user builds them (pip and PyPI's setuptools, no
-# Bazel), checked by auditwheel and installed into a fresh venv; one interpreter (3.12 where found) keeps
-# it to about a minute. Counted as one test below. (The sdist's pytest run is in //tests/packaging.)
+# Packaging: the sdist and a manylinux_2_28 wheel built as a release builds them (pip and PyPI's
+# setuptools, compiled by zig, no Bazel), checked by auditwheel, installed into fresh venvs and tested
+# with the pytest suite; one interpreter keeps it to about a minute (one more the first time, while zig
+# builds its libc++): the newest, the last one `bazel test //...` ran with, so the suite's test
+# extensions it needs are already built. Counted as one test below. (The sdist's pytest run, built with
+# the system's compiler, is in //tests/packaging on every interpreter.)
 if ((${#pythons[@]})); then
-  packaging_python="$(find_python 12)"
-  packaging_python="${packaging_python:-${pythons[0]}}"
+  packaging_python="${pythons[-1]}"
   echo
-  echo "=== sdist and manylinux wheel without Bazel: tests/packaging/manylinux_wheel_test.sh ($packaging_python)"
+  echo "=== sdist and zig-built manylinux wheel: tests/packaging/manylinux_wheel_test.sh ($packaging_python)"
   if bash tests/packaging/manylinux_wheel_test.sh "$packaging_python"; then
     passed=$((passed + 1))
   else

@@ -2,14 +2,26 @@
 # Sourced by tests/run_all.sh and examples/run_demo.sh: finds CPython interpreters and installs the
 # Python-side test requirements (tests/requirements.txt) into them from PyPI, only when missing.
 
-# python_prefix MINOR → the private prefix where third_party/install_python3MINOR.sh puts CPython 3.MINOR
-# (Debian's packages unpacked; the interpreter is <prefix>/usr/bin/python3.MINOR). Only 3.14 has one.
+# python_prefix MINOR → the private prefix where `third_party/install_python.sh MINOR` puts CPython
+# 3.MINOR (Debian's packages unpacked; the interpreter is <prefix>/usr/bin/python3.MINOR): one folder per
+# version under $CUDA_RECLAIM_PYTHONS_DIR. Only 3.14 and 3.15 are installed there.
 python_prefix() {
-  if [[ -n "${CUDA_RECLAIM_PYTHON_PREFIX:-}" ]]; then
-    echo "${CUDA_RECLAIM_PYTHON_PREFIX}"
-  else
-    echo "${XDG_CACHE_HOME:-$HOME/.cache}/cuda-reclaim/python3.$1"
+  echo "${CUDA_RECLAIM_PYTHONS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cuda-reclaim}/python3.$1"
+}
+
+# PRIVATE_PYTHON_MINORS: the versions find_or_install_python may assemble with install_python.sh.
+PRIVATE_PYTHON_MINORS=(14 15)
+
+# find_or_install_python MINOR → find_python, then, for a version Debian 12 lacks, the interpreter
+# install_python.sh assembles (its messages go to stderr); prints nothing if neither gives one.
+find_or_install_python() {
+  local minor="$1" python
+  python="$(find_python "$minor")"
+  if [[ -z "$python" && " ${PRIVATE_PYTHON_MINORS[*]} " == *" $minor "* ]] &&
+    bash "$(dirname "${BASH_SOURCE[0]}")/install_python.sh" "$minor" >&2; then
+    python="$(find_python "$minor")"
   fi
+  echo "$python"
 }
 
 # find_python MINOR → prints the newest interpreter for 3.MINOR with C headers, or nothing.
