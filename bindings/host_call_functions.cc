@@ -3,6 +3,8 @@
 // item (call_items.h) and hand it to CUDA through graph/ with the GIL released.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include <cstddef>
 #include <cstdint>
 

@@ -5,6 +5,8 @@
 // launch, and nothing here brings in libstdc++'s exception paths. Calls of one stream arrive almost in
 // place order, so parking searches from the end of the list and taking the next call looks at its front.
 
+#include <Python.h>
+
 #include <cstddef>
 #include <cstdlib>
 #include <new>
