@@ -74,3 +74,35 @@ print("done")
 """,
         timeout=LIMIT,
     )
+
+
+def test_the_drain_thread_waits_the_trim_delay_again_after_each_burst():
+    # After a trim, the next burst must again stay at or below the reserved capacity for the whole delay
+    # before its memory goes back: a stream of bursts keeps its blocks. (The trim clock kept the moment the
+    # first burst went low, so every later burst was trimmed as soon as it was drained, several times over.)
+    fake_cuda.run(
+        """
+_reclaim._set_trim_delay(1.0)
+cuda_reclaim.set_auto_drain("thread")
+def burst():
+    objects = [P() for _ in range(50000)]  # far beyond the reserved capacity below
+    for obj in objects:
+        cuda_reclaim.defer_release(obj)
+burst()
+wait_until(lambda: cuda_reclaim.stats()["trims"] == 1)
+started = time.monotonic()
+burst()
+wait_until(lambda: cuda_reclaim.pending() == 0)
+time.sleep(0.3)
+elapsed = time.monotonic() - started
+s = cuda_reclaim.stats()
+if elapsed < 0.9:  # else this machine was too slow for the check to mean anything
+    assert s["trims"] == 1, f"{s['trims'] - 1} more trims {elapsed:.2f} s after the second burst (delay: 1 s)"
+wait_until(lambda: cuda_reclaim.stats()["trims"] == 2)
+time.sleep(0.5)
+assert cuda_reclaim.stats()["trims"] == 2
+print("done")
+""",
+        timeout=LIMIT,
+        CUDA_RECLAIM_RESERVED_CAPACITY="1024",
+    )
