@@ -251,4 +251,31 @@ TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
 #endif
 }
 
+
+// reclaim_abi.h: "no field changes meaning", and RECLAIM_ABI_VERSION is still 3. An extension built against
+// ABI 3 before in_drain existed copies the counters up to eventfd_writes and checks the law it compiled in,
+// handed_over == released + pending + leaked_after_close + abandoned_after_fork, which held inside a release
+// action (a drain counted what it took as released before the release calls). With in_drain taken out of
+// `released`, that extension's law breaks in every finalizer, host destructor or other thread that reads the
+// counters while a drain runs, and it cannot tell (same ABI version, same field).
+TEST(GiveBack, TheLawAnAbi3ExtensionCompiledInStillHoldsInsideAReleaseAction) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 10);
+  struct Abi3Reader {
+    ReclaimQueue* queue;
+    bool held = true;
+    static void action(ReleaseBatch* batch, void* self_pointer) {
+      auto* self = static_cast<Abi3Reader*>(self_pointer);
+      for (; batch->next < batch->count; ++batch->next) {
+        const auto c = self->queue->snapshot();
+        self->held = self->held &&
+                     c.handed_over == c.released + c.pending + c.leaked_after_close + c.abandoned_after_fork;
+      }
+    }
+  } reader{&queue};
+  EXPECT_EQ(queue.drain(Abi3Reader::action, &reader), 10u);
+  EXPECT_TRUE(reader.held) << "the ABI 3 law fails inside a release action, with RECLAIM_ABI_VERSION "
+                           << RECLAIM_ABI_VERSION << " unchanged";
+}
+
 }  // namespace
