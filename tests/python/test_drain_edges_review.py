@@ -1,5 +1,6 @@
 """The drain's edges, attacked: a drain that outlives close() (its thread stopped by the close, or a gc-mode
-drain on another thread) must not leave what it took pending in a closed queue that no drain takes again.
+drain on another thread) must not leave what it took pending in a closed queue that no drain takes again;
+the drain thread's trim clock starts over after each trim.
 
 Each scenario runs in a child with the fake driver (tests/graph/fake_libcuda.cc), under a timeout."""
 
