@@ -294,7 +294,11 @@ class TrimClock {
     }
     const auto delay = std::chrono::milliseconds(g_trim_delay_ms.load(std::memory_order_relaxed));
     if (now - low_since_ >= delay) {
-      if (queue().trim() != reclaim::TrimStatus::kTrimmed) low_since_ = now;  // busy: one delay later
+      if (queue().trim() == reclaim::TrimStatus::kTrimmed) {
+        watching_ = false;  // the next burst waits a whole delay of its own
+      } else {
+        low_since_ = now;  // busy: one delay later
+      }
       return queue().trim_would_help() ? static_cast<int>(delay.count()) : -1;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(low_since_ + delay - now);

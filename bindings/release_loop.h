@@ -126,6 +126,9 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   // what went back with its own ordering).
   const auto stopped = [&]() {
     if (stop == nullptr || !stop->load(std::memory_order_relaxed)) return false;
+    // A closed queue: its close's final drain has begun or is over, and what went back now would wait for
+    // no drain at all. This drain finishes what it took instead, as that final drain would have.
+    if (batch->queue != nullptr && batch->queue->is_closed()) return false;
     batch->next = index;
     batch->stop = true;
     return true;

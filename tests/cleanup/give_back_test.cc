@@ -1,7 +1,10 @@
 // What a release action may do besides releasing: settle early, give an item back, stop the drain; and the
 // in_drain bucket that counts what a drain took and has not finished.
+#include <malloc.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 #include "cleanup/reclaim_queue.h"
@@ -149,6 +152,130 @@ TEST(GiveBack, TrimsAreCounted) {
   EXPECT_EQ(queue.snapshot().trims, 1u);
   EXPECT_EQ(queue.trim(), reclaim::TrimStatus::kNotNeeded);
   EXPECT_EQ(queue.snapshot().trims, 1u);
+}
+
+
+// What another thread gave back sits in that thread's producer of the front storage; what this drain gives
+// back goes into its own. The front is taken producer by producer, newest producer first, so a drain that
+// took only part of the front in its first dequeue must not reach its own give-backs in the next one.
+TEST(GiveBack, ADrainNeverTakesAgainWhatItGaveBackWhenAnotherThreadsGiveBacksAreAtTheFront) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 1100);  // more than one dequeue's worth
+  std::thread other([&queue] {
+    Scripted everything_back{&queue};
+    everything_back.give_back_every = 1;  // every id: all 1100 go to the front, through this thread
+    EXPECT_EQ(queue.drain(Scripted::action, &everything_back), 0u);
+  });
+  other.join();
+  ASSERT_EQ(queue.snapshot().pending, 1100u);
+  Scripted script{&queue};
+  script.give_back_every = 10;  // 110 of the 1100 go back, each once
+  EXPECT_EQ(queue.drain(Scripted::action, &script), 990u);
+  const auto counters = queue.snapshot();
+  EXPECT_EQ(counters.released, 990u);
+  EXPECT_EQ(counters.pending, 110u);
+  EXPECT_TRUE(counters.conserved());
+  // Everything that was at the front when the drain began was taken by it, in order.
+  ASSERT_EQ(script.released.size(), 990u);
+  std::size_t expected = 0;
+  for (std::size_t i = 0; i < script.released.size(); ++i, ++expected) {
+    if (expected % 10 == 0) ++expected;
+    ASSERT_EQ(script.released[i], expected) << "at " << i;
+  }
+}
+
+// A drain that stops puts the rest of its dequeue back "first, in order": ahead of whatever arrived in the
+// queue after that dequeue, also when a drain nested in the release (a finalizer draining again, the gc
+// mode's hook) gave those later items back meanwhile.
+TEST(GiveBack, TheRestOfAStoppedDrainStaysAheadOfLaterItemsANestedDrainGaveBack) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 10);
+  struct Outer {
+    ReclaimQueue* queue;
+    std::vector<std::size_t> released;
+    static void action(ReleaseBatch* batch, void* self_pointer) {
+      auto* self = static_cast<Outer*>(self_pointer);
+      for (; batch->next < batch->count; ++batch->next) {
+        const std::size_t id = id_of(batch->items[batch->next]);
+        if (id == 3) {
+          // Later items arrive; a nested drain gives them back (calls the gc mode does not run).
+          push_ids(*self->queue, 10, 20);
+          Scripted nested{self->queue};
+          nested.give_back_every = 1;
+          EXPECT_EQ(self->queue->drain(Scripted::action, &nested), 0u);
+          batch->stop = true;  // then this drain is told to stop before id 3
+          return;
+        }
+        self->released.push_back(id);
+      }
+    }
+  } outer{&queue};
+  EXPECT_EQ(queue.drain(Outer::action, &outer), 3u);
+  EXPECT_EQ(queue.snapshot().pending, 17u);
+  EXPECT_TRUE(queue.snapshot().conserved());
+  Scripted script{&queue};
+  EXPECT_EQ(queue.drain(Scripted::action, &script), 17u);
+  ASSERT_EQ(script.released.size(), 17u);
+  for (std::size_t i = 0; i < 17; ++i) EXPECT_EQ(script.released[i], i + 3) << "at " << i;
+}
+
+
+// A burst that went through the front (a drain thread stopped in the middle of 2^20 calls given back by
+// the gc mode's hook, say) is a burst like any other: once drained, trim() gives its memory back, as
+// Trim.GivesTheHeapBack checks for one that went through the storage alone.
+TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "the sanitizer's allocator does not report through mallinfo2()";
+#else
+  reclaim::QueueOptions options;
+  options.reserved_capacity = 1024;
+  ReclaimQueue queue(options);
+  constexpr std::size_t kBurst = 1 << 20;
+  Scripted everything_back{&queue};
+  everything_back.give_back_every = 1;
+  Scripted release_all{&queue};
+  release_all.released.reserve(kBurst);  // before the baseline: 8 MiB of its own
+  const std::size_t baseline = ::mallinfo2().uordblks + ::mallinfo2().hblkhd;
+  std::thread producer([&queue] { push_ids(queue, 0, kBurst); });
+  producer.join();
+  EXPECT_EQ(queue.drain(Scripted::action, &everything_back), 0u);  // all of it to the front
+  EXPECT_EQ(queue.drain(Scripted::action, &release_all), kBurst);
+  EXPECT_EQ(queue.snapshot().pending, 0u);
+  const std::size_t drained = ::mallinfo2().uordblks + ::mallinfo2().hblkhd;
+  ASSERT_EQ(queue.trim(), reclaim::TrimStatus::kTrimmed);
+  const std::size_t trimmed = ::mallinfo2().uordblks + ::mallinfo2().hblkhd;
+  std::printf("[ measured ] drained: %zu bytes above the baseline, trimmed: %zu\n", drained - baseline,
+              trimmed - baseline);
+  EXPECT_GT(drained - baseline, std::size_t{14} << 20);
+  EXPECT_LT(trimmed - baseline, std::size_t{1} << 20) << "the front keeps the burst's blocks after trim()";
+#endif
+}
+
+
+// reclaim_abi.h: "no field changes meaning", and RECLAIM_ABI_VERSION is still 3. An extension built against
+// ABI 3 before in_drain existed copies the counters up to eventfd_writes and checks the law it compiled in,
+// handed_over == released + pending + leaked_after_close + abandoned_after_fork, which held inside a release
+// action (a drain counted what it took as released before the release calls). With in_drain taken out of
+// `released`, that extension's law breaks in every finalizer, host destructor or other thread that reads the
+// counters while a drain runs, and it cannot tell (same ABI version, same field).
+TEST(GiveBack, TheLawAnAbi3ExtensionCompiledInStillHoldsInsideAReleaseAction) {
+  ReclaimQueue queue;
+  push_ids(queue, 0, 10);
+  struct Abi3Reader {
+    ReclaimQueue* queue;
+    bool held = true;
+    static void action(ReleaseBatch* batch, void* self_pointer) {
+      auto* self = static_cast<Abi3Reader*>(self_pointer);
+      for (; batch->next < batch->count; ++batch->next) {
+        const auto c = self->queue->snapshot();
+        self->held = self->held &&
+                     c.handed_over == c.released + c.pending + c.leaked_after_close + c.abandoned_after_fork;
+      }
+    }
+  } reader{&queue};
+  EXPECT_EQ(queue.drain(Abi3Reader::action, &reader), 10u);
+  EXPECT_TRUE(reader.held) << "the ABI 3 law fails inside a release action, with RECLAIM_ABI_VERSION "
+                           << RECLAIM_ABI_VERSION << " unchanged";
 }
 
 }  // namespace
