@@ -164,6 +164,10 @@ void host_node_arrived(HostNode* node);
 // GIL.
 bool is_host_node(PyObject* item);
 
+// One firing (or the final entry) that must not run: counted in calls_cancelled, the native count's
+// bookkeeping done as after a run. Steals the queue's reference. Requires the GIL.
+void host_node_cancelled(HostNode* node);
+
 // The part of a dying node's deallocation that is the node's own: drops its function and arguments and
 // ends its slot (the _HostItem type's deallocator frees the memory). Requires the GIL.
 void clear_host_node(HostNode* node);

@@ -31,8 +31,15 @@ __attribute__((noinline)) void release_references_until_stopped(reclaim::Release
 // The gc mode's: plain references are released (their finalizers run, as the collector's own do), but a
 // call item is given back unrun, to the front of the queue, for the next drain that runs calls.
 __attribute__((noinline)) void release_references_giving_calls_back(reclaim::ReleaseBatch* batch, void*) {
-  release_batch(batch, host_item_type(),
-                [batch](PyObject* item) { reclaim::ReclaimQueue::give_back(batch, item); });
+  // Once the queue is closed a call given back would wait for ever (no drain comes): it is cancelled, as a
+  // call that a close interrupted is.
+  release_batch(batch, host_item_type(), [batch](PyObject* item) {
+    if (queue().is_closed()) {
+      cancel_queued_item(item);
+    } else {
+      reclaim::ReclaimQueue::give_back(batch, item);
+    }
+  });
 }
 
 // Queued items are Python objects the release action touches at once: the drain prefetches them.

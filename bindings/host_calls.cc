@@ -13,6 +13,7 @@
 #include <new>
 
 #include "bindings/call_items.h"
+#include "bindings/drain.h"
 
 namespace reclaim_bindings {
 
@@ -245,9 +246,29 @@ void cancel_future(PyObject* future) {
   ++g_call_counters.cancelled;
 }
 
+namespace {
+
+// A call that arrived (the queue's reference) and must not run: its future is cancelled, its parts
+// released, and the queue's reference dropped.
+void cancel_arrived_call(HostCall* call) {
+  if (call->state != CallState::kDone) {
+    CallParts parts;
+    finish(call, &parts);
+    cancel_future(parts.future);
+    release_parts(parts);
+  }
+  Py_DECREF(call);
+}
+
+}  // namespace
+
 void host_call_arrived(HostCall* call) {
   if (call->state == CallState::kDone) {  // cancelled by a close() that ran while its batch was dequeued
     Py_DECREF(call);
+    return;
+  }
+  if (calls_closed()) {  // taken by a drain that a close() interrupted, or arriving during its cancellation
+    cancel_arrived_call(call);
     return;
   }
   StreamOrder* order = call->order;
@@ -296,6 +317,16 @@ void release_queued_item(PyObject* item) {
     host_call_arrived(reinterpret_cast<HostCall*>(item));
   } else if (is_host_node(item)) {
     host_node_arrived(reinterpret_cast<HostNode*>(item));
+  } else {
+    Py_DECREF(item);
+  }
+}
+
+void cancel_queued_item(PyObject* item) {
+  if (is_host_call(item)) {
+    cancel_arrived_call(reinterpret_cast<HostCall*>(item));
+  } else if (is_host_node(item)) {
+    host_node_cancelled(reinterpret_cast<HostNode*>(item));
   } else {
     Py_DECREF(item);
   }

@@ -35,6 +35,15 @@ HostNode* new_host_node(PyObject* fn, PyObject* args) {
   return node;
 }
 
+void host_node_cancelled(HostNode* node) {
+  if (graph::host_node_entry_is_final(&node->slot)) {
+    Py_DECREF(node);  // the user object went last: the native count's Python reference
+    return;
+  }
+  ++g_call_counters.cancelled;
+  if (graph::host_node_call_done(&node->slot)) Py_DECREF(node);
+}
+
 void host_node_arrived(HostNode* node) {
   if (graph::host_node_entry_is_final(&node->slot)) {
     Py_DECREF(node);  // the user object went last: the native count's Python reference
@@ -42,8 +51,7 @@ void host_node_arrived(HostNode* node) {
   }
   if (calls_closed()) {
     // Taken by a drain that a close() interrupted: after close() no call runs (docs/callbacks.md).
-    ++g_call_counters.cancelled;
-    if (graph::host_node_call_done(&node->slot)) Py_DECREF(node);
+    host_node_cancelled(node);
     return;
   }
   ++g_call_counters.run;

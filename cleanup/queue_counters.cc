@@ -127,7 +127,7 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   }
   retired_.store(nullptr, std::memory_order_relaxed);
   storage_.store(make_storage(options_.reserved_capacity), std::memory_order_relaxed);
-  front_.store(make_storage(0), std::memory_order_relaxed);  // the parent's give-backs are abandoned too
+  front_.store(make_front(), std::memory_order_relaxed);  // the parent's give-backs are abandoned too
   pending_since_trim_.store(0, std::memory_order_relaxed);
 
   // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds

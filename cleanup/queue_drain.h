@@ -152,8 +152,8 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
   // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
   // abandoned_after_fork, see uncount_taken) and stops.
-  Storage* const front = front_.load(std::memory_order_relaxed);
-  std::size_t front_left = front->queue.size_approx();
+  FrontStorage* const front = front_.load(std::memory_order_relaxed);
+  std::size_t front_left = front->size.load(std::memory_order_relaxed);
   Storage* const retired = retired_.load(std::memory_order_relaxed);
   PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
   note_pending(stored_count());
@@ -165,8 +165,9 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
     const std::size_t want = max_items - taken_total < kDrainBatch ? max_items - taken_total : kDrainBatch;
     TakenBatch got{0, 0, 0};
     if (front_left != 0) {
-      got = take(front->queue, batch, want < front_left ? want : front_left);
-      front_left = got.taken == 0 ? 0 : front_left - got.taken;
+      const std::size_t taken = front->take(batch, want < front_left ? want : front_left);
+      got = TakenBatch{taken, taken, 0};
+      front_left = taken == 0 ? 0 : front_left - taken;
     }
     if (got.taken == 0 && retired != nullptr) got = take(retired->queue, batch, want);
     if (got.taken == 0) got = take(current, batch, want);
@@ -207,7 +208,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
       // in two.
       uncount_taken(rest, items.generation);
-      put_back(batch + items.next, rest);
+      put_back(batch + items.next, rest, /*first=*/true);
       throw;
     }
     if (items.stop) {
@@ -215,7 +216,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       settle(&items, items.next);
       const std::size_t rest = got.left - items.next;
       uncount_taken(rest, items.generation);
-      put_back(batch + items.next, rest);
+      put_back(batch + items.next, rest, /*first=*/true);
       stopped = true;
     }
     released_total += items.released;

@@ -17,7 +17,8 @@
  * History: ABI 1: push, host_destructor, drain, get_stats. ABI 2: queue_ops, a second table for Bazel
  * copies. ABI 3: this one table for everyone (Bazel copies adopt it); queue_ops retired (returns NULL);
  * is_closed, pending, wakeup_fd, write_report and attach appended; attach() replaces a call into the
- * package's private Python.
+ * package's private Python. ABI 4: reclaim_stats gains in_drain (a bucket of the law: `released` now counts
+ * only finished releases) and trims; the table is unchanged.
  *
  * Memory ordering: everything a thread wrote before push(p) is visible to the thread that releases p. */
 
@@ -31,7 +32,7 @@
 extern "C" {
 #endif
 
-#define RECLAIM_ABI_VERSION 3
+#define RECLAIM_ABI_VERSION 4
 
 /* The counters, defined once: X(name, description). Every other list of them (the C and C++ structs,
  * Python's stats() and STATS_KEYS, the exit report, the Cython declarations' check) is derived from this

@@ -103,7 +103,7 @@ ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
       slot_mask_(round_up_to_power_of_two(options.producer_slots == 0 ? 1 : options.producer_slots) - 1),
       wakeup_fd_(make_eventfd()),
       closed_fd_(make_eventfd()) {
-  front_.store(make_storage(0), std::memory_order_relaxed);  // no blocks until something is given back
+  front_.store(make_front(), std::memory_order_relaxed);
   // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
   void* slot_memory = nullptr;
   if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * (slot_mask_ + 1)) != 0) {
@@ -125,7 +125,7 @@ ReclaimQueue::~ReclaimQueue() {
   std::free(storage);
   Storage* retired = retired_.load(std::memory_order_relaxed);  // a trim that ran out of memory
   if (retired != nullptr) free_storage(retired);
-  free_storage(front_.load(std::memory_order_relaxed));
+  delete front_.load(std::memory_order_relaxed);
   ::close(wakeup_fd_);
   ::close(closed_fd_);
 }
@@ -221,7 +221,7 @@ std::size_t ReclaimQueue::stored_count() const noexcept {
   std::size_t count = storage_.load(std::memory_order_seq_cst)->queue.size_approx();
   const Storage* retired = retired_.load(std::memory_order_relaxed);
   if (retired != nullptr) count += retired->queue.size_approx();
-  return count + front_.load(std::memory_order_relaxed)->queue.size_approx();
+  return count + front_.load(std::memory_order_relaxed)->size.load(std::memory_order_relaxed);
 }
 
 void ReclaimQueue::uncount_taken(std::size_t count, std::uint64_t generation) noexcept {
@@ -233,10 +233,17 @@ void ReclaimQueue::uncount_taken(std::size_t count, std::uint64_t generation) no
   }
 }
 
-void ReclaimQueue::put_back(void* const* items, std::size_t count) noexcept {
+FrontStorage* ReclaimQueue::make_front() noexcept {
+  try {
+    return new FrontStorage();
+  } catch (...) {  // std::bad_alloc: a queue that cannot start is not worth running, as in make_storage
+    die("cannot allocate the reclaim queue");
+  }
+}
+
+void ReclaimQueue::put_back(void* const* items, std::size_t count, bool first) noexcept {
   if (count == 0) return;
-  // This thread's own implicit producer of the front storage: a drain's put-back keeps its order.
-  if (front_.load(std::memory_order_relaxed)->queue.enqueue_bulk(items, count)) {
+  if (front_.load(std::memory_order_relaxed)->put(items, count, first)) {
     raise_signal();
   } else {
     // Out of memory at that very moment: stored nowhere, so counted as a push that could not be stored
@@ -263,7 +270,7 @@ void ReclaimQueue::give_back(ReleaseBatch* batch, void* item) noexcept {
   queue->uncount_taken(1, batch->generation);
   ++batch->given_back;
   void* const items[1] = {item};
-  queue->put_back(items, 1);
+  queue->put_back(items, 1, /*first=*/false);
 }
 
 void ReclaimQueue::clear_signal_if_empty() noexcept {

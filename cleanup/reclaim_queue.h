@@ -165,6 +165,7 @@ struct ProducerUse {
 
 struct ProducerSlot;  // queue_storage.h
 struct QueueStorage;  // queue_storage.h
+struct FrontStorage;  // queue_storage.h
 struct StorageReader;  // queue_storage.h
 
 class ReclaimQueue {
@@ -360,8 +361,10 @@ class ReclaimQueue {
   // reset that counted them as abandoned, out of abandoned_after_fork). Any owner thread.
   void uncount_taken(std::size_t count, std::uint64_t generation) noexcept;
   // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and makes
-  // the wake-up fd readable. The caller has uncounted them. Any owner thread; may allocate.
-  void put_back(void* const* items, std::size_t count) noexcept;
+  // the wake-up fd readable: ahead of what is there (`first`: the rest of a dequeue) or behind it (one
+  // item given back). The caller has uncounted them. Any owner thread; may allocate.
+  void put_back(void* const* items, std::size_t count, bool first) noexcept;
+  static FrontStorage* make_front() noexcept;
   void note_pending(std::uint64_t seen) const noexcept;
   // Leaks after close outside the slots, for the value `admissions` of push_admissions_.
   std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
@@ -415,9 +418,9 @@ class ReclaimQueue {
   // reset; null almost always.
   std::atomic<Storage*> retired_{nullptr};
   // What drains gave back (ReleaseBatch::stop, give_back(), an unwinding release): taken before the
-  // storages, so it keeps its place ahead of what arrived later. Created with the queue; never replaced
-  // by trim(); abandoned (never freed) and replaced by the fork reset. Drains are its only producers.
-  std::atomic<Storage*> front_{nullptr};
+  // storages, so it keeps its place ahead of what arrived later. Created with the queue; abandoned (never
+  // freed: a parent thread may have held its lock) and replaced by the fork reset.
+  std::atomic<FrontStorage*> front_{nullptr};
   // The highest pending seen since the last trim (raised with max_pending_): trim() gives memory back
   // when it exceeded the reserved capacity.
   mutable std::atomic<std::uint64_t> pending_since_trim_{0};

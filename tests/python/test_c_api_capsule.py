@@ -41,7 +41,7 @@ def test_capsule_starts_with_abi_version_and_size_and_holds_every_entry():
 
     address = capsule_pointer(_reclaim._C_API)
     header = Header.from_address(address)
-    assert header.abi_version == cuda_reclaim.ABI_VERSION == 3
+    assert header.abi_version == cuda_reclaim.ABI_VERSION == 4
     pointer = ctypes.sizeof(ctypes.c_void_p)
     assert header.struct_size == ctypes.sizeof(Header) + len(ENTRIES) * pointer
     entries = (ctypes.c_void_p * len(ENTRIES)).from_address(address + ctypes.sizeof(Header))
