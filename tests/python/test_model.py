@@ -92,12 +92,15 @@ class Zygote:
         os.close(self.reply_w)
         self.history = []
         self.log_start = 0  # where the current example's output begins
+        self.dead = None  # why the zygote was killed, once it was
 
-    def send(self, *message):
+    def send(self, *message, answered=True):
+        if self.dead is not None:  # a hung worker was killed: every later example fails the same way
+            pytest.fail(self.dead)
         data = pickle.dumps(message)
         os.write(self.cmd_w, struct.pack("!I", len(data)) + data)
         self.history.append(message)
-        return self.receive(message)
+        return self.receive(message) if answered else None
 
     def receive(self, message):
         header = self._read(4, message)
@@ -108,11 +111,14 @@ class Zygote:
         while size:
             ready, _, _ = select.select([self.reply_r], [], [], STEP_LIMIT)
             if not ready:
+                self.dead = f"the model's worker hung: no answer to {message!r} within {STEP_LIMIT} s\n{self.tail()}"
                 self.kill()
-                pytest.fail(f"the model's worker hung: no answer to {message!r} within {STEP_LIMIT} s\n{self.tail()}")
+                pytest.fail(self.dead)
             chunk = os.read(self.reply_r, size)
             if not chunk:
-                pytest.fail(f"the model's worker died during {message!r}\n{self.tail()}")
+                self.dead = f"the model's worker died during {message!r}\n{self.tail()}"
+                self.kill()
+                pytest.fail(self.dead)
             chunks.append(chunk)
             size -= len(chunk)
         return b"".join(chunks)
@@ -133,8 +139,9 @@ class Zygote:
 
     def quit(self):
         try:
-            os.write(self.cmd_w, struct.pack("!I", len(pickle.dumps(("quit",)))) + pickle.dumps(("quit",)))
-            self.process.wait(10)
+            if self.dead is None:
+                self.send("quit", answered=False)
+                self.process.wait(10)
         except (OSError, subprocess.TimeoutExpired):
             pass
         finally:
@@ -184,10 +191,10 @@ class PublicApiModel(RuleBasedStateMachine):
     @initialize(mode=st.sampled_from(MODES))
     def fork_a_worker(self, mode):
         event(f"initial mode {mode}")
-        self.zygote.history = [("fork", mode)]
         self.zygote.log.flush()
         self.zygote.log_start = os.fstat(self.zygote.log.fileno()).st_size
-        os.write(self.zygote.cmd_w, struct.pack("!I", len(pickle.dumps(("fork", mode)))) + pickle.dumps(("fork", mode)))
+        self.zygote.history = []
+        self.zygote.send("fork", mode, answered=False)  # the worker answers only when it ends
         self.started = True
 
     @rule(count=st.integers(1, 3), action=st.sampled_from(ACTIONS))
