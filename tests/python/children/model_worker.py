@@ -203,7 +203,7 @@ class Model:
             if self.close_returned:
                 self.broke("no call runs after close() returned (docs/callbacks.md)", f"{ident} ran")
             if not (where is threading.main_thread() or isinstance(where, _auto._DrainThread)
-                    or where.name.startswith("model-")):
+                    or where.name in ("model-drain", "model-close")):  # the threads that drain or close here
                 self.broke("calls run only in drains, never on CUDA's thread", f"{ident} ran on {where.name}")
             if _in_gc_callback():
                 self.broke(
