@@ -35,6 +35,7 @@ except ImportError as missing:  # a collection error, not a skip: the model is p
     ) from missing
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "children", "model_worker.py")
+CALL_DURING_FINALIZATION = 97  # the worker's exit status when a call began after its last answer
 STEP_LIMIT = 60  # seconds one command may take in the worker before it counts as hung
 LONG = os.environ.get("CUDA_RECLAIM_MODEL_LONG", "") not in ("", "0")
 # Promises to set aside (comma-separated parts of their names), so that a long pass looks past a bug
@@ -189,9 +190,13 @@ class PublicApiModel(RuleBasedStateMachine):
             self.broken.append((self.steps, rule_name, promise, detail))
         return self.answer
 
-    @initialize(mode=st.sampled_from(MODES))
-    def fork_a_worker(self, mode):
+    @initialize(mode=st.sampled_from(MODES), ending=st.sampled_from(("close", "exit")))
+    def fork_a_worker(self, mode, ending):
+        """A fresh worker, with the automatic drain in `mode`; it ends by close() or by exiting (the
+        atexit hook closes, and finalization follows)."""
         event(f"initial mode {mode}")
+        event(f"ends by {ending}")
+        self.ending = ending
         self.zygote.log.flush()
         self.zygote.log_start = os.fstat(self.zygote.log.fileno()).st_size
         self.zygote.history = []
@@ -276,8 +281,11 @@ class PublicApiModel(RuleBasedStateMachine):
     def teardown(self):
         if not self.started:
             return
-        self.step("finish", "finish")
-        status = self.zygote.receive(("finish",))
+        self.step("finish", "finish", self.ending)
+        status = self.zygote.receive(("finish", self.ending))
+        if status == ("exited", CALL_DURING_FINALIZATION << 8):
+            self.broken.append((self.steps, "finish", "no call runs after close() returned (docs/callbacks.md)",
+                                "a call began during interpreter finalization"))
         if self.broken:
             PublicApiModel.failed = True
             _, _, promise, _ = self.broken[0]

@@ -14,6 +14,7 @@ the threads; the test only asserts that the list stays empty.
 """
 
 import asyncio
+import atexit
 import gc
 import logging
 import os
@@ -23,6 +24,26 @@ import struct
 import sys
 import threading
 import time
+
+# Set when a worker ends by exiting: (model, reply fd). The answer is written from an atexit hook
+# registered before the package is imported (fake_cuda imports it too): hooks run last registered first,
+# so this one runs after the package's own, which closes the queue.
+_exiting = None
+CALL_DURING_FINALIZATION = 97  # the exit status of a worker in which a call began after its last answer
+
+
+def _answer_at_exit():
+    if _exiting is None:
+        return
+    model, reply_fd = _exiting
+    model.close_returned = True
+    model.end_checks("after the atexit hook closed the queue")
+    model.check_laws()
+    write_message(reply_fd, {"result": "None", "violations": model.violations, "stats": model.last_stats})
+    model.answered = True
+
+
+atexit.register(_answer_at_exit)
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -118,7 +139,7 @@ class Model:
         self.graph = None
         self.execs = {}  # host-node count -> executable graph
         self.loop = asyncio.new_event_loop()
-        self.fork_depth = 0
+        self.answered = False  # the last answer was written (at exit)
 
     # --- bookkeeping ------------------------------------------------------------------------------------
 
@@ -191,6 +212,9 @@ class Model:
 
     def body(self, ident, action):
         """A call's body: launch_host_func, run_when_reached and host nodes all run this."""
+        if self.answered:  # nobody reads answers any more: the exit status tells
+            os.write(2, f"{ident} began during interpreter finalization\n".encode())
+            os._exit(CALL_DURING_FINALIZATION)
         with self.gate:
             self.started.add(ident)
             self.ran.append(ident)
@@ -402,16 +426,20 @@ class Model:
         os.write(fd, pickle.dumps(problems))
         return 0
 
-    def cmd_finish(self):
+    def cmd_finish(self, ending):
+        assert ending == "close", "an exit ends in serve()"
         self.close()
-        self.check_everything_ended("after close()")
+        self.end_checks("after close()")
+
+    def end_checks(self, when):
+        self.check_everything_ended(when)
         if self.tasks:
             pending = [task for task in self.tasks.values() if not task.done()]
             if pending:
                 self.loop.run_until_complete(asyncio.wait(pending, timeout=5))
             for ident, task in self.tasks.items():
                 if not task.done():
-                    self.broke("every await ends once the queue is closed", f"{ident} still pending 5 s after close()")
+                    self.broke("every await ends once the queue is closed", f"{ident} still pending 5 s {when}")
         counters = self.read_stats()
         if counters["calls_outstanding"]:
             self.broke("every call ends at close() (calls_outstanding == 0)", f"{counters['calls_outstanding']} left")
@@ -420,7 +448,7 @@ class Model:
             time.sleep(0.01)
         extra = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
         if extra:
-            self.broke("close() leaves no thread behind", f"still alive 5 s later: {extra}")
+            self.broke("close() leaves no thread behind", f"still alive 5 s {when}: {extra}")
         seen = set()
         last_place = {}
         for ident in self.ran:
@@ -457,6 +485,10 @@ def serve(cmd_fd, reply_fd):
         if message is None:
             os._exit(1)
         name, args = message[0], message[1:]
+        if message == ("finish", "exit"):
+            global _exiting
+            _exiting = (model, reply_fd)
+            sys.exit(0)  # the package's atexit hook closes, then _answer_at_exit answers
         result = None
         try:
             result = getattr(model, "cmd_" + name)(*args)
