@@ -110,9 +110,11 @@ def write_message(fd, message):
 
 
 def _in_gc_callback():
+    # Whatever the package names its hook: a frame of any function in gc.callbacks is inside a collection.
+    hooks = {getattr(hook, "__code__", None) for hook in gc.callbacks} - {None}
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name == "_gc_callback" and frame.f_globals.get("__name__") == _auto.__name__:
+        if frame.f_code in hooks:
             return True
         frame = frame.f_back
     return False
