@@ -247,6 +247,11 @@ class PublicApiModel(RuleBasedStateMachine):
     def drain(self, budget):
         self.step("drain", "drain", budget)
 
+    @rule(delay=st.sampled_from((0.0001, 0.0005, 0.002)))
+    def drain_interrupted(self, delay):
+        answer = self.step("drain_interrupted", "drain_interrupted", delay)
+        event(f"interrupted drain: {answer['result']}")
+
     @rule(budget=st.sampled_from((None, 1, 2)))
     def drain_on_another_thread(self, budget):
         self.step("drain_on_another_thread", "drain_elsewhere", budget)

@@ -20,6 +20,7 @@ import logging
 import os
 import pickle
 import select
+import signal
 import struct
 import sys
 import threading
@@ -310,7 +311,10 @@ class Model:
         self.run_loop(0.005)
 
     def run_loop(self, seconds):
-        self.loop.run_until_complete(asyncio.sleep(seconds))
+        try:
+            self.loop.run_until_complete(asyncio.sleep(seconds))
+        except DeliberateInterrupt:
+            pass  # an interrupted drain gave a call's KeyboardInterrupt to its await: asyncio raises it here
 
     def cmd_add_host_node(self, action):
         if self.graph is None:
@@ -346,6 +350,31 @@ class Model:
 
     def cmd_drain(self, budget):
         return cuda_reclaim.drain(budget)
+
+    def cmd_drain_interrupted(self, delay):
+        """drain() on this thread while a signal handler raises KeyboardInterrupt `delay` seconds in: it
+        lands in whatever Python code the drain runs (a call, a finalizer, a done-callback). The interrupt
+        may leave drain(); what the drain had taken must still end in one bucket, each call once."""
+        armed = [True]
+
+        def interrupt(signum, frame):
+            if armed[0]:
+                armed[0] = False
+                raise DeliberateInterrupt
+
+        previous = signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, delay)
+        try:
+            cuda_reclaim.drain()
+        except DeliberateInterrupt:
+            event_note = "left drain()"
+        else:
+            event_note = "drain() returned"
+        finally:
+            armed[0] = False  # a timer that fires from here on raises nothing
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        return event_note
 
     def cmd_drain_elsewhere(self, budget):
         drainer = threading.Thread(target=cuda_reclaim.drain, args=(budget,), name="model-drain")
@@ -437,8 +466,13 @@ class Model:
         self.check_everything_ended(when)
         if self.tasks:
             pending = [task for task in self.tasks.values() if not task.done()]
-            if pending:
-                self.loop.run_until_complete(asyncio.wait(pending, timeout=5))
+            deadline = time.monotonic() + 5
+            while pending and time.monotonic() < deadline:
+                try:
+                    self.loop.run_until_complete(asyncio.wait(pending, timeout=5))
+                except DeliberateInterrupt:
+                    pass  # as in run_loop()
+                pending = [task for task in pending if not task.done()]
             for ident, task in self.tasks.items():
                 if not task.done():
                     self.broke("every await ends once the queue is closed", f"{ident} still pending 5 s {when}")
