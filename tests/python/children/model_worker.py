@@ -363,8 +363,8 @@ class Model:
                 raise DeliberateInterrupt
 
         previous = signal.signal(signal.SIGALRM, interrupt)
-        signal.setitimer(signal.ITIMER_REAL, delay)
         try:
+            signal.setitimer(signal.ITIMER_REAL, delay)  # inside: the timer may fire before drain() begins
             cuda_reclaim.drain()
         except DeliberateInterrupt:
             event_note = "left drain()"
