@@ -47,26 +47,41 @@ class _StateLock:
     finalizer that the garbage collector runs during finalization (and that toggles the drain, say) would
     wait for it forever. The one thread still running Python takes the lock if it is free, and otherwise
     goes ahead without it: nobody else can touch the state any more.
+
+    Used as ``with _lock.held():``. Until finalization that is the RLock itself, whose C ``__enter__`` takes
+    it with no Python code between the acquire and the with block: a KeyboardInterrupt (a signal handler
+    runs between bytecodes) cannot land after the acquire and before the block's exit is armed, which would
+    leave the lock held for good.
     """
 
     def __init__(self):
         self._lock = threading.RLock()
-        self._taken = []  # per entry, whether it took the lock (LIFO: entries nest on one thread at a time)
 
-    def __enter__(self):
+    def held(self):
+        """A context manager holding the lock (see the class docstring)."""
         if sys.is_finalizing():
-            self._taken.append(self._lock.acquire(blocking=False))
-        else:
-            self._taken.append(self._lock.acquire())
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._taken.pop():
-            self._lock.release()
-        return False
+            return _TakenIfFree(self._lock)
+        return self._lock
 
     def is_owned(self):
         return self._lock._is_owned()  # RLock's own test, the one threading.Condition uses
+
+
+class _TakenIfFree:
+    """The lock during finalization: taken if it is free, otherwise not waited for."""
+
+    def __init__(self, lock):
+        self._lock = lock
+        self._taken = False
+
+    def __enter__(self):
+        self._taken = self._lock.acquire(blocking=False)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._taken:
+            self._lock.release()
+        return False
 
 
 _lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
@@ -178,7 +193,7 @@ def set_auto_drain(mode):
         raise ValueError(
             f"set_auto_drain(): the mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}"
         )
-    with _lock:
+    with _lock.held():
         previous = get_auto_drain()
         _mode = mode
         if mode != "thread":
@@ -205,7 +220,7 @@ def note_handover():
     _used = True
     if _worker is not None or _mode != "thread" or _closed:
         return
-    with _lock:
+    with _lock.held():
         failure = _start_locked()
     _warn_start_failure(failure)
 
@@ -219,7 +234,7 @@ def note_attach():
 
 def is_thread_running():
     """True while a drain thread is alive (for tests and diagnostics), stopping ones included."""
-    with _lock:
+    with _lock.held():
         threads = [_thread, *_retired]
     return any(thread is not None and thread.is_alive() for thread in threads)
 
@@ -295,7 +310,7 @@ def _drain_thread_leaves(thread):
     thread again (a toggle, a fork, a switch that did not wait), start the successor now that this one
     will touch the queue no more."""
     global _worker, _thread
-    with _lock:
+    with _lock.held():
         was_retired = thread in _retired
         if was_retired:
             _retired.remove(thread)
@@ -341,7 +356,7 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
         return not _retired
     deadline = None if limit is None else time.monotonic() + limit
     while True:
-        with _lock:
+        with _lock.held():
             waiting = list(_retired)
         if not waiting:
             return True
@@ -350,7 +365,7 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
             if thread.is_alive():
                 return False
             _wait_for_os_thread_exit(thread)
-        with _lock:
+        with _lock.held():
             _retired[:] = [thread for thread in _retired if thread not in waiting]
 
 
@@ -388,7 +403,7 @@ def _set_gc_callback(installed):
 def stop_for_good():
     """Stop every automatic drain for this process (close(), or the atexit hook); wait for the thread."""
     global _closed
-    with _lock:
+    with _lock.held():
         _closed = True
         _retire_locked()
         _set_gc_callback(False)
@@ -430,7 +445,7 @@ def _before_fork():
     # is queued now, here in the parent: references still queued at the fork are counted as abandoned in
     # the child (its copies of them stay alive there). With "off" the queue is left as the user left it.
     global _fork_depth
-    with _lock:
+    with _lock.held():
         _fork_depth += 1
         _retire_locked()
         drain_now = _mode != "off" and not _closed
@@ -441,7 +456,7 @@ def _before_fork():
 
 def _after_fork_in_parent():
     global _fork_depth
-    with _lock:
+    with _lock.held():
         _fork_depth = max(0, _fork_depth - 1)
         failure = _start_locked()
     _warn_start_failure(failure)
@@ -469,7 +484,7 @@ def _after_fork_in_child():
     _reclaim._after_fork_in_child()
     _set_gc_callback(_mode == "gc")
     if _attached:
-        with _lock:
+        with _lock.held():
             failure = _start_locked()
         _warn_start_failure(failure)
 

@@ -19,7 +19,7 @@ from cuda_reclaim import _auto  # noqa: E402
 
 def hold_the_lock_for_ever():
     go.wait()
-    with _auto._lock:
+    with _auto._lock.held():
         holding.set()
         threading.Event().wait()  # never returns; at finalization this thread never runs again
 
