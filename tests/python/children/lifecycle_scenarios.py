@@ -163,7 +163,7 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
         def __del__(self):  # on the drain thread: Ctrl-C once close() waits for this very thread
             entered.set()
             wait_until(main_thread_waits_in_close)
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
             time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
 
     cuda_reclaim.defer_release(Slow())

@@ -27,7 +27,7 @@ class Slow:
         deadline = time.monotonic() + 30
         while not main_thread_waits_in_the_exit_hook() and time.monotonic() < deadline:
             time.sleep(0.01)
-        os.kill(os.getpid(), signal.SIGINT)
+        signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
         time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
 
 
