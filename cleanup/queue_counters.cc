@@ -72,8 +72,13 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     const std::uint64_t overflow_completed = push_completions_.load(std::memory_order_acquire);
     counters.rejected = rejected_.load(std::memory_order_relaxed);
     counters.handed_over = before.admitted + before.leaked + overflow_admitted - counters.rejected;
-    counters.released = released_.load(std::memory_order_relaxed);
-    counters.in_drain = in_drain_.load(std::memory_order_relaxed);
+    // released_ and returned_ first (acquire), taken_ last: every item they count was counted as taken
+    // before, so the difference never goes below zero, and a settle (one add to released_) moves an item
+    // from in_drain to released in the same read.
+    counters.released = released_.load(std::memory_order_acquire);
+    const std::uint64_t returned = returned_.load(std::memory_order_acquire);
+    const std::uint64_t taken = taken_.load(std::memory_order_relaxed);
+    counters.in_drain = taken > counters.released + returned ? taken - counters.released - returned : 0;
     counters.pending = stored_count();
     note_pending(counters.pending);
     counters.leaked_after_close = before.leaked + overflow_leaked_in(admissions);
@@ -109,9 +114,10 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   const std::uint64_t overflow_leaked = overflow_leaked_in(admissions);
   const std::uint64_t gone = released_.load(std::memory_order_relaxed) + slots.leaked + overflow_leaked;
   // What drains had taken and not settled (in_drain) is in neither `gone` term: abandoned too. A drain of
-  // the forking thread that goes on in the child settles it out of abandoned_after_fork (uncount_taken).
+  // the forking thread that goes on in the child settles it out of abandoned_after_fork (settle_taken).
   abandoned_after_fork_.store(accepted - gone, std::memory_order_relaxed);
-  in_drain_.store(0, std::memory_order_relaxed);
+  taken_.store(released_.load(std::memory_order_relaxed) + returned_.load(std::memory_order_relaxed),
+               std::memory_order_relaxed);  // in_drain 0
   overflow_leaked_before_reopen_.store(overflow_leaked, std::memory_order_relaxed);  // ends the derivation
   push_admissions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // open again
   push_completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done

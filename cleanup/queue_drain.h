@@ -151,7 +151,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
   // Unless a release forks and the child goes on: the child's reset abandons the storages (their pointers
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
   // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
-  // abandoned_after_fork, see uncount_taken) and stops.
+  // abandoned_after_fork, see settle_taken) and stops.
   FrontStorage* const front = front_.load(std::memory_order_relaxed);
   std::size_t front_left = front->size.load(std::memory_order_relaxed);
   Storage* const retired = retired_.load(std::memory_order_relaxed);
@@ -172,11 +172,12 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
     if (got.taken == 0 && retired != nullptr) got = take(retired->queue, batch, want);
     if (got.taken == 0) got = take(current, batch, want);
     if (got.taken == 0) break;
-    // Counted before the release calls (the quiet ones as released, the others as in_drain), so a nested
-    // drain or a snapshot never sees these pointers in no bucket for longer than the dequeue itself.
+    // Counted before the release calls (all as taken, the quiet ones as released too: in_drain is the
+    // difference), so a nested drain or a snapshot never sees these pointers in no bucket for longer than
+    // the dequeue itself.
     const std::size_t quiet = got.taken - got.left;
-    if (quiet != 0) released_.fetch_add(quiet, std::memory_order_relaxed);
-    if (got.left != 0) in_drain_.fetch_add(got.left, std::memory_order_relaxed);
+    taken_.fetch_add(got.taken, std::memory_order_relaxed);
+    if (quiet != 0) released_.fetch_add(quiet, std::memory_order_release);
     if (taken_total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
     taken_total += got.taken;
     released_total += quiet;
@@ -207,7 +208,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
       // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
       // in two.
-      uncount_taken(rest, items.generation);
+      settle_taken(rest, items.generation, /*released=*/false);
       put_back(batch + items.next, rest, /*first=*/true);
       throw;
     }
@@ -215,7 +216,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       // The action asked to stop before items[next]: that one and the rest of the dequeue go back first.
       settle(&items, items.next);
       const std::size_t rest = got.left - items.next;
-      uncount_taken(rest, items.generation);
+      settle_taken(rest, items.generation, /*released=*/false);
       put_back(batch + items.next, rest, /*first=*/true);
       stopped = true;
     }

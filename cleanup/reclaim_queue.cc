@@ -224,13 +224,15 @@ std::size_t ReclaimQueue::stored_count() const noexcept {
   return count + front_.load(std::memory_order_relaxed)->size.load(std::memory_order_relaxed);
 }
 
-void ReclaimQueue::uncount_taken(std::size_t count, std::uint64_t generation) noexcept {
+void ReclaimQueue::settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept {
   if (count == 0) return;
   if (fork_generation_.load(std::memory_order_relaxed) != generation) {
-    abandoned_after_fork_.fetch_sub(count, std::memory_order_relaxed);  // the reset counted them there
-  } else {
-    in_drain_.fetch_sub(count, std::memory_order_relaxed);
+    // The reset counted them as abandoned and set in_drain to 0: out of that bucket, and taken_ keeps
+    // in_drain at 0 (released_ or returned_ grows by as much). Out of abandoned first: never in two.
+    abandoned_after_fork_.fetch_sub(count, std::memory_order_relaxed);
+    taken_.fetch_add(count, std::memory_order_relaxed);
   }
+  (released ? released_ : returned_).fetch_add(count, std::memory_order_release);
 }
 
 FrontStorage* ReclaimQueue::make_front() noexcept {
@@ -256,9 +258,7 @@ void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
   ReclaimQueue* const queue = batch->queue;
   if (queue == nullptr || upto <= batch->settled) return;
   const std::size_t released = upto - batch->settled - batch->given_back;
-  // Out of in_drain first: in between, a snapshot finds them in no bucket, never in two.
-  queue->uncount_taken(released, batch->generation);
-  queue->released_.fetch_add(released, std::memory_order_relaxed);
+  queue->settle_taken(released, batch->generation, /*released=*/true);  // one step out of in_drain
   batch->settled = upto;
   batch->given_back = 0;
   batch->released += released;
@@ -267,7 +267,8 @@ void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
 void ReclaimQueue::give_back(ReleaseBatch* batch, void* item) noexcept {
   ReclaimQueue* const queue = batch->queue;
   if (queue == nullptr) return;
-  queue->uncount_taken(1, batch->generation);
+  // Out of in_drain first: until the item is stored, a snapshot finds it in no bucket, never in two.
+  queue->settle_taken(1, batch->generation, /*released=*/false);
   ++batch->given_back;
   void* const items[1] = {item};
   queue->put_back(items, 1, /*first=*/false);

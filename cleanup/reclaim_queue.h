@@ -357,9 +357,10 @@ class ReclaimQueue {
   static bool move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept;
   static void free_storage(Storage* storage) noexcept;
   void linger_if_empty() noexcept;
-  // Takes `count` items a drain of fork generation `generation` took out of in_drain (or, after a fork
-  // reset that counted them as abandoned, out of abandoned_after_fork). Any owner thread.
-  void uncount_taken(std::size_t count, std::uint64_t generation) noexcept;
+  // Takes `count` items that a drain of fork generation `generation` took out of in_drain, as released
+  // (`released` true) or returned unreleased (false): or, after a fork reset that counted them as
+  // abandoned, out of abandoned_after_fork. Any owner thread.
+  void settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept;
   // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and makes
   // the wake-up fd readable: ahead of what is there (`first`: the rest of a dequeue) or behind it (one
   // item given back). The caller has uncounted them. Any owner thread; may allocate.
@@ -442,10 +443,14 @@ class ReclaimQueue {
   std::atomic<std::uint64_t> nonempty_drains_{0};
   mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
   std::atomic<std::uint64_t> abandoned_after_fork_{0};
-  // Taken by a drain and not yet settled (ReleaseBatch): raised at the dequeue, lowered when the items are
-  // settled or put back; relaxed. The fork reset moves it into abandoned_after_fork_ (a drain that outlived
-  // the reset then settles out of that bucket instead, see uncount_taken).
-  std::atomic<std::uint64_t> in_drain_{0};
+  // in_drain is derived, taken_ - released_ - returned_, so that settling (released_ += n) is one step a
+  // snapshot cannot catch half-way: taken_ counts what drains dequeued (relaxed, after the dequeue),
+  // returned_ what they put back unreleased (release). released_ and returned_ are written with release
+  // and read (acquire) before taken_, so a reader never sees more settled than taken. The fork reset sets
+  // taken_ to released_ + returned_ (the parent's in_drain becomes abandoned_after_fork_; a drain that
+  // outlived the reset settles out of that bucket instead, see settle_taken).
+  std::atomic<std::uint64_t> taken_{0};
+  std::atomic<std::uint64_t> returned_{0};
   std::atomic<std::uint64_t> trims_{0};  // trim() calls that replaced the storage; relaxed
   // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers (on
   // the drains' own line, not readers_', which every reader writes). A reader from before the fork (the
