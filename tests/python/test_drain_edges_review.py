@@ -50,6 +50,7 @@ def test_a_gc_drain_that_outlives_a_close_on_another_thread_leaves_nothing_pendi
     fake_cuda.run(
         """
 import gc
+gc.disable()  # only the worker's collection drains: an automatic one on this thread would run Blocks here
 entered = threading.Event()
 closed = threading.Event()
 class Blocks:
