@@ -45,12 +45,9 @@ void host_node_cancelled(HostNode* node) {
 }
 
 void host_node_arrived(HostNode* node) {
-  if (graph::host_node_entry_is_final(&node->slot)) {
-    Py_DECREF(node);  // the user object went last: the native count's Python reference
-    return;
-  }
-  if (calls_closed()) {
-    // Taken by a drain that a close() interrupted: after close() no call runs (docs/callbacks.md).
+  // The final entry (the user object went last) runs nothing; after close() no call runs either, also one a
+  // drain that the close interrupted had taken (docs/callbacks.md): host_node_cancelled handles both.
+  if (graph::host_node_entry_is_final(&node->slot) || calls_closed()) {
     host_node_cancelled(node);
     return;
   }

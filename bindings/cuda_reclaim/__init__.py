@@ -22,7 +22,6 @@ Python is gone.
 import os as _os
 
 from . import _auto
-from . import _graph
 from . import _reclaim
 from ._graph import DriverError, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, fileno, is_closed, pending, trim

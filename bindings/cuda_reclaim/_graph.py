@@ -274,20 +274,3 @@ def add_host_node(graph, fn, /, *args, dependencies=()):
     _auto.note_handover()
     return node
 
-
-#: Keys of :func:`source_stats` (and of :func:`cuda_reclaim.stats`), in order.
-SOURCE_COUNTERS = (
-    "graph_user_objects",
-    "stream_host_functions",
-    "host_calls",
-    "host_node_calls",
-    "attached_to_cuda",
-    "handed_back_by_cuda",
-    "held_by_cuda",
-)
-
-
-def source_stats():
-    """Pushes by source and what CUDA still holds (see :func:`cuda_reclaim.stats`)."""
-    counts = _reclaim._source_stats()
-    return {key: counts[key] for key in SOURCE_COUNTERS}
