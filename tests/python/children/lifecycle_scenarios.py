@@ -266,9 +266,14 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
             released.append(self.index)
             time.sleep(0.002)
 
+    # The backlog is queued before the thread starts: a drain that took an object while the main thread
+    # still held its argument reference would drop only the queue's one, and the finalizer would run on
+    # the main thread, out of the drain's order.
     count = 1500
+    cuda_reclaim.set_auto_drain("off")
     for index in range(count):
         cuda_reclaim.defer_release(Slow(index))
+    cuda_reclaim.set_auto_drain("thread")
     assert wait_until(lambda: len(released) >= 20)
     cuda_reclaim.set_auto_drain("off")
     at_return = len(released)
@@ -276,7 +281,11 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
     print("released after the switch returned:", len(released) - at_return)
     print("pending is the rest:", cuda_reclaim.pending() == count - at_return)
     cuda_reclaim.drain()
-    print("in order:", released == list(range(count)))
+    in_order = released == list(range(count))
+    print("in order:", in_order)
+    if not in_order:
+        first = next((i for i, index in enumerate(released) if index != i), len(released))
+        print("first out of order:", first, released[max(0, first - 2):first + 3], "switch at", at_return)
     print("done", flush=True)
 
 
