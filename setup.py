@@ -1,8 +1,8 @@
 """The extension cuda_reclaim._reclaim for setuptools (metadata and packages: pyproject.toml).
 
 It is the module Bazel builds as //bindings:cuda_reclaim/_reclaim.so, from the same sources, headers,
-defines and flags, listed below; //tests/packaging:build_drift_test compares these lists with what Bazel
-compiles, so a source added to a BUILD file and not here (or the other way round) fails the tests.
+defines and flags, found below (sources by a glob of the layer folders); //tests/packaging:build_drift_test
+compares them with what Bazel compiles, so a file one build compiles and the other does not fails the tests.
 
 Two headers come from outside the repository, and neither is copied into it (docs/packaging.md):
 
@@ -27,53 +27,25 @@ from setuptools import Extension, setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # --- The extension, as Bazel builds it ---------------------------------------------------------------
-# Paths are relative to this directory. Sources and headers: the srcs and hdrs of
-# //bindings:cuda_reclaim/_reclaim.so and of the libraries it links, //graph and //cleanup.
-EXTENSION_SOURCES = [
-    "bindings/counter_names.cc",
-    "bindings/drain.cc",
-    "bindings/drain_worker.cc",
-    "bindings/exit_report.cc",
-    "bindings/graph_functions.cc",
-    "bindings/host_call_functions.cc",
-    "bindings/host_calls.cc",
-    "bindings/host_nodes.cc",
-    "bindings/reclaim_module.cc",
-    "bindings/stream_orders.cc",
-    "cleanup/process_queue.cc",
-    "cleanup/queue_counters.cc",
-    "cleanup/queue_trim.cc",
-    "cleanup/reclaim_c_api.cc",
-    "cleanup/reclaim_queue.cc",
-    "graph/counters.cc",
-    "graph/driver.cc",
-    "graph/host_calls.cc",
-    "graph/keep_alive.cc",
-]
+# Paths are relative to this directory. Sources and headers: every .cc and .h of the three layer folders
+# (each BUILD file globs its folder the same way), less the header of a library the extension does not
+# link; plus the installed C API headers. //tests/packaging:build_drift_test compares them with Bazel's.
+LAYERS = ("bindings", "cleanup", "graph")
+NOT_IN_EXTENSION = {"bindings/shared_queue.h"}  # //bindings:shared_queue, for other extensions
+
+
+def layer_files(suffix):
+    found = (
+        os.path.relpath(path, ROOT) for layer in LAYERS for path in glob.glob(os.path.join(ROOT, layer, "*" + suffix))
+    )
+    return sorted(path for path in found if path not in NOT_IN_EXTENSION)
+
+
+EXTENSION_SOURCES = layer_files(".cc")
 EXTENSION_HEADERS = [
     "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
-    "bindings/call_items.h",
-    "bindings/counter_names.h",
-    "bindings/drain.h",
-    "bindings/exit_report.h",
-    "bindings/graph_functions.h",
-    "bindings/host_calls.h",
-    "bindings/module_state.h",
-    "bindings/python_compat.h",
-    "bindings/release_loop.h",
-    "cleanup/process_queue.h",
-    "cleanup/queue_allocation.h",
-    "cleanup/queue_drain.h",
-    "cleanup/queue_storage.h",
-    "cleanup/reclaim.h",
-    "cleanup/reclaim_abi.h",
-    "cleanup/reclaim_queue.h",
-    "graph/counters.h",
-    "graph/driver.h",
-    "graph/host_calls.h",
-    "graph/internal.h",
-    "graph/keep_alive.h",
+    *layer_files(".h"),
 ]
 # Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //bindings:c_api_headers'
 # `includes` ("cuda_reclaim/cuda_reclaim.h").
