@@ -4,6 +4,7 @@
    hard-wrapped at about 110 (bench/report/wrap.py, which also wraps the generated docs/benchmarks.md).
 2. No text about one machine outside docs/benchmarks.md's run header: CPU or GPU models, "N-core host",
    kernel version strings, and no absolute home or build paths.
+3. Every relative Markdown link leads to a file of the tree, and its #anchor to a heading there.
 
 The files are those of the source tree this test was built from, found through this file's own link in
 the runfiles tree, less what .gitignore keeps out of git; the test is tagged `external` so that Bazel runs
@@ -25,6 +26,7 @@ KNOWN_OFFENDERS = {
     "long_lines": {
         "docs/c-api.md",
     },
+    "broken_links": set(),
     "machine_text": {
         "bindings/drain_worker.cc",
         "bindings/release_loop.h",
@@ -52,6 +54,7 @@ MACHINE_PATTERNS = [
 ]
 _MACHINE = [(re.compile(pattern), what) for pattern, what in MACHINE_PATTERNS]
 _FENCE = re.compile(r"^\s*(```|~~~)")
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def long_prose_lines(text, limit=LIMIT):
@@ -74,6 +77,45 @@ def machine_text(text):
             if match:
                 found.append((number, what, match.group(0)))
     return found
+
+
+def prose(text):
+    """The text with fenced code blocks blanked out (line numbers kept)."""
+    lines, in_fence = [], False
+    for line in text.split("\n"):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            lines.append("")
+        else:
+            lines.append("" if in_fence else line)
+    return "\n".join(lines)
+
+
+def anchors(text):
+    """GitHub's anchors for the headings of a Markdown text."""
+    found = set()
+    for line in prose(text).split("\n"):
+        match = re.match(r"^#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if match:
+            slug = re.sub(r"[^\w\- ]", "", match.group(1).lower().replace("`", "")).replace(" ", "-")
+            found.add(slug)
+    return found
+
+
+def broken_links(path, text, files, read):
+    """Each relative link of the Markdown file `path` whose file or anchor is not there."""
+    broken = []
+    for number, line in enumerate(prose(text).split("\n"), 1):
+        for target in _LINK.findall(line):
+            if re.match(r"^[a-z]+:", target):
+                continue  # http:, https:, mailto:
+            file_part, _, anchor = target.partition("#")
+            linked = os.path.normpath(os.path.join(os.path.dirname(path), file_part)) if file_part else path
+            if linked not in files and not any(f.startswith(linked + "/") for f in files):
+                broken.append(f"line {number}: {target} (no {linked})")
+            elif anchor and linked.endswith(".md") and anchor not in anchors(read(linked)):
+                broken.append(f"line {number}: {target} (no heading #{anchor} in {linked})")
+    return broken
 
 
 def source_root():
@@ -138,7 +180,8 @@ def read_text(root, path):
 
 def violations(root, files):
     """{check: {path: [details]}} over `files`."""
-    found = {"long_lines": {}, "machine_text": {}}
+    found = {"long_lines": {}, "machine_text": {}, "broken_links": {}}
+    file_set = set(files)
     for path in files:
         text = read_text(root, path)
         if text is None:
@@ -147,6 +190,9 @@ def violations(root, files):
             lines = long_prose_lines(text)
             if lines:
                 found["long_lines"][path] = [f"line {n}: {length} characters" for n, length in lines]
+            links = broken_links(path, text, file_set, lambda p: read_text(root, p) or "")
+            if links:
+                found["broken_links"][path] = links
         allowed = path in MACHINE_TEXT_ALLOWED or any(fnmatch.fnmatch(path, g) for g in MACHINE_TEXT_ALLOWED_GLOBS)
         if not allowed:
             mentions = machine_text(text)
@@ -189,6 +235,19 @@ class CheckersTest(unittest.TestCase):
         self.assertFalse(_ignored("LICENSE", False, rules))
 
 
+    def test_links_to_missing_files_and_headings_are_found(self):
+        files = {"docs/a.md", "docs/b.md", "README.md", "cleanup/reclaim.h"}
+        texts = {"docs/b.md": "# B\n\n## The contract: every `entry` point\n"}
+        text = "\n".join([
+            "[ok](b.md) [ok](b.md#the-contract-every-entry-point) [ok](../README.md) [ok](../cleanup)",
+            "[ok](https://example.com/x) [ok](#local)", "# Local",
+            "[bad](c.md) [bad](b.md#nowhere)", "```", "[in code](nowhere.md)", "```"])
+        broken = broken_links("docs/a.md", text, files, lambda p: texts.get(p, text))
+        self.assertEqual(len(broken), 2, broken)
+        self.assertTrue(broken[0].startswith("line 4: c.md"))
+        self.assertIn("#nowhere", broken[1])
+
+
 class SourceTreeTest(unittest.TestCase):
     """The rules, over every file of the source tree."""
 
@@ -214,6 +273,9 @@ class SourceTreeTest(unittest.TestCase):
 
     def test_markdown_prose_lines_fit(self):
         self._check("long_lines")
+
+    def test_markdown_links_lead_somewhere(self):
+        self._check("broken_links")
 
     def test_no_machine_text_outside_the_benchmark_report(self):
         self._check("machine_text")
