@@ -4,9 +4,10 @@
     python make_report.py --python PY.json --cpp CPP.json --check    # only: is every row there?
 
 PY.json comes from bench/bench_python.py, CPP.json from `queue_bench --benchmark_format=json`. The prose
-is bench/report/template.md; its tables (report/tables.py, report/gpu_tables.py) and every number in it (report/facts.py) come
-from the run, and every ratio compares numbers of the same run. --check exits 1 naming the missing rows
-(the smoke test's only assertion: no timing is ever asserted).
+is bench/report/template.md; its tables (report/tables.py, report/gpu_tables.py) and every number in it
+(report/facts.py) come from the run, and every ratio compares numbers of the same run; the result is
+hard-wrapped (report/wrap.py). --check exits 1 naming the missing rows (the smoke test's only assertion:
+no timing is ever asserted).
 """
 
 import argparse
@@ -15,7 +16,7 @@ import os
 import string
 import sys
 
-from report import facts, gpu_tables, tables
+from report import facts, gpu_tables, tables, wrap
 
 TEMPLATE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report", "template.md")
 
@@ -67,7 +68,9 @@ def document(r, gpu, args, plot_name, gpu_callbacks=None, scaling=None, scaling_
     # Every row of the "slower" list points at the bullet that explains it: those bullets must exist.
     r.missing += [f"template: the bullet \"{name}\" that the slower list points at"
                   for name in tables.WHY_SLOWER.values() if f"- **{name}.**" not in template]
-    return string.Template(template).substitute(values)
+    # Facts and tables land inside the template's paragraphs: wrap what they make, as the other docs are
+    # (tests/docs checks the committed result).
+    return wrap.wrap(string.Template(template).substitute(values))
 
 
 def main(argv=None):

@@ -26,7 +26,7 @@ def oversubscribed(py, most_threads=4):
     cores = py["machine"]["cores"]
     if cores is None or cores >= most_threads:
         return ""
-    return f" On this {cores}-core machine, {most_threads} producers are oversubscribed."
+    return f" {most_threads} producers on {cores} cores (the machine above) are oversubscribed."
 
 
 def latency_setting(r, key, scale, unit):
