@@ -3,7 +3,7 @@
 # default python3, and runs the shutdown comparison (docs/shutdown.md): native threads fire destructors
 # through interpreter shutdown under five strategies — A/B/C (`with gil`, gated variants), D (coalesced
 # Py_AddPendingCall, cuda.core's design) and R (cuda-reclaim) — and a strategy × outcome table is printed.
-# About a minute on 2 cores; no GPU needed. Extra arguments go to examples/shutdown_demo.py.
+# About a minute; no GPU needed. Extra arguments go to examples/shutdown_demo.py.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash third_party/install_deps.sh >/dev/null

@@ -32,7 +32,6 @@ KNOWN_OFFENDERS = {
         "bindings/release_loop.h",
         "cleanup/queue_drain.h",
         "cleanup/queue_storage.h",
-        "examples/run_demo.sh",
         "tests/stress/drain_thread_busy_main.py",
     },
 }
