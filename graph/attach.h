@@ -64,9 +64,11 @@ AttachResult failed(Handover handover, CUresult error, const char* call) noexcep
 // --- keep_alive.cc: the source counts of keep_alive.h's SourceCounters, for host_calls.cc too -----------
 
 // Records pthread_self() as the thread that last ran a user-object destructor / a host function.
+// Trampolines; any thread; never blocks (relaxed stores).
 void note_destructor_thread() noexcept;
 void note_host_function_thread() noexcept;
 // One destructor that found its payload withdrawn; one push by a user object's destructor.
+// Trampolines; any thread; never blocks (relaxed increments).
 void note_withdrawn() noexcept;
 void note_user_object_push() noexcept;
 

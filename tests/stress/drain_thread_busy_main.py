@@ -1,4 +1,4 @@
-"""The drain thread against a main thread that holds the GIL (bindings/drain_worker.cc).
+"""The drain thread against a main thread that holds the GIL (bindings/drain_worker.cc, drain_step_aside.cc).
 
 When taking the GIL was contended, the drain thread drains without lingering and goes back to poll(2):
 then the next push must be an empty→non-empty edge that writes the eventfd, or it would never be
