@@ -1,9 +1,9 @@
 """The automatic drain: a Python-owned thread (default), a gc callback, or nothing.
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
-when it stops for good) and of the process hooks (atexit, fork, the C API's attach); the drain protocol
-itself is one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the drain threads and the gc
-callback are built in ``_auto_threads``. The states, transitions and who may call what: docs/design.md ("The automatic drain").
+when it stops for good) and of the process hooks (atexit, fork, the C API's attach). The drain protocol is
+one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the drain threads and the gc callback are
+built in ``_auto_threads``. States, transitions, who may call what: docs/design.md ("The automatic drain").
 
 Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
 
