@@ -211,7 +211,7 @@ TEST_F(HostCallsTest, HostNodeDependenciesOrderTheFirings) {
   fake_.exec_destroy(exec);
   fake_.graph_destroy(graph);
   EXPECT_TRUE(drain().empty()) << "the calls not yet done hold both payloads: no final entry";
-  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_call_done(&node->slot));
+  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_entry_done(&node->slot));
 }
 
 TEST_F(HostCallsTest, HostNodeThatCannotBeAddedLeavesThePayloadWithTheGraph) {
