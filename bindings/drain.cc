@@ -8,6 +8,7 @@
 #include "bindings/python_compat.h"
 #include "bindings/release_loop.h"
 #include "cleanup/queue_drain.h"
+#include "graph/counters.h"
 
 namespace reclaim_bindings {
 namespace {
@@ -90,7 +91,9 @@ bool g_calls_closed = false;
 
 bool bind_queue() noexcept {
   g_queue = reclaim::own_process_queue();
-  return g_queue != nullptr;
+  if (g_queue == nullptr) return false;
+  reclaim::graph::register_report_fields();  // the owner's exit report says what CUDA still holds
+  return true;
 }
 
 reclaim::ReclaimQueue& queue() noexcept { return *g_queue; }

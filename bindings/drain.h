@@ -1,5 +1,5 @@
 // bindings/drain.h — releasing queued references in a known-safe context, shared by the module functions
-// (drain(), close()) and the automatic drain loop (drain_worker.cc).
+// (drain(), close()) and the automatic drain loop (drain_worker.h).
 //
 // Every release runs Py_DECREF on a thread with an attached thread state (the GIL) in a live interpreter
 // that is not finalizing: these functions check the last condition themselves and release nothing once
@@ -17,8 +17,9 @@
 namespace reclaim_bindings {
 
 // Binds queue() to this copy's process-wide queue and makes this module its owner
-// (reclaim::own_process_queue()); false when this copy of cleanup/ adopted another's queue. Module init
-// calls it (after reclaim_own_process_queue()), before anything else here runs.
+// (reclaim::own_process_queue()), whose exit report then carries graph/'s fields
+// (reclaim::graph::register_report_fields()); false when this copy of cleanup/ adopted another's queue.
+// Module init calls it (after reclaim_own_process_queue()), before anything else here runs.
 // Any thread; never touches Python; never blocks after the first call.
 bool bind_queue() noexcept;
 
@@ -66,12 +67,10 @@ Py_ssize_t close_safely();
 // Any thread; never touches Python; waits only for pushes in flight (which never block).
 void close_without_release_if_open() noexcept;
 
-// In a fork child: forgets the drain threads of the parent (the count of those waiting for the GIL, the
-// main thread's step-aside call they had asked for). Fork child, single-threaded, GIL held.
-void forget_drain_threads_after_fork() noexcept;
+}  // namespace reclaim_bindings
 
-// Adds the DrainWorker type (the automatic drain loop) to the module. Returns 0, or -1 with an exception.
-// Requires an attached thread state (GIL).
-int add_drain_worker_type(PyObject* module);
-
+// Transitional, for module init until it includes drain_worker.h and calls add_drain_worker_types().
+#include "bindings/drain_worker.h"
+namespace reclaim_bindings {
+inline int add_drain_worker_type(PyObject* module) { return add_drain_worker_types(module); }
 }  // namespace reclaim_bindings

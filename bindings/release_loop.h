@@ -33,8 +33,7 @@ struct HostItemType {
 // Whether the objects of items[from, to) follow each other in ascending address order, close together
 // (sampled every kOrderSampleStep items): there the CPU's own prefetcher follows the releases from line to
 // line, and asking for each object's line ahead only costs instructions. Any sample out of order or far
-// apart says no: the loop fetches ahead. (Every 32nd item: four looks at a chunk of 128, about 0.2
-// instructions per item.)
+// apart says no: the loop fetches ahead. Any thread; never touches Python (reads only the pointers).
 constexpr std::size_t kOrderSampleStep = 32;
 constexpr std::uintptr_t kOrderSampleSpan = kOrderSampleStep * 256;  // bytes between two samples, at most
 inline bool objects_follow_in_address_order(void* const* items, std::size_t from, std::size_t to) noexcept {
@@ -53,48 +52,32 @@ inline void report_leftover_exception(const PyThreadState* thread) {
   if (python_compat::exception_set(thread)) PyErr_WriteUnraisable(nullptr);
 }
 
-// Releases batch->items[batch->next ... batch->count) in order and leaves batch->next at count; should a
-// release unwind, a handler sets batch->next just past the item being released (at a call whose release
-// never began when the report before it unwinds) and rethrows (reclaim::ReleaseBatchFn's contract). A
-// store of `next` before each release would cost every item an instruction, and nothing reads it while the
-// loop runs. An item whose type `host` includes is a call: `run_call(item)` runs it (and steals the
-// reference); any other is a plain reference, Py_DECREF'd here without a call. Unless the call's objects
-// follow each other in address order (objects_follow_in_address_order: the CPU's prefetcher follows those),
-// each object's line is asked for kFetchAhead items before its release, across the end of the call into
-// the items the same dequeue hands over next (batch->available): stopping at the call's end would leave
-// the first kFetchAhead objects of every call unfetched, and the queue hands its dequeues over in chunks.
-// (Measured by instructions, the fetch is a load and a prefetch per item; objects allocated one after
-// another and released in that order gain nothing from it.)
+// Releases batch->items[batch->next ... batch->count) in order and leaves batch->next at count. An item
+// whose type `host` includes is a call: `run_call(item)` runs it (and steals the reference); any other is a
+// plain reference, Py_DECREF'd here without a call. Before a call the items released so far are settled
+// (ReclaimQueue::settle), so that counters read while the call runs (an exit report) do not show them as
+// in_drain. With a `stop` flag (the automatic drain thread's), the loop looks at it before each item and,
+// once it is set, stops there (batch->stop: the drain puts that item and the rest back at the front of the
+// queue); only that instantiation pays the load per item.
+// Requires the GIL; re-entrant (a release may drain again); allocates nothing itself.
 //
-// The error indicator is read once, after the loop, and before each call. A deallocator must work with an
-// exception set (CPython's own unwinding releases a frame's references with the exception current, and a
-// debug build checks that a deallocator leaves the indicator as it found it), so a plain release needs no
-// clean indicator; one that leaves an exception set is a bug that the report after the loop still catches
-// (the last such exception, as CPython's own loops would keep it). A call runs the user's function, which
-// must start clean. Read after every release, the indicator cost the release action over an array of
-// dying objects about 5% on one machine; on a 16-core Xeon the difference stayed within the run-to-run noise.
-//
-// The per-item cost of telling a call from a plain reference is one compare with a register: `host` is
-// taken by value (through a reference the compiler reloaded it after every release, since a deallocator
-// might have changed it as far as it can tell), and calls are marked rare, so a plain reference's release
-// falls through the way a bare Py_DECREF loop's does (counted over 10^6 dying references: 2 instructions
-// per reference less than a reference and no hint).
-//
-// Two loops, so that the one almost every item goes through has no bound check on its fetch: up to
-// `fetching`, the item kFetchAhead places on belongs to the dequeue; after it, none does (and in address
-// order `fetching` is where the call starts: the second loop releases it all).
-//
-// Neither loop is unrolled, although the library compiles with -funroll-loops (library_copts.bzl): unrolled
-// eight times, the release action over an array of 10^6 dying objects executed 0.6 instructions per
-// reference less, but on a 16-core Xeon (model 207) ran at 77-90% of a bare Py_DECREF loop's speed in
-// three runs, where the loop as it is here runs at 94-101% (four runs on the same machine).
-// Before a call the items released so far are settled (reclaim::ReclaimQueue::settle): a call may take
-// long, and counters read meanwhile (an exit report) must not show them as in_drain.
-//
-// With a `stop` flag (the automatic drain thread's), the loop looks at it before each item and, once it is
-// set, stops there (batch->stop: the drain puts that item and the rest back at the front of the queue).
-// Only that instantiation pays the load per item.
-// Requires the GIL; re-entrant (a release may drain again).
+// Why it is shaped this way (the costs behind each choice: docs/benchmarks.md, "Drain throughput"):
+// - Unwinding: a handler sets batch->next just past the item being released (at a call whose release never
+//   began when the report before it unwinds) and rethrows (ReleaseBatchFn's contract); a store of `next`
+//   before each release would cost every item an instruction.
+// - Fetch ahead: unless the objects follow each other in address order, each object's line is asked for
+//   kFetchAhead items before its release, across the end of the batch into what the same dequeue hands over
+//   next (batch->available): stopping at the batch's end would leave its first objects unfetched.
+// - The error indicator is read once after the loop and before each call, not after every release: a
+//   deallocator must work with an exception set (CPython's own unwinding releases references so), so a
+//   plain release needs no clean indicator, and one that leaves an exception set is still reported after
+//   the loop; a call runs the user's function, which must start clean.
+// - `host` is taken by value (through a reference the compiler reloads it after every release) and calls
+//   are marked rare, so a plain reference's release falls through as in a bare Py_DECREF loop.
+// - Two loops, so that the one almost every item goes through has no bound check on its fetch: up to
+//   `fetching`, the item kFetchAhead places on belongs to the dequeue; after it, none does.
+// - No loop is unrolled (the library compiles with -funroll-loops, library_copts.bzl): unrolled, it ran
+//   slower than a bare Py_DECREF loop although it executed fewer instructions.
 template <class RunCall>
 inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host, RunCall run_call,
                           const std::atomic<bool>* stop = nullptr) {

@@ -18,15 +18,6 @@ namespace {
 RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_COUNTER_ATOMIC)
 #undef RECLAIM_GRAPH_COUNTER_ATOMIC
 
-// Hands cleanup/'s report the fields of this table, once this library is loaded: the exit report of a
-// program that links graph/ then says what CUDA still holds. (A constructor of this file: it is linked in
-// whenever anything attaches, since every attach updates these counters.)
-__attribute__((constructor)) void install_report_fields() { set_report_fields(format_report_fields); }
-
-}  // namespace
-
-namespace {
-
 // Re-reads snapshot attempts allow themselves while attaches or trampolines are in flight.
 constexpr int kSnapshotAttempts = 64;
 
@@ -74,6 +65,8 @@ std::uint64_t trampolines_left() noexcept { return g_trampolines_left.load(std::
 void note_host_call_push() noexcept { g_host_calls.fetch_add(1, std::memory_order_relaxed); }
 
 void note_host_node_push() noexcept { g_host_node_calls.fetch_add(1, std::memory_order_relaxed); }
+
+void register_report_fields() noexcept { set_report_fields(format_report_fields); }
 
 std::size_t format_report_fields(char* buffer, std::size_t size) noexcept {
   if (buffer == nullptr || size == 0) return 0;

@@ -76,9 +76,16 @@ std::uint64_t trampolines_left() noexcept;     // acquire load
 void note_host_call_push() noexcept;
 void note_host_node_push() noexcept;
 
+// --- the exit report ---------------------------------------------------------------------------------------
+
+// Makes format_report_fields the report hook of this copy of cleanup/ (reclaim::set_report_fields), so that
+// its exit report says what CUDA still holds. The owner of the queue calls it once, when it takes the queue
+// (bindings: bind_queue(), at module init); a program without that owner calls it itself.
+// Any thread; never touches Python; never blocks.
+void register_report_fields() noexcept;
+
 // Writes the exit report's fields of the table (" attached_to_cuda=N handed_back_by_cuda=N
-// held_by_cuda=N") into `buffer`; the report hook graph/ gives cleanup/ (reclaim::set_report_fields) at
-// load time. Returns the length written.
+// held_by_cuda=N") into `buffer`; returns the length written.
 // Any thread; never touches Python; never blocks; never allocates.
 std::size_t format_report_fields(char* buffer, std::size_t size) noexcept;
 

@@ -4,12 +4,12 @@
 
 #include "cleanup/reclaim.h"
 #include "graph/counters.h"
-#include "graph/internal.h"
+#include "graph/attach.h"
 
 namespace reclaim {
 namespace graph {
 
-AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
+AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
   if (slot == nullptr || slot->payload == nullptr || slot->order == nullptr) {
     return internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete host call");
   }
@@ -74,6 +74,13 @@ void host_node_destructor(void* data) noexcept {
 
 bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept {
   return slot->native_refs.load(std::memory_order_acquire) == 0;
+}
+
+bool host_node_entry_done(HostNodeSlot* slot) noexcept {
+  // The final entry: the destructor took the count to zero and left the payload to the owner. Otherwise
+  // this entry's own native reference keeps the count above zero until the fetch_sub.
+  if (host_node_entry_is_final(slot)) return true;
+  return slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
 
 bool host_node_call_done(HostNodeSlot* slot) noexcept {

@@ -45,13 +45,18 @@ struct HostCallSlot {
   std::uint64_t place = 0;     // written by host_call_function before its push; read after the dequeue
 };
 
-// cuLaunchHostFunc(stream, host_call_function, slot): when the stream reaches this point, the slot takes its
-// place and slot->payload is pushed. Refuses a capturing stream (kReturned,
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): captured, it would become a graph node that pushes the same
-// payload at every launch. Steals the payload's reference unless the result is kReturned. Counts the
-// attach (counters.h).
+// cuLaunchHostFunc(stream, host_call_function, slot), the native half of cuda_reclaim.launch_host_func: when
+// the stream reaches this point, the slot takes its place and slot->payload is pushed. Refuses a capturing
+// stream (kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): captured, it would become a graph node that
+// pushes the same payload at every launch. Steals the payload's reference unless the result is kReturned.
+// Counts the attach (counters.h).
 // Any thread; never touches Python; blocks only as long as the driver calls do.
-AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept;
+AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept;
+
+// Transitional: the earlier name, until bindings calls launch_host_func.
+inline AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
+  return launch_host_func(api, stream, slot);
+}
 
 // The CUhostFn (public so that tests can fire it as CUDA would): takes a place, pushes the payload, counts.
 // Any thread; never touches Python; never blocks.
@@ -101,8 +106,14 @@ void host_node_destructor(void* slot) noexcept;
 // Any thread; never touches Python; never blocks.
 bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept;
 
-// For the owner, after it ran one firing's call: drops that native reference; true when it was the last
-// one (the user object is gone too), so the owner releases the payload itself.
+// For the owner, once it is done with one entry a drain took: a firing whose call ran or was cancelled
+// (drops that firing's native reference), or the final entry (nothing left to drop). True when no native
+// reference is left, so the owner releases the payload now.
+// Any thread; never touches Python; never blocks.
+bool host_node_entry_done(HostNodeSlot* slot) noexcept;
+
+// Transitional, until bindings calls host_node_entry_done for every entry: after one firing's call, drops
+// that native reference; true when it was the last one.
 // Any thread; never touches Python; never blocks.
 bool host_node_call_done(HostNodeSlot* slot) noexcept;
 

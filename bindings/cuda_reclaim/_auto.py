@@ -1,16 +1,16 @@
 """The automatic drain: a Python-owned thread (default), a gc callback, or nothing.
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
-when it stops for good); the drain protocol itself (wait on the wake-up fd, drain, linger while work keeps
-arriving, settle the signal on every way out) is one C++ loop, ``_reclaim._DrainWorker.run``. The states,
-transitions and who may call what are written down in docs/design.md ("The automatic drain").
+when it stops for good) and of the process hooks (atexit, fork, the C API's attach). The drain protocol is
+one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the drain threads and the gc callback are
+built in ``_auto_threads``. States, transitions, who may call what: docs/design.md ("The automatic drain").
 
 Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
 
 - ``_lock`` is held only for short state changes. Nothing that can wait for a finalizer (joining a
   thread, draining, closing) ever runs while it is held, so a finalizer that calls back into
   cuda_reclaim (hand over, toggle, close, fork) can always take it. Once the interpreter is finalizing
-  it waits for nobody (see _StateLock).
+  it waits for nobody (see _auto_threads._StateLock).
 - A drain thread is told to stop through its own worker (an atomic flag and its own eventfd), never by
   anything another reader of the queue's fd could consume.
 - Stopped threads are joined outside the lock, and never by a drain thread: two drain threads could
@@ -30,59 +30,22 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
 import gc
 import os
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable
 
 from . import _reclaim
+from ._auto_threads import (
+    _DrainThread,
+    _NativeDrainThread,
+    _StateLock,
+    _gc_callback,
+    current_drain_thread,
+    refused_at_exit,
+    wait_for_os_thread_exit,
+)
 
 _MODES = ("thread", "gc", "off")
-
-class _StateLock:
-    """A re-entrant lock that, once the interpreter is finalizing, waits for nobody.
-
-    From then on CPython ends (3.10-3.13) or parks (3.14) every other thread that tries to take the GIL
-    back, so a thread that holds this lock at that point never runs again and never releases it: a
-    finalizer that the garbage collector runs during finalization (and that toggles the drain, say) would
-    wait for it forever. The one thread still running Python takes the lock if it is free, and otherwise
-    goes ahead without it: nobody else can touch the state any more.
-
-    Used as ``with _lock.held():``. Until finalization that is the RLock itself, whose C ``__enter__`` takes
-    it with no Python code between the acquire and the with block: a KeyboardInterrupt (a signal handler
-    runs between bytecodes) cannot land after the acquire and before the block's exit is armed, which would
-    leave the lock held for good.
-    """
-
-    def __init__(self):
-        self._lock = threading.RLock()
-
-    def held(self):
-        """A context manager holding the lock (see the class docstring)."""
-        if sys.is_finalizing():
-            return _TakenIfFree(self._lock)
-        return self._lock
-
-    def is_owned(self):
-        return self._lock._is_owned()  # RLock's own test, the one threading.Condition uses
-
-
-class _TakenIfFree:
-    """The lock during finalization: taken if it is free, otherwise not waited for."""
-
-    def __init__(self, lock):
-        self._lock = lock
-        self._taken = False
-
-    def __enter__(self):
-        self._taken = self._lock.acquire(blocking=False)
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._taken:
-            self._lock.release()
-        return False
-
 
 _lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
@@ -96,56 +59,6 @@ _thread = None  # its thread
 _retired: list = []  # drain threads told to stop that may still be running: no successor starts meanwhile
 _gc_installed = False
 _start_failure = None  # why the last start of a drain thread failed (text), None once one started
-_drain_local = threading.local()  # .thread: the drain thread this thread is (marks drain threads)
-
-
-def _run_drain_loop(thread):
-    # The body of every drain thread, threading's or native: the loop, then the hand-off to a successor.
-    _drain_local.thread = thread
-    try:
-        thread.worker.run()
-    finally:
-        _drain_thread_leaves(thread)
-
-
-class _DrainThread(threading.Thread):
-    """A thread running one DrainWorker (drain threads never join each other)."""
-
-    def __init__(self, worker):
-        super().__init__(name="cuda-reclaim-drain", daemon=True)
-        self.worker = worker
-
-    def run(self):
-        _run_drain_loop(self)
-
-
-class _NativeDrainThread:
-    """The same loop on a native thread that attaches with PyGILState_Ensure, for when threading refuses
-    new threads because the interpreter is exiting (3.12 does from the start of Py_FinalizeEx, so a first
-    hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
-    PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
-    hook joins it (with the GIL released, bounded) before it closes the queue. Same interface as the
-    threading one where _auto uses it: start, join, is_alive, worker, native_id."""
-
-    name = "cuda-reclaim-drain"
-    native_id = None  # nothing to wait for in /proc: fork is no concern at exit
-
-    def __init__(self, worker):
-        self.worker = worker
-        self._native = None
-
-    def start(self):
-        self._native = _reclaim._NativeThread(lambda: _run_drain_loop(self))
-
-    def join(self, timeout=None):
-        self._native.join(timeout)
-
-    def is_alive(self):
-        return self._native is not None and self._native.is_alive()
-
-
-def _on_drain_thread():
-    return getattr(_drain_local, "thread", None) is not None
 
 
 def get_auto_drain():
@@ -239,12 +152,6 @@ def is_thread_running():
     return any(thread is not None and thread.is_alive() for thread in threads)
 
 
-def _refused_at_exit(error):
-    # 3.12 refuses every new threading thread once Py_FinalizeEx began (threading._shutdown, then the
-    # atexit hooks), before sys.is_finalizing() turns true: not a failure, the native thread takes over.
-    return getattr(threading, "_SHUTTING_DOWN", False) or "shutdown" in str(error)
-
-
 def _start_locked():
     """Start the drain thread if the state calls for one. Caller holds _lock.
 
@@ -270,13 +177,13 @@ def _start_locked():
     _starting = True
     try:
         worker = _reclaim._DrainWorker()
-        thread = _DrainThread(worker)
+        thread = _DrainThread(worker, _drain_thread_leaves)
         try:
             thread.start()
         except RuntimeError as error:
-            if not _refused_at_exit(error):
+            if not refused_at_exit(error):
                 raise
-            thread = _NativeDrainThread(worker)
+            thread = _NativeDrainThread(worker, _drain_thread_leaves)
             thread.start()
         _worker, _thread = worker, thread
     except (RuntimeError, MemoryError, OSError) as error:  # a memory limit, a pids limit, no eventfd
@@ -348,7 +255,7 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
     Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
     retired and is joined by a later call. Returns True when none is left.
     """
-    if _on_drain_thread():
+    if current_drain_thread() is not None:
         return True
     if sys.is_finalizing():
         return not _retired  # no other thread runs Python again: waiting could only time out
@@ -364,27 +271,9 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
                 return False
-            _wait_for_os_thread_exit(thread)
+            wait_for_os_thread_exit(thread)
         with _lock.held():
             _retired[:] = [thread for thread in _retired if thread not in waiting]
-
-
-def _wait_for_os_thread_exit(thread, limit=1.0):
-    # join() returns once the thread's Python state is gone; the OS thread ends a moment later. fork()
-    # in CPython 3.12+ counts OS threads (/proc/self/stat) to decide on its DeprecationWarning, so wait
-    # until the kernel no longer lists ours (bounded: never hang over it).
-    native_id = getattr(thread, "native_id", None)
-    if native_id is None:
-        return
-    path = f"/proc/self/task/{native_id}"
-    deadline = time.monotonic() + limit
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.0005)
-
-
-def _gc_callback(phase, info):
-    if phase == "stop":
-        _reclaim._drain_references()  # references only: calls wait for a drain that runs calls
 
 
 def _set_gc_callback(installed):
@@ -469,7 +358,7 @@ def _after_fork_in_child():
     # restarts lazily on the next Python-side hand-over, as in a new process; at once when a C API user
     # attached in the parent, since its native threads hand over without ever passing through Python.
     global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting, _start_failure
-    current = getattr(_drain_local, "thread", None)
+    current = current_drain_thread()
     if current is not None:
         current.worker.stop()
     _lock = _StateLock()

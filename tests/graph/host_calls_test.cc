@@ -66,7 +66,7 @@ TEST_F(HostCallsTest, HostCallPushesItsPayloadOnceWithItsPlaceInTheStream) {
   for (int i = 0; i < 3; ++i) {
     calls[i].slot.payload = &calls[i];
     calls[i].slot.order = &order;
-    ASSERT_EQ(launch_host_call(driver_.api, stream, &calls[i].slot).handover, Handover::kAttached);
+    ASSERT_EQ(launch_host_func(driver_.api, stream, &calls[i].slot).handover, Handover::kAttached);
   }
   EXPECT_TRUE(drain().empty()) << "nothing until the stream gets there";
   EXPECT_EQ(delta().held_by_cuda, 3u);
@@ -97,7 +97,7 @@ TEST_F(HostCallsTest, PlacesFollowStreamOrderWhenSeveralCudaThreadsRunOneStream)
     call.index = i / 2;
     call.slot.payload = &call;
     call.slot.order = &orders[i % 2];
-    ASSERT_EQ(launch_host_call(driver_.api, streams[i % 2], &call.slot).handover, Handover::kAttached);
+    ASSERT_EQ(launch_host_func(driver_.api, streams[i % 2], &call.slot).handover, Handover::kAttached);
   }
   for (const CUstream stream : streams) ASSERT_EQ(fake_.synchronize(stream, 30000), 0);
   EXPECT_EQ(drain().size(), static_cast<std::size_t>(2 * kCalls));
@@ -112,15 +112,15 @@ TEST_F(HostCallsTest, HostCallIsRefusedOnACapturingStreamAndOnFailureNothingIsHe
   call.slot.payload = &call;
   call.slot.order = &order;
   CUgraph graph = fake_.graph_create();
-  const AttachResult capturing = launch_host_call(driver_.api, fake_.capturing_stream(graph), &call.slot);
+  const AttachResult capturing = launch_host_func(driver_.api, fake_.capturing_stream(graph), &call.slot);
   EXPECT_EQ(capturing.handover, Handover::kReturned);
   EXPECT_EQ(capturing.error, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   EXPECT_NE(std::string(capturing.call).find("add a host node"), std::string::npos) << capturing.call;
-  const AttachResult failing = launch_host_call(driver_.api, fake_.failing_stream(), &call.slot);
+  const AttachResult failing = launch_host_func(driver_.api, fake_.failing_stream(), &call.slot);
   EXPECT_EQ(failing.handover, Handover::kReturned);
   EXPECT_EQ(failing.error, CUDA_ERROR_INVALID_HANDLE);
   Call incomplete;
-  EXPECT_EQ(launch_host_call(driver_.api, nullptr, &incomplete.slot).handover, Handover::kReturned);
+  EXPECT_EQ(launch_host_func(driver_.api, nullptr, &incomplete.slot).handover, Handover::kReturned);
   fake_.graph_destroy(graph);
   EXPECT_EQ(fake_.run_host_functions(), 0);
   EXPECT_TRUE(drain().empty());
@@ -153,7 +153,7 @@ TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast
   EXPECT_EQ(node.slot.native_refs.load(), 4u) << "the user object's and one per firing";
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE(host_node_entry_is_final(&node.slot));
-    EXPECT_FALSE(host_node_call_done(&node.slot)) << "the graph still holds it";
+    EXPECT_FALSE(host_node_entry_done(&node.slot)) << "the graph still holds it";
   }
   EXPECT_EQ(delta().host_node_calls, 3u);
 
@@ -162,6 +162,8 @@ TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast
   fake_.graph_destroy(graph);
   EXPECT_EQ(drain(), std::vector<void*>{&node}) << "the user object went last: one final entry";
   EXPECT_TRUE(host_node_entry_is_final(&node.slot));
+  EXPECT_TRUE(host_node_entry_done(&node.slot)) << "the final entry: the owner releases the payload";
+  EXPECT_EQ(node.slot.native_refs.load(), 0u) << "the final entry drops no native reference";
   const GraphCounters d = delta();
   EXPECT_EQ(d.attached_to_cuda, 1u);
   EXPECT_EQ(d.handed_back_by_cuda, 1u);
@@ -186,8 +188,9 @@ TEST_F(HostCallsTest, HostNodeWhoseGraphGoesFirstIsReleasedByTheLastCall) {
   const std::vector<void*> entries = drain();
   ASSERT_EQ(entries.size(), 2u) << "two calls, no final entry: the calls still hold the payload";
   EXPECT_FALSE(host_node_entry_is_final(&node.slot));
-  EXPECT_FALSE(host_node_call_done(&node.slot));
-  EXPECT_TRUE(host_node_call_done(&node.slot)) << "the last call releases it";
+  EXPECT_FALSE(host_node_entry_done(&node.slot));
+  EXPECT_TRUE(host_node_entry_done(&node.slot)) << "the last call releases it";
+  EXPECT_EQ(node.slot.native_refs.load(), 0u);
 }
 
 TEST_F(HostCallsTest, HostNodeDependenciesOrderTheFirings) {
@@ -208,7 +211,7 @@ TEST_F(HostCallsTest, HostNodeDependenciesOrderTheFirings) {
   fake_.exec_destroy(exec);
   fake_.graph_destroy(graph);
   EXPECT_TRUE(drain().empty()) << "the calls not yet done hold both payloads: no final entry";
-  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_call_done(&node->slot));
+  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_entry_done(&node->slot));
 }
 
 TEST_F(HostCallsTest, HostNodeThatCannotBeAddedLeavesThePayloadWithTheGraph) {

@@ -231,10 +231,15 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
   EXPECT_EQ(held.handed_back_by_cuda, pushed);
 }
 
-TEST_F(KeepAliveTest, ReportHookAddsWhatCudaStillHoldsBeforeTheLawsVerdict) {
+TEST_F(KeepAliveTest, RegisteredReportHookAddsWhatCudaStillHoldsBeforeTheLawsVerdict) {
   CUgraph graph = fake_.graph_create();
   ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
   char line[512];
+  // Nothing is registered by merely linking graph/: the queue's owner registers the hook explicitly.
+  set_report_fields(nullptr);
+  const std::string bare(line, format_report(own_process_queue()->snapshot(), line, sizeof line));
+  EXPECT_EQ(bare.find("attached_to_cuda="), std::string::npos) << bare;
+  register_report_fields();
   const std::string report(line, format_report(own_process_queue()->snapshot(), line, sizeof line));
   const GraphCounters now = graph_counters();
   const std::string fields = " attached_to_cuda=" + std::to_string(now.attached_to_cuda) +

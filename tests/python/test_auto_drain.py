@@ -1,6 +1,8 @@
 """The automatic drain: lazy thread start, thread/gc/off modes, stopped before finalization."""
 
 import gc
+import inspect
+import threading
 import time
 import weakref
 
@@ -8,7 +10,7 @@ import pytest
 
 import cuda_reclaim
 import exit_report
-from cuda_reclaim import _auto
+from cuda_reclaim import _auto, _reclaim
 from conftest import run_child_script
 
 SCENARIOS = "auto_drain_scenarios.py"
@@ -98,3 +100,44 @@ def test_drain_thread_lingers_under_steady_traffic_and_stops_lingering_when_it_e
     result = run_child_script(SCENARIOS, "drain_thread_lingers_under_steady_traffic")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+@pytest.mark.parametrize("name", ["_DrainWorker", "_NativeThread"])
+def test_drain_worker_types_are_immutable(name):
+    type_ = getattr(_reclaim, name)
+    with pytest.raises(TypeError):
+        type_.extra = 1
+    assert not hasattr(type_, "extra")
+
+
+def test_drain_worker_methods_carry_their_signatures():
+    assert str(inspect.signature(_reclaim._DrainWorker.run)) == "(self, /)"
+    assert str(inspect.signature(_reclaim._DrainWorker.stop)) == "(self, /)"
+    assert str(inspect.signature(_reclaim._NativeThread.join)) == "(self, /, timeout=None)"
+
+
+def test_native_thread_join_takes_its_timeout_by_position_or_keyword():
+    started, finish = threading.Event(), threading.Event()
+    ran = []
+
+    def target():
+        started.set()
+        finish.wait()
+        ran.append(threading.get_ident())
+
+    thread = _reclaim._NativeThread(target)
+    assert started.wait(30)
+    # The target is inside finish.wait(): a zero timeout returns False however it is passed.
+    assert thread.join(timeout=0) is False
+    assert thread.join(0.0) is False
+    assert thread.is_alive()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'limit'"):
+        thread.join(limit=1)
+    with pytest.raises(TypeError, match="multiple values for argument 'timeout'"):
+        thread.join(1, timeout=1)
+    with pytest.raises(TypeError, match="at most 1 argument"):
+        thread.join(1, 2)
+    finish.set()
+    assert thread.join(timeout=None) is True
+    assert not thread.is_alive()
+    assert ran == [thread.ident]

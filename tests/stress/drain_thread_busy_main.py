@@ -1,4 +1,4 @@
-"""The drain thread against a main thread that holds the GIL (bindings/drain_worker.cc).
+"""The drain thread against a main thread that holds the GIL (bindings/drain_worker.cc, drain_step_aside.cc).
 
 When taking the GIL was contended, the drain thread drains without lingering and goes back to poll(2):
 then the next push must be an empty→non-empty edge that writes the eventfd, or it would never be
@@ -25,10 +25,10 @@ waiting for conditions (a generous deadline guards against a hang; nothing is ti
      ends in a drop request, so without the call the drain thread could get in only by winning the GIL in
      one of those instants. Here the instant has nothing in it (the GIL is taken straight back), so it
      rarely wins: each push must be released, and, counted over all pushes, after a median of at most
-     MAX_MEDIAN_INSTANTS instants (with the call made only on 3.13+, 3.12.1 gave a median of 9 and a
-     maximum of 159 on a 2-core host; with it, every version gives 1: the call reaches the main thread
-     at its next re-take of the GIL on 3.10-3.12.1, and at once on 3.13+). Instants are counted, not
-     time, so a slow machine changes nothing but the run time.
+     MAX_MEDIAN_INSTANTS instants (without the call 3.12.1 needs several times more: docs/benchmarks.md;
+     with it, every version gives 1: the call reaches the main thread at its next re-take of the GIL on
+     3.10-3.12.1, and at once on 3.13+). Instants are counted, not time, so a slow machine changes
+     nothing but the run time.
 
 Exits 0 when every check holds; prints the failed check and exits 1 otherwise.
 

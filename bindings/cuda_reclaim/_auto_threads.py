@@ -1,0 +1,138 @@
+"""The parts the automatic drain (``_auto``) is built from: its state lock, the drain threads, the gc callback.
+
+Nothing here holds state of the automatic drain: ``_auto`` owns which thread runs and when it stops. A drain
+thread runs one ``_reclaim._DrainWorker``, then calls the ``on_leave`` it was made with, on itself.
+"""
+
+import os
+import sys
+import threading
+import time
+
+from . import _reclaim
+
+
+class _StateLock:
+    """A re-entrant lock that, once the interpreter is finalizing, waits for nobody.
+
+    From then on CPython ends (3.10-3.13) or parks (3.14) every other thread that tries to take the GIL
+    back, so a thread that holds this lock at that point never runs again and never releases it: a
+    finalizer that the garbage collector runs during finalization (and that toggles the drain, say) would
+    wait for it forever. The one thread still running Python takes the lock if it is free, and otherwise
+    goes ahead without it: nobody else can touch the state any more.
+
+    Used as ``with _lock.held():``. Until finalization that is the RLock itself, whose C ``__enter__`` takes
+    it with no Python code between the acquire and the with block: a KeyboardInterrupt (a signal handler
+    runs between bytecodes) cannot land after the acquire and before the block's exit is armed, which would
+    leave the lock held for good.
+    """
+
+    def __init__(self):
+        self._lock = threading.RLock()
+
+    def held(self):
+        """A context manager holding the lock (see the class docstring)."""
+        if sys.is_finalizing():
+            return _TakenIfFree(self._lock)
+        return self._lock
+
+    def is_owned(self):
+        return self._lock._is_owned()  # RLock's own test, the one threading.Condition uses
+
+
+class _TakenIfFree:
+    """The lock during finalization: taken if it is free, otherwise not waited for."""
+
+    def __init__(self, lock):
+        self._lock = lock
+        self._taken = False
+
+    def __enter__(self):
+        self._taken = self._lock.acquire(blocking=False)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._taken:
+            self._lock.release()
+        return False
+
+
+_drain_local = threading.local()  # .thread: the drain thread this thread is (marks drain threads)
+
+
+def current_drain_thread():
+    """The drain thread object of the calling thread, or None when it is not a drain thread."""
+    return getattr(_drain_local, "thread", None)
+
+
+def _run_drain_loop(thread, on_leave):
+    # The body of every drain thread, threading's or native: the loop, then the hand-off to a successor.
+    _drain_local.thread = thread
+    try:
+        thread.worker.run()
+    finally:
+        on_leave(thread)
+
+
+class _DrainThread(threading.Thread):
+    """A thread running one DrainWorker (drain threads never join each other)."""
+
+    def __init__(self, worker, on_leave):
+        super().__init__(name="cuda-reclaim-drain", daemon=True)
+        self.worker = worker
+        self._on_leave = on_leave
+
+    def run(self):
+        _run_drain_loop(self, self._on_leave)
+
+
+class _NativeDrainThread:
+    """The same loop on a native thread that attaches with PyGILState_Ensure, for when threading refuses
+    new threads because the interpreter is exiting (3.12 does from the start of Py_FinalizeEx, so a first
+    hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
+    PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
+    hook joins it (with the GIL released, bounded) before it closes the queue. Same interface as the
+    threading one where _auto uses it: start, join, is_alive, worker, native_id."""
+
+    name = "cuda-reclaim-drain"
+    native_id = None  # nothing to wait for in /proc: fork is no concern at exit
+
+    def __init__(self, worker, on_leave):
+        self.worker = worker
+        self._on_leave = on_leave
+        self._native = None
+
+    def start(self):
+        self._native = _reclaim._NativeThread(lambda: _run_drain_loop(self, self._on_leave))
+
+    def join(self, timeout=None):
+        self._native.join(timeout)
+
+    def is_alive(self):
+        return self._native is not None and self._native.is_alive()
+
+
+def refused_at_exit(error):
+    """True when ``error`` (Thread.start()'s RuntimeError) only says that the interpreter is exiting."""
+    # 3.12 refuses every new threading thread once Py_FinalizeEx began (threading._shutdown, then the
+    # atexit hooks), before sys.is_finalizing() turns true: not a failure, the native thread takes over.
+    return getattr(threading, "_SHUTTING_DOWN", False) or "shutdown" in str(error)
+
+
+def wait_for_os_thread_exit(thread, limit=1.0):
+    """After ``thread.join()``: wait (at most ``limit`` seconds) until the kernel no longer lists it."""
+    # join() returns once the thread's Python state is gone; the OS thread ends a moment later. fork()
+    # in CPython 3.12+ counts OS threads (/proc/self/stat) to decide on its DeprecationWarning.
+    native_id = getattr(thread, "native_id", None)
+    if native_id is None:
+        return
+    path = f"/proc/self/task/{native_id}"
+    deadline = time.monotonic() + limit
+    while os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.0005)
+
+
+def _gc_callback(phase, info):
+    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread."""
+    if phase == "stop":
+        _reclaim._drain_references()  # references only: calls wait for a drain that runs calls

@@ -1,0 +1,222 @@
+// bindings/drain_native_thread.cc — see drain_native_thread.h.
+
+#include <Python.h>
+#include <pthread.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+
+#include "bindings/drain_native_thread.h"
+
+namespace reclaim_bindings {
+namespace {
+
+struct NativeRun {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;  // under mutex: the thread has let go of its thread state (or was unwound)
+};
+
+struct NativeStart {
+  PyObject* target;  // strong reference, given up by the thread with the GIL
+  std::shared_ptr<NativeRun> run;
+};
+
+struct NativeThread {
+  PyObject_HEAD
+  std::shared_ptr<NativeRun>* run;  // shared with the thread: the object may go before the thread ends
+  unsigned long long ident;         // pthread_self() of the thread, as threading.get_ident() gives it
+};
+
+void* native_thread_main(void* arg) {
+  std::unique_ptr<NativeStart> start(static_cast<NativeStart*>(arg));
+  const std::shared_ptr<NativeRun> run = start->run;
+  // Also on a forced unwind (a thread that takes the GIL once the runtime finalizes): a joiner returns.
+  struct MarkDone {
+    NativeRun* run;
+    ~MarkDone() {
+      {
+        std::lock_guard<std::mutex> lock(run->mutex);
+        run->done = true;
+      }
+      run->finished.notify_all();
+    }
+  } mark_done{run.get()};
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject* result = PyObject_CallObject(start->target, nullptr);
+  if (result == nullptr) {
+    PyErr_WriteUnraisable(start->target);
+  } else {
+    Py_DECREF(result);
+  }
+  Py_CLEAR(start->target);
+  PyGILState_Release(gil);
+  return nullptr;
+}
+
+PyObject* native_thread_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject* target = nullptr;
+  if ((kwargs != nullptr && PyDict_GET_SIZE(kwargs) != 0) || !PyArg_UnpackTuple(args, "_NativeThread", 1, 1, &target)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_NativeThread() takes one callable");
+    return nullptr;
+  }
+  if (!PyCallable_Check(target)) {
+    PyErr_SetString(PyExc_TypeError, "_NativeThread() takes one callable");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<NativeThread*>(type->tp_alloc(type, 0));
+  if (self == nullptr) return nullptr;
+  self->run = new (std::nothrow) std::shared_ptr<NativeRun>(std::make_shared<NativeRun>());
+  auto* start = self->run == nullptr ? nullptr : new (std::nothrow) NativeStart{target, *self->run};
+  if (start == nullptr) {
+    Py_DECREF(self);
+    return PyErr_NoMemory();
+  }
+  Py_INCREF(target);
+  pthread_t thread;
+  const int error = ::pthread_create(&thread, nullptr, native_thread_main, start);
+  if (error != 0) {
+    Py_DECREF(target);
+    delete start;
+    {
+      std::lock_guard<std::mutex> lock((*self->run)->mutex);
+      (*self->run)->done = true;  // never ran: nothing to join
+    }
+    Py_DECREF(self);
+    PyErr_Format(PyExc_RuntimeError, "can't start new thread: %s", std::strerror(error));
+    return nullptr;
+  }
+  ::pthread_detach(thread);
+  self->ident = static_cast<unsigned long long>(thread);
+  return reinterpret_cast<PyObject*>(self);
+}
+
+void native_thread_dealloc(PyObject* object) {
+  auto* self = reinterpret_cast<NativeThread*>(object);
+  PyTypeObject* type = Py_TYPE(object);
+  delete self->run;
+  type->tp_free(object);
+  Py_DECREF(type);
+}
+
+bool native_thread_done(NativeThread* self) {
+  std::lock_guard<std::mutex> lock((*self->run)->mutex);
+  return (*self->run)->done;
+}
+
+// join(timeout=None): `timeout` by position or keyword, as Thread.join takes it. Sets *timeout (borrowed,
+// null when not given); false with a TypeError set.
+bool parse_join_arguments(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** timeout) {
+  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
+  *timeout = nargs >= 1 ? args[0] : nullptr;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* const name = PyTuple_GET_ITEM(kwnames, k);
+    if (PyUnicode_CompareWithASCIIString(name, "timeout") != 0) {
+      PyErr_Format(PyExc_TypeError, "_NativeThread.join() got an unexpected keyword argument '%U'", name);
+      return false;
+    }
+    if (*timeout != nullptr) {
+      PyErr_SetString(PyExc_TypeError, "_NativeThread.join() got multiple values for argument 'timeout'");
+      return false;
+    }
+    *timeout = args[nargs + k];
+  }
+  if (nargs + nkw > 1) {
+    PyErr_Format(PyExc_TypeError, "_NativeThread.join() takes at most 1 argument (%zd given)", nargs + nkw);
+    return false;
+  }
+  return true;
+}
+
+PyObject* native_thread_join(PyObject* object, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  auto* self = reinterpret_cast<NativeThread*>(object);
+  PyObject* timeout = nullptr;
+  if (!parse_join_arguments(args, nargs, kwnames, &timeout)) return nullptr;
+  double limit = -1.0;  // no limit
+  if (timeout != nullptr && timeout != Py_None) {
+    limit = PyFloat_AsDouble(timeout);
+    if (limit == -1.0 && PyErr_Occurred()) return nullptr;
+    if (limit < 0) limit = 0;
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                            std::chrono::duration<double>(limit < 0 ? 0 : limit));
+  NativeRun* run = self->run->get();
+  for (;;) {
+    bool done;
+    // In slices, so that a Ctrl-C reaches the caller as it would in Thread.join().
+    Py_BEGIN_ALLOW_THREADS
+    std::unique_lock<std::mutex> lock(run->mutex);
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    if (limit >= 0 && deadline < until) until = deadline;
+    run->finished.wait_until(lock, until, [run] { return run->done; });
+    done = run->done;
+    Py_END_ALLOW_THREADS
+    if (done) Py_RETURN_TRUE;
+    if (limit >= 0 && std::chrono::steady_clock::now() >= deadline) Py_RETURN_FALSE;
+    if (PyErr_CheckSignals() < 0) return nullptr;
+  }
+}
+
+PyObject* native_thread_is_alive(PyObject* object, PyObject*) {
+  return PyBool_FromLong(!native_thread_done(reinterpret_cast<NativeThread*>(object)));
+}
+
+PyObject* native_thread_ident(PyObject* object, void*) {
+  return PyLong_FromUnsignedLongLong(reinterpret_cast<NativeThread*>(object)->ident);
+}
+
+PyMethodDef kNativeThreadMethods[] = {
+    {"join", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(native_thread_join)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "join($self, /, timeout=None)\n--\n\n"
+     "Wait until the thread has let go of its thread state, at most `timeout` seconds (None: no limit).\n"
+     "Returns True once it has. Any thread but its own; releases the GIL while it waits; a signal's\n"
+     "exception (KeyboardInterrupt) ends the wait."},
+    {"is_alive", native_thread_is_alive, METH_NOARGS,
+     "is_alive($self, /)\n--\n\nTrue until the thread has let go of its thread state. Never blocks."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef kNativeThreadGetSet[] = {
+    {"ident", native_thread_ident, nullptr, "The thread's identifier, as threading.get_ident() gives it.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+// Private (_NativeThread): only cuda_reclaim._auto makes them, when threading refuses at exit.
+PyType_Slot kNativeThreadSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(native_thread_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(native_thread_dealloc)},
+    {Py_tp_methods, kNativeThreadMethods},
+    {Py_tp_getset, kNativeThreadGetSet},
+    {Py_tp_doc, const_cast<char*>("_NativeThread(target)\n--\n\n"
+                                  "Call target() on a new native thread that attaches with PyGILState_Ensure.\n"
+                                  "Any thread, GIL held; never blocks (the thread waits for the GIL).")},
+    {0, nullptr},
+};
+
+PyType_Spec kNativeThreadSpec = {
+    "cuda_reclaim._reclaim._NativeThread",
+    sizeof(NativeThread),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    kNativeThreadSlots,
+};
+
+}  // namespace
+
+int add_native_thread_type(PyObject* module) {
+  PyObject* type = PyType_FromSpec(&kNativeThreadSpec);
+  if (type == nullptr) return -1;
+  if (PyModule_AddObject(module, "_NativeThread", type) < 0) {
+    Py_DECREF(type);
+    return -1;
+  }
+  return 0;
+}
+
+}  // namespace reclaim_bindings
