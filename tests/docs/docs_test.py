@@ -28,11 +28,8 @@ KNOWN_OFFENDERS = {
     },
     "broken_links": set(),
     "machine_text": {
-        "bindings/drain_worker.cc",
-        "bindings/release_loop.h",
         "cleanup/queue_drain.h",
         "cleanup/queue_storage.h",
-        "tests/stress/drain_thread_busy_main.py",
     },
 }
 
