@@ -118,7 +118,6 @@ struct ReservedCapacitySetting {
 ReservedCapacitySetting reserved_capacity_from_environment() noexcept;
 
 struct ProducerSlot;   // producer_slot.h
-struct StorageReader;  // storage_set.h
 struct TakenBatch;     // queue_dequeue.h
 
 class ReclaimQueue {
