@@ -33,7 +33,7 @@
 
 #include "bench/anchors.h"
 #include "benchmark/benchmark.h"
-#include "cleanup/queue_storage.h"
+#include "cleanup/queue_drain.h"
 #include "cleanup/reclaim_queue.h"
 #include "concurrentqueue/concurrentqueue.h"
 

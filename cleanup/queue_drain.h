@@ -1,7 +1,7 @@
 // cleanup/queue_drain.h — the drain loop, as a template: ReclaimQueue::release_all (reclaim_queue.cc) and
 // ReclaimQueue::drain_quietly (for an owner whose quiet release must be compiled into the loop, see
 // reclaim_queue.h). Include it only where drain_quietly is called, or in cleanup/ itself: it brings in
-// the queue's storage (moodycamel).
+// the queue's storage (moodycamel). The constants below were tuned by measurement: see docs/benchmarks.md.
 #pragma once
 
 #include <cstddef>
@@ -9,16 +9,16 @@
 #include <optional>
 #include <utility>
 
+#include "cleanup/queue_dequeue.h"
 #include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
+#include "cleanup/storage_set.h"
 
 namespace reclaim {
 
-// How far behind the copy a quiet release looks at a pointer, in pointers. The copy asks the CPU to fetch
-// each pointee's cache line as it copies the pointer; by the time the quiet release reads that line, the
-// fetch has had this many copies' time to arrive. Measured with Python objects that outlive the drain on
-// a 16-core Xeon: 64 left part of that wait exposed (objects that die then drained slower than with no
-// quiet release at all), 160 did not. A batch shorter than this is looked at after the copy.
+// How far behind the copy a quiet release looks at a pointer, in pointers: the pointee's line, asked for
+// as the pointer was copied, has had this many copies' time to arrive. A batch shorter than this is looked
+// at after the copy.
 constexpr std::size_t kQuietDistance = 160;
 static_assert(kQuietDistance < kDrainBatch, "the quiet release looks back within one batch");
 
@@ -69,24 +69,17 @@ __attribute__((flatten)) inline TakenBatch dequeue_quietly(PointerQueue& queue, 
   return TakenBatch{taken, writer.left, writer.next_source};
 }
 
-// How often a drain that found quiet offers useless looks again whether they would pay, in batches.
-// Quiet offers read every pointee during the copy; when the references are the last ones (objects that
-// die), nothing leaves quietly and that read only makes the copy wait for lines the release action would
-// otherwise fetch while it works (measured on a 16-core Xeon: objects that die drained 10-15% slower
-// with the offers than without). So once a batch releases less than half of its pointers quietly, the
-// next batches are taken plainly, and one in kQuietSampleEvery has kQuietPeeks of its pointers looked at
-// (`quiet.would_release`, which changes nothing): when at least half of those would leave quietly, the
-// next batch is offered again. (Offering a whole batch again instead cost objects that die 1.6
-// instructions per reference, counted over 10^6 of them; the look costs a few per batch.)
+// How often a drain that found quiet offers useless looks again whether they would pay, in batches, and
+// how many pointers it looks at (`quiet.would_release`, which changes nothing). Offers read every pointee
+// during the copy, which only slows the copy when nothing leaves quietly (objects that die); so once a
+// batch releases less than half quietly, later batches are taken plainly, and a look at kQuietPeeks
+// pointers of one batch in kQuietSampleEvery decides when to offer again (cheaper than offering a batch).
 constexpr std::uint32_t kQuietSampleEvery = 16;
 constexpr std::size_t kQuietPeeks = 8;
 
-// The looks are a prime number of pointers apart, so that a regular mix with a shorter period (every second
-// or every eighth reference the last one, say) cannot line up with them: they fall on as many different
-// places of the period as they can. The largest prime of this table that keeps all the looks inside the
-// batch, without wrapping (a wrap could land several looks on one pointer): 61 for a full batch, less for a
-// short one, 1 (the first kQuietPeeks pointers) for one shorter than 15. (A mix whose period is a multiple
-// of the stride can line up: then only the speed of that drain suffers, never a count.)
+// The looks are a prime number of pointers apart, so that a regular mix with a shorter period cannot line
+// up with them: the largest prime here that keeps every look inside the batch without wrapping (61 for a
+// full batch), 1 for a batch shorter than 15. A mix that does line up only slows that drain, never a count.
 constexpr std::size_t kQuietPeekStrides[] = {61, 59, 53, 47, 43, 41, 37, 31, 29, 23, 19, 17, 13, 11, 7, 5, 3, 2};
 
 inline std::size_t quiet_peek_stride(std::size_t taken) noexcept {
@@ -110,15 +103,10 @@ __attribute__((noinline)) bool mostly_quiet(void* const* batch, std::size_t take
   return quiet_ones * 2 >= looks;
 }
 
-// The release action gets a batch in chunks of this many pointers. Before each chunk the drain asks the
-// CPU for the storage lines of the next kLookahead * kReleaseChunk pointers after TakenBatch::next_source:
-// the lines the next dequeues will copy, which another core wrote. Spread over the releases, those
-// fetches arrive while the action works; the copy would otherwise wait for them one after another. So a
-// batch asks for the lines of the next two batches, each line twice (the second time it is already on
-// its way, and the request costs an instruction). Measured on a 16-core Xeon, C++ drain with a no-op
-// release, median of 5 runs of 10^6 pointers another thread pushed: no lookahead 228 M/s; chunks of 64,
-// 128, 256 asking one batch ahead 281, 274, 270 M/s; 128 asking two ahead 320 M/s; a loop over an array
-// 380 M/s.
+// The release action gets a batch in chunks of kReleaseChunk pointers. Before each chunk the drain asks
+// the CPU for the storage lines of the next kLookahead * kReleaseChunk pointers after
+// TakenBatch::next_source: the lines the next dequeues will copy, which another core wrote, arrive while
+// the action works instead of one after another during the copy.
 constexpr std::size_t kReleaseChunk = 128;
 constexpr std::size_t kLookahead = 2;
 constexpr std::size_t kPointersPerLine = 64 / sizeof(void*);
@@ -126,8 +114,8 @@ constexpr std::size_t kPointersPerLine = 64 / sizeof(void*);
 // Asks the CPU for the `count` cache lines from `address` on, to read. A prefetch never faults: a hint
 // that points past the storage's memory costs nothing but the instruction.
 inline void fetch_lines(std::uintptr_t address, std::size_t count) noexcept {
-  // Unrolled: a chunk asks for 32 lines, and the loop's own add, compare and branch per line were half of
-  // the drain loop's instructions per reference (0.6 of 1.4, counted over 10^6 dying references).
+  // Unrolled: a chunk asks for 32 lines, and the loop's own add, compare and branch per line would
+  // otherwise be a large part of the drain loop's instructions.
 #pragma GCC unroll 8
   for (std::size_t line = 0; line < count; ++line) {
     __builtin_prefetch(reinterpret_cast<const void*>(address + line * 64), 0, 3);
@@ -136,10 +124,10 @@ inline void fetch_lines(std::uintptr_t address, std::size_t count) noexcept {
 
 // In a fork child where `reader` outlived the reset (StorageReader::forked()): a fresh reader of the
 // child's storage, since the old one no longer counts; otherwise none (`reader` covers the caller).
-inline std::optional<StorageReader> reader_in_fork_child(const ReclaimQueue& queue,
+inline std::optional<StorageReader> reader_in_fork_child(const StorageSet& storages,
                                                          const StorageReader& reader) {
   if (!reader.forked()) return std::nullopt;
-  return std::optional<StorageReader>(std::in_place, queue);
+  return std::optional<StorageReader>(std::in_place, storages);
 }
 
 template <class Take>
@@ -152,11 +140,11 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
   // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
   // abandoned_after_fork, see settle_taken) and stops.
-  FrontStorage* const front = front_.load(std::memory_order_relaxed);
+  FrontStorage* const front = storages_.front();
   std::size_t front_left = front->size.load(std::memory_order_relaxed);
-  Storage* const retired = retired_.load(std::memory_order_relaxed);
-  PointerQueue& current = storage_.load(std::memory_order_relaxed)->queue;
-  note_pending(stored_count());
+  QueueStorage* const retired = storages_.retired();
+  PointerQueue& current = storages_.current()->queue;
+  counters_.note_pending(storages_.stored_count());
   void* batch[kDrainBatch];
   std::size_t taken_total = 0;
   std::size_t released_total = 0;
@@ -176,9 +164,9 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
     // difference), so a nested drain or a snapshot never sees these pointers in no bucket for longer than
     // the dequeue itself.
     const std::size_t quiet = got.taken - got.left;
-    taken_.fetch_add(got.taken, std::memory_order_relaxed);
-    if (quiet != 0) released_.fetch_add(quiet, std::memory_order_release);
-    if (taken_total == 0) nonempty_drains_.fetch_add(1, std::memory_order_relaxed);
+    counters_.count_taken(got.taken);
+    if (quiet != 0) counters_.count_released(quiet);
+    if (taken_total == 0) counters_.count_nonempty_drain();
     taken_total += got.taken;
     released_total += quiet;
     if (got.left == 0) continue;
@@ -203,7 +191,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       }
     } catch (...) {
       // The item being released counts as released (its owner's action ran); the rest are still ours: back
-      // to the front, into the child's own after a fork (front_ is read again).
+      // to the front, into the child's own after a fork (the front is read again).
       settle(&items, items.next < got.left ? items.next : got.left);
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
       // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
@@ -223,7 +211,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
     released_total += items.released;
     if (reader.forked()) break;
   }
-  const std::optional<StorageReader> child_reader = reader_in_fork_child(*this, reader);  // settling reads it
+  const std::optional<StorageReader> child_reader = reader_in_fork_child(storages_, reader);  // settling reads it
   if (linger && released_total != 0 && !stopped) {
     linger_if_empty();
   } else {
@@ -236,8 +224,8 @@ template <class QuietRelease>
 std::size_t ReclaimQueue::drain_quietly(ReleaseBatchFn release, void* context, std::size_t max_items,
                                         bool linger, const QuietRelease& quiet) {
   // The one atomic load of an empty drain, as in drain().
-  if (!signaled_.load(std::memory_order_acquire)) return 0;
-  const StorageReader reader(*this);
+  if (!signal_.is_set()) return 0;
+  const StorageReader reader(storages_);
   // Batches taken plainly since the last quiet one (0: offer quietly). Shared by every drain_quietly of
   // this queue as a hint (racing drains may overwrite each other's: it only picks a speed).
   std::uint32_t plain_run = plain_batches_in_a_row_.load(std::memory_order_relaxed);

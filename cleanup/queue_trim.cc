@@ -1,6 +1,5 @@
-// cleanup/queue_trim.cc — ReclaimQueue::trim() and what it needs: replacing the storage while producers
-// push and other threads drain (see reclaim_queue.h for the contract, queue_storage.h for the readers'
-// guard).
+// cleanup/queue_trim.cc — ReclaimQueue::trim(): replacing the storage while producers push and other
+// threads drain (see reclaim_queue.h for the contract, storage_set.h for the readers' guard).
 
 #include <malloc.h>
 #include <sched.h>
@@ -8,22 +7,18 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
-#include "cleanup/queue_storage.h"
+#include "cleanup/producer_slot.h"
+#include "cleanup/queue_dequeue.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace reclaim {
 
-bool ReclaimQueue::trim_would_help() const noexcept {
-  if (is_closed()) return false;
-  if (retired_.load(std::memory_order_relaxed) != nullptr) return true;  // a trim that ran out of memory
-  if (pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity) return true;
-  note_pending(pending());  // a burst no drain has seen yet
-  return pending_since_trim_.load(std::memory_order_relaxed) > options_.reserved_capacity;
-}
+namespace {
 
-bool ReclaimQueue::move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept {
+// Moves every pointer of `from` into `to` through `mover` (held by the caller); false when `to` could not
+// grow (what was not moved stays in `from`).
+bool move_pending(QueueStorage* from, QueueStorage* to, ProducerSlot& mover) noexcept {
   void* batch[kDrainBatch];
   for (std::size_t got; (got = dequeue_batch<false>(from->queue, batch, kDrainBatch).taken) != 0;) {
     if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
@@ -34,27 +29,28 @@ bool ReclaimQueue::move_pending(Storage* from, Storage* to, ProducerSlot& mover)
   return true;
 }
 
-void ReclaimQueue::free_storage(Storage* storage) noexcept {
-  storage->~Storage();
-  std::free(storage);
+}  // namespace
+
+bool ReclaimQueue::trim_would_help() const noexcept {
+  if (is_closed()) return false;
+  if (storages_.retired() != nullptr) return true;  // a trim that ran out of memory
+  if (counters_.exceeded_since_trim(options_.reserved_capacity)) return true;
+  counters_.note_pending(pending());  // a burst no drain has seen yet
+  return counters_.exceeded_since_trim(options_.reserved_capacity);
 }
 
 TrimStatus ReclaimQueue::trim() noexcept {
   if (!trim_would_help()) return TrimStatus::kNotNeeded;  // also: closed, or a retired storage to empty
-  // Only when no reader is in the storage (possibly this very thread, from a release action: waiting
-  // for it would wait forever) and no other trim runs.
-  std::uint64_t idle = 0;
-  if (!readers_.compare_exchange_strong(idle, kTrimming, std::memory_order_acquire,
-                                        std::memory_order_relaxed)) {
-    return TrimStatus::kBusy;
-  }
+  // Only when no reader is in the storage (possibly this very thread, from a release action) and no
+  // other trim runs.
+  if (!storages_.begin_trim()) return TrimStatus::kBusy;
   // Normally: a fresh storage replaces the current one, whose pending pointers move over. After a trim
   // that ran out of memory while moving: the storage it retired is emptied into the current one.
-  Storage* source = retired_.load(std::memory_order_relaxed);
-  Storage* target = storage_.load(std::memory_order_relaxed);
+  QueueStorage* source = storages_.retired();
+  QueueStorage* target = storages_.current();
   if (source == nullptr) {
-    target = make_storage(options_.reserved_capacity);
-    source = storage_.exchange(target, std::memory_order_seq_cst);
+    target = StorageSet::make_storage(options_.reserved_capacity);
+    source = storages_.replace_current(target);
   }
   // Pushes that loaded `source` still hold their slot, or are slot-less pushes in flight. Taking every
   // slot in turn waits for the first kind and drops the slots' producers of `source` (their tokens must
@@ -62,8 +58,8 @@ TrimStatus ReclaimQueue::trim() noexcept {
   // before it are waited for below (also when a close() came in meanwhile: its late pushes never
   // complete, and are not waited for).
   ProducerSlot* mover = nullptr;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    ProducerSlot& slot = slots_[i];
+  for (std::size_t i = 0; i < admission_.slot_count(); ++i) {
+    ProducerSlot& slot = admission_.slot(i);
     while (slot.held.exchange(1, std::memory_order_seq_cst) != 0) sched_yield();
     slot.unbind_from(source);
     if (mover == nullptr && slot.bind_to(target)) {
@@ -72,25 +68,25 @@ TrimStatus ReclaimQueue::trim() noexcept {
     }
     slot.held.store(0, std::memory_order_release);
   }
-  wait_for_slotless_pushes_in_flight();
+  admission_.wait_for_slotless_pushes_in_flight();
 
   // Nothing is released and no counter changes.
   const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
   if (mover != nullptr) mover->held.store(0, std::memory_order_release);
   if (moved_all) {
-    retired_.store(nullptr, std::memory_order_relaxed);
-    pending_since_trim_.store(0, std::memory_order_relaxed);
-    free_storage(source);
-    trims_.fetch_add(1, std::memory_order_relaxed);
+    storages_.set_retired(nullptr);
+    counters_.forget_pending_since_trim();
+    StorageSet::free_storage(source);
+    counters_.count_trim();
 #if defined(__GLIBC__)
     ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
 #endif
   } else {
     // Out of memory while moving: `source` keeps what is left and stays reachable (drains and counts
     // read it) until a later trim empties it. Nothing is lost.
-    retired_.store(source, std::memory_order_relaxed);
+    storages_.set_retired(source);
   }
-  readers_.fetch_and(~kTrimming, std::memory_order_release);
+  storages_.end_trim();
   return moved_all ? TrimStatus::kTrimmed : TrimStatus::kBusy;
 }
 

@@ -52,9 +52,8 @@ const reclaim_api* reclaim_api_in_use(void);
 /* Makes this copy's reclaim_* functions forward to `api` (the owner's table), which must stay valid for
  * the life of the process. Call it once, at load time, before anything in this copy pushes or reads the
  * queue. Returns 0 when this copy now uses `api` (also when it already did), or -1 and changes nothing
- * when `api` is NULL, older or smaller than this copy's table, has a NULL entry that this copy calls
- * (every one but retired_queue_ops), or this copy is already bound to another queue (its own, by an
- * earlier use, or another adopted table).
+ * when `api` is NULL, older or smaller than this copy's table, has a NULL entry, or this copy is already
+ * bound to another queue (its own, by an earlier use, or another adopted table).
  * Any thread; never touches Python; never blocks. */
 int reclaim_adopt(const reclaim_api* api);
 

@@ -13,12 +13,7 @@
  *
  * ABI rules: the table starts with its version and size; fields are only ever appended, each append bumps
  * RECLAIM_ABI_VERSION, and no field changes meaning. reclaim_stats is only ever appended to as well;
- * get_stats copies min(size, the owner's size) bytes.
- * History: ABI 1: push, host_destructor, drain, get_stats. ABI 2: queue_ops, a second table for Bazel
- * copies. ABI 3: this one table for everyone (Bazel copies adopt it); queue_ops retired (returns NULL);
- * is_closed, pending, wakeup_fd, write_report and attach appended; attach() replaces a call into the
- * package's private Python. ABI 4: reclaim_stats gains in_drain (a bucket of the law: `released` now counts
- * only finished releases) and trims; the table is unchanged.
+ * get_stats copies min(size, the owner's size) bytes. ABI 1 is the first public one.
  *
  * Memory ordering: everything a thread wrote before push(p) is visible to the thread that releases p. */
 
@@ -32,7 +27,7 @@
 extern "C" {
 #endif
 
-#define RECLAIM_ABI_VERSION 4
+#define RECLAIM_ABI_VERSION 1
 
 /* The counters, defined once: X(name, description). Every other list of them (the C and C++ structs,
  * Python's stats() and STATS_KEYS, the exit report, the Cython declarations' check) is derived from this
@@ -104,10 +99,6 @@ typedef struct reclaim_api {
    * sizeof(reclaim_stats)). Returns 0, or -1 when `out` is NULL.
    * Any thread; never touches Python; never blocks. */
   int (*get_stats)(reclaim_stats* out, size_t size);
-
-  /* Retired in ABI 3 (ABI 2 handed out a second table here): always returns NULL, so an extension built
-   * against ABI 2 that tries to adopt through it fails its import cleanly. Never call it. */
-  const void* (*retired_queue_ops)(void);
 
   /* 1 once the queue is closed (the process is exiting), else 0.
    * Any thread; never touches Python; never blocks. */

@@ -60,13 +60,11 @@ int own_attach() {
   return owner != nullptr ? owner->attach() : 0;
 }
 
-const void* retired_queue_ops() { return nullptr; }
-
 // Constant-initialized and never destroyed (invariant 2): another copy may call through it during exit().
 const reclaim_api kOwnApi = {
     RECLAIM_ABI_VERSION, sizeof(reclaim_api), own_push,      own_host_destructor, own_drain,
-    own_get_stats,       retired_queue_ops,   own_is_closed, own_pending,         own_wakeup_fd,
-    own_write_report,    own_attach,
+    own_get_stats,       own_is_closed,       own_pending,   own_wakeup_fd,       own_write_report,
+    own_attach,
 };
 
 // The table in use. Null until the first use (which binds kOwnApi) or reclaim_adopt(); written once,
@@ -98,8 +96,8 @@ ReclaimQueue* own_process_queue() noexcept {
 }  // namespace reclaim
 
 namespace {
-// Whether every entry this copy's reclaim_* functions call is there (retired_queue_ops is never called): a
-// table with a hole would turn a later call into a jump to address 0, where a refusal can still be handled.
+// Whether every entry is there: a table with a hole would turn a later call into a jump to address 0,
+// where a refusal can still be handled.
 bool complete(const reclaim_api& table) {
   return table.push != nullptr && table.host_destructor != nullptr && table.drain != nullptr &&
          table.get_stats != nullptr && table.is_closed != nullptr && table.pending != nullptr &&

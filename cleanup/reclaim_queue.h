@@ -9,13 +9,12 @@
 // (RECLAIM_COUNTERS); CounterSnapshot below is derived from that list. `pending` is read from the queue
 // itself, never derived from the other counters, so that a test of the law can fail.
 //
-// A push that races with close() ends in exactly one bucket. A push takes a producer slot (an atomic
-// exchange) and then reads the closed bit; close() sets the bit and then waits until every slot it finds
-// held is given back. Both steps are seq_cst, so either the push sees the bit and only counts a leak, or
-// close() sees the slot held and waits for the push to finish its enqueue before the final drain. There
-// is no third outcome, so the exit report can always say where every pointer went. The counters of
-// slot pushes live in the slots themselves (one writer each, summed by snapshot()), so a steady push
-// writes no line that another thread writes.
+// A push that races with close() ends in exactly one bucket: it is either counted as a leak or in the
+// queue before the final drain (producer_admission.h says how), so the exit report can always say where
+// every pointer went.
+//
+// Parts, one type each: ProducerAdmission (slots, closed bit), StorageSet (storages and the readers'
+// guard against trim), WakeupSignal (the eventfds), QueueCounters (the owner-side counters).
 //
 // Wake-up: an eventfd becomes readable on the empty→non-empty edge (one write per edge, coalesced), stays
 // readable while work is pending, and is cleared by the drain that empties the queue. The one exception
@@ -43,66 +42,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cleanup/producer_admission.h"
+#include "cleanup/queue_counters.h"
 #include "cleanup/reclaim_abi.h"
+#include "cleanup/release_batch.h"
+#include "cleanup/storage_set.h"
+#include "cleanup/wakeup_signal.h"
 
 namespace reclaim {
-
-// Release actions supplied by the owner at each drain, called on the thread that drains, outside any
-// internal lock. Two forms:
-//   ReleaseFn       one pointer per call;
-//   ReleaseBatchFn  one batch per call (up to a hundred or so pointers taken off the queue together): the
-//                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
-//                   batch). It releases batch->items[batch->next ... batch->count) in order; `next`
-//                   must be `count` when it returns, and, should a release unwind, just past the item
-//                   being released (or at an item whose release never began) by the time the unwind
-//                   leaves the action: advanced before each release, or set by a handler that rethrows.
-//                   Nothing reads `next` while the action runs. One dequeue may be handed over in
-//                   several calls, each with a larger `count` over the same items; `available` says
-//                   how many of those items are already there, so that the action may read ahead across
-//                   a call's end (to ask for its pointees' lines) without releasing what is not yet its.
-// Either may push again or drain again (re-entrancy is safe). Neither should throw, but either may unwind:
-// CPython ends a thread that re-takes the GIL during finalization with pthread_exit, whose forced unwind
-// passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
-// std::terminate) after putting back the items the action had not reached (`next` onwards for a batch:
-// the item being released when it unwound counts as released).
-//
-// Counting: a drain counts what it takes as in_drain, and each item as released once the action is done
-// with it: the drain settles a call's items when the call returns; an action settles earlier
-// (ReclaimQueue::settle) before it runs something that may take long (a Python call), so that counters
-// and an exit report taken meanwhile say what really happened. An action may also give an item back
-// unreleased (ReclaimQueue::give_back: it is pending again, at the front) or stop the drain (`stop`).
-using ReleaseFn = void (*)(void* item, void* context);
-struct ReleaseBatch {
-  void* const* items;
-  std::size_t count;
-  std::size_t next;  // where the release action is: see ReleaseBatchFn
-  // items[0 ... available) are valid pointers (available >= count). Those from `count` on belong to a
-  // later call of the same drain: the action may read them (to prefetch what they point to), never
-  // release them. A call whose items end with their dequeue has available == count.
-  std::size_t available;
-  // Set by the action, with `next` at the first item it did not release: the drain puts items[next ...)
-  // of its whole dequeue back at the front of the queue (pending again, taken first by the next drain, in
-  // this order) and returns.
-  bool stop = false;
-  // The drain's bookkeeping (the action never writes these): items[0 ... settled) are counted, the
-  // `given_back` of them (since the last settle) that went back to the queue as pending, the rest as
-  // released (`released` in all); `queue` and
-  // `generation` say whose counters and whether a fork reset came in between. Null queue: nothing counts
-  // (a release action run over a plain array).
-  std::size_t settled = 0;
-  std::size_t given_back = 0;
-  std::size_t released = 0;  // settled as released, in all
-  class ReclaimQueue* queue = nullptr;
-  std::uint64_t generation = 0;
-};
-using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
-
-// What the pointers handed to a batch release action point at, as far as a drain may assume:
-//   kOpaque    nothing it may touch (handles, tokens, fake addresses): pointers are only copied;
-//   kPrefetch  memory the release action is about to touch (Python objects): while it copies a batch out
-//              of the queue, the drain asks the CPU to fetch each pointee's first cache line, so that the
-//              action does not wait for them one by one. A prefetch never faults, whatever the pointer.
-enum class Pointees : bool { kOpaque, kPrefetch };
 
 // What trim() did.
 enum class TrimStatus : int {
@@ -156,17 +103,22 @@ struct QueueOptions {
 // Any thread; never touches Python; never blocks.
 bool parse_reserved_capacity(const char* text, std::size_t* capacity) noexcept;
 
-// How a queue's producer slots are used (ReclaimQueue::producer_use()).
-struct ProducerUse {
-  std::size_t slot_count = 0;          // QueueOptions::producer_slots
-  std::size_t slots_used = 0;          // slots whose producer exists (each holds its blocks for reuse)
-  std::uint64_t overflow_pushes = 0;   // pushes that found every slot held and used a per-thread producer
-};
+// The environment variable that sets the process queue's reserved capacity.
+constexpr char kReservedCapacityVariable[] = "CUDA_RECLAIM_RESERVED_CAPACITY";
 
-struct ProducerSlot;  // queue_storage.h
-struct QueueStorage;  // queue_storage.h
-struct FrontStorage;  // queue_storage.h
-struct StorageReader;  // queue_storage.h
+// The reserved capacity the environment asks for (kReservedCapacityVariable, read at the call): the
+// parsed value, or QueueOptions' default when the variable is unset or invalid; `invalid_text` is the
+// variable's text when it is set and invalid (the environment owns it), else null. own_process_queue()
+// uses this; an owner that refuses a bad value (bindings: ImportError) calls it first.
+// Any thread; never touches Python; never blocks.
+struct ReservedCapacitySetting {
+  std::size_t capacity;
+  const char* invalid_text;
+};
+ReservedCapacitySetting reserved_capacity_from_environment() noexcept;
+
+struct ProducerSlot;   // producer_slot.h
+struct TakenBatch;     // queue_dequeue.h
 
 class ReclaimQueue {
  public:
@@ -335,46 +287,21 @@ class ReclaimQueue {
   void reset_after_fork_in_child() noexcept;
 
  private:
-  using Storage = QueueStorage;  // the moodycamel queue; replaced by trim() and by the fork reset.
-  friend struct StorageReader;
-
   PushStatus push_through_slot(ProducerSlot& slot, void* item) noexcept;
   PushStatus push_overflow(void* item) noexcept;
-  void raise_signal() noexcept;
-  void clear_signal_if_empty() noexcept;
+  // Empties the wake-up fd and clears the signal, then re-raises it if a push may have read the old
+  // value (its slot is held) or work is stored: the owner's half of the Dekker handshake.
   void clear_signal() noexcept;
-  bool push_may_be_in_flight() const noexcept;
-  // Pointers in the storage (and in a retired one), for a reader of the storage.
-  std::size_t stored_count() const noexcept;
-  struct SlotTotals {
-    std::uint64_t admitted = 0;
-    std::uint64_t leaked = 0;
-    bool any_held = false;
-  };
-  SlotTotals slot_totals() const noexcept;
-  // trim(): moves every pointer of `from` into `to` through `mover` (held by the caller); false when `to`
-  // could not grow (what was not moved stays in `from`).
-  static bool move_pending(Storage* from, Storage* to, ProducerSlot& mover) noexcept;
-  static void free_storage(Storage* storage) noexcept;
+  void clear_signal_if_empty() noexcept;
   void linger_if_empty() noexcept;
-  // Takes `count` items that a drain of fork generation `generation` took out of in_drain, as released
-  // (`released` true) or returned unreleased (false): or, after a fork reset that counted them as
-  // abandoned, out of abandoned_after_fork. Any owner thread.
+  // Takes `count` items that a drain of fork generation `generation` had taken out of in_drain, as
+  // released (`released` true) or returned unreleased; out of abandoned_after_fork after a fork reset.
   void settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept;
-  // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and makes
-  // the wake-up fd readable: ahead of what is there (`first`: the rest of a dequeue) or behind it (one
-  // item given back). The caller has uncounted them. Any owner thread; may allocate.
+  // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and
+  // raises the signal: ahead of what is there (`first`: the rest of a dequeue) or behind it (one item
+  // given back). The caller has uncounted them. Owner threads; may allocate.
   void put_back(void* const* items, std::size_t count, bool first) noexcept;
-  static FrontStorage* make_front() noexcept;
-  void note_pending(std::uint64_t seen) const noexcept;
-  // Leaks after close outside the slots, for the value `admissions` of push_admissions_.
-  std::uint64_t overflow_leaked_in(std::uint64_t admissions) const noexcept;
-  // Waits until no push is between its admission check and its enqueue (close). Any owner thread.
-  void wait_for_pushes_in_flight() noexcept;
-  // Waits until every slot-less push admitted before the call is done with the storage it loaded (close,
-  // trim). Any owner thread; spins (yielding) only while such a push is in flight.
-  void wait_for_slotless_pushes_in_flight() const noexcept;
-  // `reader`: the caller's, held for the whole call (neither storage changes meanwhile).
+  // `reader`: the caller's, held for the whole call (no storage changes meanwhile).
   std::size_t release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
                           std::size_t max_items, bool linger, Pointees pointees);
   // The drain loop behind release_all() and drain_quietly() (cleanup/queue_drain.h): `take(queue, batch,
@@ -382,82 +309,13 @@ class ReclaimQueue {
   template <class Take>
   std::size_t release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
                                  std::size_t max_items, bool linger, const Take& take);
-  static Storage* make_storage(std::size_t reserved_capacity) noexcept;
 
-  // The storage pushes and drains use. Replaced by trim() (exchange, seq_cst: a pusher loads it after
-  // taking its slot, so it sees the new one or trim() waits for its slot) and by the fork reset.
-  std::atomic<Storage*> storage_;
   // Written only by construction; read by all.
-  QueueOptions options_;
-  ProducerSlot* slots_;   // slot_mask_ + 1 slots, allocated with the queue, never replaced
-  std::size_t slot_mask_;
-  int wakeup_fd_;
-  int closed_fd_;  // readable for good once close() has set the closed bit; wakes every waiter.
-
-  static constexpr std::uint64_t kClosedBit = std::uint64_t{1} << 63;
-  static constexpr std::uint64_t kTrimming = std::uint64_t{1} << 63;  // in readers_
-
-  // push_admissions_: bit 63 = closed (set by close() with a CAS, seq_cst). Every push loads it after
-  // taking its producer slot; the low bits count only the rare pushes that found every slot held
-  // (fetch_add, seq_cst, so each is ordered before or after the close), which pass no slot.
-  alignas(64) std::atomic<std::uint64_t> push_admissions_{0};
-  // push_completions_: fetch_add(release) when such a slot-less push admitted while open is done (stored
-  // or rejected); close() and trim() wait until it catches up with the admissions that can complete
-  // (wait_for_slotless_pushes_in_flight), never for a count read once.
-  alignas(64) std::atomic<std::uint64_t> push_completions_{0};
-  // signaled_: true while the eventfd has been written and not yet cleared. Set by exchange on the
-  // empty→non-empty edge (producer) and by notify(); cleared by the draining owner. A push loads it after
-  // its slot exchange; the clearing drain stores false, then reads every slot's `held` and the queue's
-  // size: either the push saw false (and writes), or the drain sees its slot held or its item, and
-  // re-arms (Dekker pattern, with the push's one exchange as its barrier).
-  alignas(64) std::atomic<bool> signaled_{false};
-  // readers_: bit 63 = a trim() is replacing the storage; low bits count drains, closes and counter reads
-  // inside the storage. A reader waits while the bit is set; trim() sets it only when no reader is in.
-  alignas(64) mutable std::atomic<std::uint64_t> readers_{0};
-  // A storage a trim() could not empty (out of memory while moving): drains and counts read it too,
-  // until a later trim() empties and frees it. Written only by trim() (readers excluded) and the fork
-  // reset; null almost always.
-  std::atomic<Storage*> retired_{nullptr};
-  // What drains gave back (ReleaseBatch::stop, give_back(), an unwinding release): taken before the
-  // storages, so it keeps its place ahead of what arrived later. Created with the queue; abandoned (never
-  // freed: a parent thread may have held its lock) and replaced by the fork reset.
-  std::atomic<FrontStorage*> front_{nullptr};
-  // The highest pending seen since the last trim (raised with max_pending_): trim() gives memory back
-  // when it exceeded the reserved capacity.
-  mutable std::atomic<std::uint64_t> pending_since_trim_{0};
-  // admitted_at_close_: the slot-less admission count when close() set the closed bit; stored (relaxed)
-  // by close() just before the CAS that sets the bit, read by whoever has seen the bit.
-  alignas(64) std::atomic<std::uint64_t> admitted_at_close_{0};
-  // closing_: held (test_and_set acquire / clear release) by close() while it sets the closed bit, so
-  // concurrent closers cannot interleave their admitted_at_close_ stores. Never touched by push().
-  // Cleared by the fork reset: a closer of the parent may have held it at the moment of fork.
-  std::atomic_flag closing_ = ATOMIC_FLAG_INIT;
-  // Slot-less leaks after earlier closes; written only by the fork reset (single-threaded).
-  std::atomic<std::uint64_t> overflow_leaked_before_reopen_{0};
-  // Rare-path counters: written with relaxed fetch_add by whoever hits the path.
-  std::atomic<std::uint64_t> rejected_{0};
-  std::atomic<std::uint64_t> overflow_pushes_{0};
-  std::atomic<std::uint64_t> eventfd_writes_{0};
-  // Owner-side counters: relaxed; written by drains/close (any owner thread) and by the fork reset.
-  alignas(64) std::atomic<std::uint64_t> released_{0};
-  std::atomic<std::uint64_t> nonempty_drains_{0};
-  mutable std::atomic<std::uint64_t> max_pending_{0};  // raised by drains, close and snapshot()
-  std::atomic<std::uint64_t> abandoned_after_fork_{0};
-  // in_drain is derived, taken_ - released_ - returned_, so that settling (released_ += n) is one step a
-  // snapshot cannot catch half-way: taken_ counts what drains dequeued (relaxed, after the dequeue),
-  // returned_ what they put back unreleased (release). released_ and returned_ are written with release
-  // and read (acquire) before taken_, so a reader never sees more settled than taken. The fork reset sets
-  // taken_ to released_ + returned_ (the parent's in_drain becomes abandoned_after_fork_; a drain that
-  // outlived the reset settles out of that bucket instead, see settle_taken).
-  std::atomic<std::uint64_t> taken_{0};
-  std::atomic<std::uint64_t> returned_{0};
-  std::atomic<std::uint64_t> trims_{0};  // trim() calls that replaced the storage; relaxed
-  // How many fork resets this queue has had: bumped by reset_after_fork_in_child(), read by readers (on
-  // the drains' own line, not readers_', which every reader writes). A reader from before the fork (the
-  // forking thread's own drain, when a finalizer it ran called fork()) was wiped out of readers_ by the
-  // reset and must not leave it again, and its drain must stop taking from the storages it loaded, whose
-  // pointers the reset counted as abandoned.
-  std::atomic<std::uint64_t> fork_generation_{0};
+  const QueueOptions options_;
+  ProducerAdmission admission_;  // slots, the closed bit, slot-less admissions
+  StorageSet storages_;          // where the pointers are, and the readers' guard against trim()
+  WakeupSignal signal_;          // the eventfds and the flag behind them
+  QueueCounters counters_;       // the owner-side counters (the push counters are in the slots)
   // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
   // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
   std::atomic<std::uint32_t> plain_batches_in_a_row_{0};

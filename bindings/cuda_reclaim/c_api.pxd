@@ -3,12 +3,12 @@
 #
 #     from cuda_reclaim.c_api cimport cuda_reclaim_c_api, cuda_reclaim_import
 #
-#     cdef const cuda_reclaim_c_api* reclaim_api = NULL
-#     cuda_reclaim_import(&reclaim_api)          # at module import, with the GIL; raises ImportError
+#     cdef const cuda_reclaim_c_api* api = NULL
+#     cuda_reclaim_import(&api)                  # at module import, with the GIL; raises ImportError
 #
 #     # hand a reference to CUDA; CUDA's thread releases it through the queue, never with the GIL:
 #     Py_INCREF(obj)
-#     cuUserObjectCreate(&uo, <void*>obj, reclaim_api.host_destructor, 1,
+#     cuUserObjectCreate(&uo, <void*>obj, api.host_destructor, 1,
 #                        CU_USER_OBJECT_NO_DESTRUCTOR_SYNC)
 #
 # Build the extension with include_dirs=[cuda_reclaim.get_include()]; Cython finds this file on sys.path.
@@ -52,7 +52,6 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
         void (*host_destructor)(void* user_data) noexcept nogil   # steals user_data (a PyObject*)
         ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept          # GIL required
         int (*get_stats)(cuda_reclaim_stats* out, size_t size) noexcept nogil
-        const void* (*retired_queue_ops)() noexcept nogil        # ABI 2's; returns NULL: never call it
         int (*is_closed)() noexcept nogil
         size_t (*pending)() noexcept nogil
         int (*wakeup_fd)() noexcept nogil

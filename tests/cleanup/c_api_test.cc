@@ -43,14 +43,13 @@ int stand_in_push(void*) { return RECLAIM_QUEUED; }
 void stand_in_host_destructor(void*) {}
 ptrdiff_t stand_in_drain(ptrdiff_t) { return 0; }
 int stand_in_get_stats(reclaim_stats*, size_t) { return 0; }
-const void* stand_in_retired() { return nullptr; }
 int stand_in_int() { return 0; }
 size_t stand_in_pending() { return 0; }
 int stand_in_write_report(int) { return 0; }
 
 TEST(ReclaimCApi, AdoptRefusesATableWithANullEntry) {
   const reclaim_api whole = {RECLAIM_ABI_VERSION, sizeof(reclaim_api), stand_in_push, stand_in_host_destructor,
-                             stand_in_drain, stand_in_get_stats, stand_in_retired, stand_in_int,
+                             stand_in_drain, stand_in_get_stats, stand_in_int,
                              stand_in_pending, stand_in_int, stand_in_write_report, stand_in_int};
   const std::vector<void (*)(reclaim_api&)> holes = {
       [](reclaim_api& t) { t.push = nullptr; },      [](reclaim_api& t) { t.host_destructor = nullptr; },

@@ -252,11 +252,10 @@ TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
 }
 
 
-// ABI 4 changed what `released` means (only finished releases; in_drain is a bucket of the law), so the law
-// an extension compiled in must be the one with in_drain: it holds inside a release action, where the ABI 3
-// law (without in_drain) does not.
+// `released` counts only finished releases and in_drain is a bucket of the law, so the law an extension
+// compiles in (reclaim_stats_conserved) holds inside a release action, where a law without in_drain does
+// not.
 TEST(GiveBack, InsideAReleaseActionTheLawHoldsWithInDrainAndOnlyWithIt) {
-  static_assert(RECLAIM_ABI_VERSION >= 4, "in_drain is in the law from ABI 4 on");
   ReclaimQueue queue;
   push_ids(queue, 0, 10);
   struct Reader {

@@ -13,10 +13,10 @@ pytest.importorskip("_native_producers")
 
 SCENARIOS = "c_api_capsule_scenarios.py"
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
-# reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 3: the entries after abi_version and struct_size. The first
-# five are ABI 1 and 2's, in their places (append-only).
-ENTRIES = ("push", "host_destructor", "drain", "get_stats", "retired_queue_ops", "is_closed", "pending",
-           "wakeup_fd", "write_report", "attach")
+# reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 1: the entries after abi_version and struct_size, in order
+# (later ABIs only append).
+ENTRIES = ("push", "host_destructor", "drain", "get_stats", "is_closed", "pending", "wakeup_fd", "write_report",
+           "attach")
 
 
 def capsule_pointer(capsule, name=CAPSULE):
@@ -41,13 +41,11 @@ def test_capsule_starts_with_abi_version_and_size_and_holds_every_entry():
 
     address = capsule_pointer(_reclaim._C_API)
     header = Header.from_address(address)
-    assert header.abi_version == cuda_reclaim.ABI_VERSION == 4
+    assert header.abi_version == cuda_reclaim.ABI_VERSION == 1
     pointer = ctypes.sizeof(ctypes.c_void_p)
     assert header.struct_size == ctypes.sizeof(Header) + len(ENTRIES) * pointer
     entries = (ctypes.c_void_p * len(ENTRIES)).from_address(address + ctypes.sizeof(Header))
     assert all(entries), "no NULL entry"
-    retired = entry(address, "retired_queue_ops", ctypes.c_void_p)
-    assert retired() is None, "ABI 2's second table is retired: an old adopter gets NULL and fails cleanly"
 
 
 def test_the_capsule_table_reads_the_same_queue_and_counters_as_the_module(drained):
@@ -103,9 +101,9 @@ def test_the_cython_declarations_match_the_abi_header():
 @pytest.mark.parametrize(
     "scenario, message",
     [
-        (("unfit_capsule", "2", "88", CAPSULE.decode()), "C API is too old: the module has ABI 2 (88 bytes)"),
-        (("unfit_capsule", "3", "80", CAPSULE.decode()), "C API is too old: the module has ABI 3 (80 bytes)"),
-        (("unfit_capsule", "3", "88", "someone.else._C_API"), "capsule cuda_reclaim._reclaim._C_API unavailable"),
+        (("unfit_capsule", "0", "80", CAPSULE.decode()), "C API is too old: the module has ABI 0 (80 bytes)"),
+        (("unfit_capsule", "1", "72", CAPSULE.decode()), "C API is too old: the module has ABI 1 (72 bytes)"),
+        (("unfit_capsule", "1", "80", "someone.else._C_API"), "capsule cuda_reclaim._reclaim._C_API unavailable"),
         (("missing_capsule",), "capsule cuda_reclaim._reclaim._C_API unavailable"),
     ],
     ids=["older-abi", "smaller-struct", "foreign-capsule", "missing-capsule"],

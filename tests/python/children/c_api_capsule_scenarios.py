@@ -13,7 +13,7 @@ import ctypes
 import scenario
 
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
-ENTRIES = 10  # reclaim_api's entries at ABI 3 (cuda_reclaim/reclaim_abi.h)
+ENTRIES = 9  # reclaim_api's entries at ABI 1 (cuda_reclaim/reclaim_abi.h)
 
 
 def new_capsule(address, name):
@@ -65,7 +65,7 @@ def missing_capsule():
 
 
 def newer_module_with_a_larger_struct():
-    # A copy of the real entries in a struct of ABI 4 with one more entry appended.
+    # A copy of the real entries in a struct of ABI 2 with one more entry appended.
     from cuda_reclaim import _reclaim
 
     get = ctypes.pythonapi.PyCapsule_GetPointer
@@ -77,7 +77,7 @@ def newer_module_with_a_larger_struct():
         _fields_ = [("abi_version", ctypes.c_uint32), ("struct_size", ctypes.c_uint32),
                     ("entries", ctypes.c_void_p * (ENTRIES + 1))]
 
-    newer = Newer(4, ctypes.sizeof(Newer))
+    newer = Newer(2, ctypes.sizeof(Newer))
     ctypes.memmove(ctypes.addressof(newer.entries), real + 8, ENTRIES * ctypes.sizeof(ctypes.c_void_p))
     name = ctypes.c_char_p(CAPSULE)
     _reclaim._C_API = new_capsule(ctypes.addressof(newer), name)

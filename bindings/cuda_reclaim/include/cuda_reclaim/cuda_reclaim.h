@@ -3,17 +3,22 @@
  * Every extension in a process that uses this header shares the one queue, atexit hook and counters of
  * the loaded `cuda_reclaim._reclaim` module, reached through its capsule `cuda_reclaim._reclaim._C_API`,
  * which holds the one entry-point table of cuda_reclaim/reclaim_abi.h (reclaim_api: what each entry does
- * and who may call it, the counters, the push results, the ABI rules).
+ * and who may call it, the counters, the push results, the ABI rules). Compile with
+ * -I"$(python -c 'import cuda_reclaim; print(cuda_reclaim.get_include())')" and the Python headers.
  * Cython: `from cuda_reclaim.c_api cimport ...` (cuda_reclaim/c_api.pxd declares all of this).
  *
- *   #include "cuda_reclaim/cuda_reclaim.h"      // compile with -I$(python -c "import cuda_reclaim;
- *                                               //                  print(cuda_reclaim.get_include())")
- *   static const cuda_reclaim_c_api* reclaim_api;  // in module init, with the GIL:
- *   if (cuda_reclaim_import(&reclaim_api) < 0) return NULL;   // ImportError is set
+ * ```c
+ * #include "cuda_reclaim/cuda_reclaim.h"
  *
- *   // hand a reference to CUDA, released on CUDA's thread through the queue, never with the GIL:
- *   Py_INCREF(obj);
- *   cuUserObjectCreate(&uo, obj, reclaim_api->host_destructor, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+ * static const cuda_reclaim_c_api* api;  // the capsule's table, valid for the life of the process
+ *
+ * // Call from PyInit_mymod, with the GIL: 0, or -1 with ImportError set.
+ * int mymod_import_reclaim(void) { return cuda_reclaim_import(&api); }
+ *
+ * // Any thread, without the GIL: hands over a reference the caller owns, released later by a drain.
+ * // For CUDA, pass api->host_destructor to cuUserObjectCreate or cuLaunchHostFunc instead.
+ * void mymod_hand_over(PyObject* obj) { (void)api->push(obj); }
+ * ```
  *
  * An extension built with Bazel that links its own copy of cleanup/ makes that copy use this same table
  * with cuda_reclaim_import_shared_queue() (bindings/shared_queue.h). */
@@ -34,7 +39,7 @@ extern "C" {
 #define CUDA_RECLAIM_ABI_VERSION RECLAIM_ABI_VERSION
 #define CUDA_RECLAIM_CAPSULE_NAME "cuda_reclaim._reclaim._C_API"
 
-/* The names this header has always used for the ABI's types. */
+/* The ABI's types under this header's prefix. */
 typedef reclaim_api cuda_reclaim_c_api;
 typedef reclaim_stats cuda_reclaim_stats;
 
