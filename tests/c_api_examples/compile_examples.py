@@ -14,7 +14,7 @@ import sys
 import sysconfig
 import tempfile
 
-DOC = "tests/c_api_examples/c-api.md"  # docs/c-api.md, through a link in this package
+DOC = "docs/c-api.md"
 INCLUDE_TREE = "bindings/cuda_reclaim/include"
 HEADER = os.path.join(INCLUDE_TREE, "cuda_reclaim", "cuda_reclaim.h")
 FENCE = re.compile(r"^```(\w*)\s*$")
