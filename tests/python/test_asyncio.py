@@ -120,9 +120,11 @@ def test_install_needs_a_loop_and_valid_arguments(drained):
         reclaim_asyncio.install()
     loop = asyncio.new_event_loop()
     try:
-        with pytest.raises(ValueError, match="max_items"):
-            reclaim_asyncio.install(loop, max_items=0)
-        with pytest.raises(ValueError, match="interval"):
+        with pytest.raises(ValueError, match=r"install\(\): max_items must be >= 0"):
+            reclaim_asyncio.install(loop, max_items=-1)
+        with pytest.raises(ValueError, match=r"install\(\): interval must be > 0"):
             reclaim_asyncio.install(loop, interval=0)
+        with pytest.raises(TypeError, match=r"install\(\): loop must be an asyncio event loop"):
+            reclaim_asyncio.install("x")
     finally:
         loop.close()
