@@ -1,6 +1,8 @@
 // bindings/arguments.cc — see arguments.h.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/arguments.h"
 
 #include <cmath>

@@ -1,6 +1,8 @@
 // bindings/driver_functions.cc — see driver_functions.h.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/driver_functions.h"
 
 #include "bindings/module_state.h"

@@ -8,6 +8,8 @@
 // into them and checks them.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/graph_functions.h"
 
 #include <cstdint>

@@ -6,6 +6,8 @@
 // in a call and push it.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/host_calls.h"
 
 #include <algorithm>

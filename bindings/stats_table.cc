@@ -1,6 +1,8 @@
 // bindings/stats_table.cc — see stats_table.h.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/stats_table.h"
 
 #include <sched.h>
