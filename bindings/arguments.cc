@@ -30,7 +30,13 @@ bool parse_seconds(const char* function, const char* what, PyObject* value, doub
     return false;
   }
   *seconds = PyFloat_AsDouble(value);
-  if (*seconds == -1.0 && PyErr_Occurred()) return false;  // OverflowError for a huge int
+  if (*seconds == -1.0 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) return false;
+    PyErr_Clear();  // an int beyond any float: as long as no limit, or negative
+    int overflow = 0;
+    (void)PyLong_AsLongLongAndOverflow(value, &overflow);
+    *seconds = overflow < 0 ? -1.0 : HUGE_VAL;
+  }
   if (!(*seconds >= 0.0)) {                                 // also rejects NaN
     PyErr_Format(PyExc_ValueError, "%s(): %s must be >= 0 seconds or None, not %R", function, what, value);
     return false;

@@ -14,13 +14,13 @@
 #include <cstdlib>
 
 #include "bindings/arguments.h"
-#include "bindings/driver_functions.h"
-#include "bindings/stats_table.h"
 #include "bindings/drain.h"
+#include "bindings/driver_functions.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
 #include "bindings/host_calls.h"
 #include "bindings/module_state.h"
+#include "bindings/stats_table.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"

@@ -60,7 +60,7 @@ def test_drain_timeout_none_waits_for_ever_until_work_is_there(drained):
     assert cuda_reclaim.drain(timeout=None) == 1  # pending already: no wait
 
 
-@pytest.mark.parametrize("value", [0, 0.0, 0.001, 1e30])
+@pytest.mark.parametrize("value", [0, 0.0, 0.001, 1e30, 10**400])
 def test_drain_timeout_takes_ints_and_floats(drained, value):
     cuda_reclaim.defer_release(Payload())
     assert cuda_reclaim.drain(timeout=value) == 1
@@ -71,6 +71,7 @@ def test_drain_timeout_takes_ints_and_floats(drained, value):
     [
         (-1, ValueError, "must be >= 0 seconds or None, not -1"),
         (-0.5, ValueError, "must be >= 0 seconds"),
+        (-(10**400), ValueError, "must be >= 0 seconds"),
         (math.nan, ValueError, "must be >= 0 seconds"),
         (True, TypeError, "must be a number of seconds or None, not bool"),
         ("1", TypeError, "must be a number of seconds or None, not str"),
