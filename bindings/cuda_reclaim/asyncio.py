@@ -67,7 +67,7 @@ class DrainHandle:
         self._interval = interval
         self._timer = None
         self._cancelled = False
-        self.mode = None  # "reader" or "timer"
+        self.mode = None  # "reader" or "timer"; None while it drains nothing (max_items=0)
         self.drained = 0  # references released from this loop
 
     def _drain(self):
@@ -80,6 +80,8 @@ class DrainHandle:
             self._timer = loop.call_later(self._interval, self._tick)
 
     def _start(self, loop):
+        if self._max_items == 0:
+            return  # drains nothing: a reader would find the fd readable for ever and spin
         if _forked and not _make_poller_own(loop) and _poller_may_be_the_parents(loop):
             self._start_timer(loop)  # see _follow_fork
             return
@@ -134,7 +136,8 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     """Drain from ``loop`` (default: the running loop) whenever work is queued; return a handle.
 
     ``max_items`` bounds each drain so other callbacks keep running (the fd stays readable while work
-    remains, so the loop comes back); None drains everything, 0 nothing (as :func:`cuda_reclaim.drain`).
+    remains, so the loop comes back); None drains everything, 0 nothing (as :func:`cuda_reclaim.drain`:
+    the handle then neither reads nor ticks).
     ``interval`` is the timer period in seconds (> 0) where add_reader is missing.
     Installing twice on one loop returns the existing handle. In a fork child, a loop made before the fork
     is first given a poller of its own, or drains on the timer where that cannot be done (see the module's
