@@ -75,7 +75,8 @@ struct HostNode {
   HostItemKind kind;  // kNode
   reclaim::graph::HostNodeSlot slot;
   PyObject* fn;
-  PyObject* args;  // tuple
+  PyObject* args;    // tuple
+  PyObject* kwargs;  // dict or null
 };
 
 // Calls that ran (host calls and host-node firings; an exception counts: the call ran), host calls that
@@ -120,9 +121,10 @@ void forget_stream_orders();
 // false with an exception set. Requires the GIL.
 bool ready_host_item_type();
 
-// The _HostItem type (borrowed, never released; null before ready_host_item_type). Any thread; never
-// blocks.
-PyTypeObject* host_item_type_object() noexcept;
+// A new, uninitialized _HostItem of `kind` (a new reference; its size fits either kind): the caller fills
+// the rest of the layout before anything can release it. Null with MemoryError set. Requires the GIL,
+// after ready_host_item_type.
+PyObject* new_host_item(HostItemKind kind);
 
 // A new host call (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
 // takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
@@ -151,10 +153,10 @@ bool is_host_call(PyObject* item);
 
 // --- host_nodes.cc: graph host nodes ----------------------------------------------------------------------
 
-// A new host node calling fn(*args) at every firing (it takes its own references to fn and args), with its
-// native count's reference taken: two references in all, the caller's and that one. Null with an exception
-// set. Requires the GIL.
-HostNode* new_host_node(PyObject* fn, PyObject* args);
+// A new host node calling fn(*args, **kwargs) at every firing (it takes its own references to fn, args and
+// kwargs, which may be null), with its native count's reference taken: two references in all, the
+// caller's and that one. Null with an exception set. Requires the GIL.
+HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs);
 
 // The release action's part for host nodes: runs one firing's call, or drops the native count's reference
 // when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.

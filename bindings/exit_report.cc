@@ -1,6 +1,8 @@
 // bindings/exit_report.cc — see exit_report.h. The report line's format is the one of
 // reclaim::format_report (cleanup/reclaim_queue.h), documented in docs/design.md.
 
+#include <Python.h>
+
 #include "bindings/exit_report.h"
 
 #include <strings.h>

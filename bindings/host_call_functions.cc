@@ -1,6 +1,6 @@
 // bindings/host_call_functions.cc — the module functions behind launch_host_func and add_host_node
-// (bindings/cuda_reclaim/_graph.py), and the call counters: they check their arguments, make the call
-// item (call_items.h) and hand it to CUDA through graph/ with the GIL released.
+// (bindings/cuda_reclaim/_graph.py): they check their arguments, make the call item (call_items.h) and
+// hand it to CUDA through graph/ with the GIL released.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -8,29 +8,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "bindings/arguments.h"
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
-#include "bindings/graph_functions.h"
+#include "bindings/driver_functions.h"
 #include "bindings/host_calls.h"
 
 namespace reclaim_bindings {
 namespace {
 
 namespace graph = reclaim::graph;
-
-bool parse_handle(const char* name, PyObject* value, std::uintptr_t* handle) {
-  if (!PyLong_Check(value)) {
-    PyErr_Format(PyExc_TypeError, "%s(): the handle must be an int, not %.100s", name, Py_TYPE(value)->tp_name);
-    return false;
-  }
-  const unsigned long long parsed = PyLong_AsUnsignedLongLong(value);
-  if (parsed == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
-    PyErr_Format(PyExc_ValueError, "%s(): the handle must be an int in [0, 2**64)", name);
-    return false;
-  }
-  *handle = static_cast<std::uintptr_t>(parsed);
-  return true;
-}
 
 // The dependencies of a host node, as CUDA takes them: a PyMem array (free with PyMem_Free; not null even
 // when empty), or null with an exception set.
@@ -43,7 +30,7 @@ CUgraphNode* parse_dependencies(PyObject* dependencies) {
   }
   for (Py_ssize_t i = 0; i < count; ++i) {
     std::uintptr_t node;
-    if (!parse_handle("_add_host_node", PyTuple_GET_ITEM(dependencies, i), &node)) {
+    if (!parse_handle("_add_host_node", "dependency", PyTuple_GET_ITEM(dependencies, i), &node)) {
       PyMem_Free(nodes);
       return nullptr;
     }
@@ -52,22 +39,30 @@ CUgraphNode* parse_dependencies(PyObject* dependencies) {
   return nodes;
 }
 
-// _launch_host_call(stream: int, future, fn, args: tuple, kwargs: dict | None) -> bool
-PyObject* py_launch_host_call(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
+// Checks the (fn, args: tuple, kwargs: dict | None) of a call; kwargs None becomes null.
+bool parse_call(const char* function, PyObject* const* argv, PyObject** fn, PyObject** args, PyObject** kwargs) {
+  if (!check_callable(function, "fn", argv[0])) return false;
+  *fn = argv[0];
+  *args = argv[1];
+  *kwargs = argv[2] == Py_None ? nullptr : argv[2];
+  if (!PyTuple_Check(*args) || (*kwargs != nullptr && !PyDict_Check(*kwargs))) {
+    PyErr_Format(PyExc_TypeError, "%s(): args must be a tuple and kwargs a dict or None", function);
+    return false;
+  }
+  return true;
+}
+
+// _launch_host_func(custream: int, future, fn, args: tuple, kwargs: dict | None) -> bool
+PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs != 5) {
-    PyErr_Format(PyExc_TypeError, "_launch_host_call() takes exactly 5 arguments (%zd given)", nargs);
+    PyErr_Format(PyExc_TypeError, "_launch_host_func() takes exactly 5 arguments (%zd given)", nargs);
     return nullptr;
   }
   std::uintptr_t stream;
-  if (!parse_handle("_launch_host_call", argv[0], &stream)) return nullptr;
+  if (!parse_handle("_launch_host_func", "custream", argv[0], &stream)) return nullptr;
   PyObject* future = argv[1];
-  PyObject* fn = argv[2];
-  PyObject* args = argv[3];
-  PyObject* kwargs = argv[4] == Py_None ? nullptr : argv[4];
-  if (!PyCallable_Check(fn) || !PyTuple_Check(args) || (kwargs != nullptr && !PyDict_Check(kwargs))) {
-    PyErr_SetString(PyExc_TypeError, "_launch_host_call(): expected a callable, a tuple and a dict or None");
-    return nullptr;
-  }
+  PyObject *fn, *args, *kwargs;
+  if (!parse_call("_launch_host_func", argv + 2, &fn, &args, &kwargs)) return nullptr;
   if (queue().is_closed() || interpreter_finalizing()) {
     // After close nothing runs: the future says so at once, and nothing is handed to CUDA.
     cancel_future(future);
@@ -108,25 +103,26 @@ PyObject* py_launch_host_call(PyObject* module, PyObject* const* argv, Py_ssize_
   return nullptr;
 }
 
-// _add_host_node(graph: int, dependencies: tuple[int, ...], fn, args: tuple) -> int (the CUgraphNode)
+// _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn, args: tuple, kwargs: dict | None) -> int
+// (the CUgraphNode)
 PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
-  if (nargs != 4) {
-    PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 4 arguments (%zd given)", nargs);
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 5 arguments (%zd given)", nargs);
     return nullptr;
   }
   std::uintptr_t graph_handle;
-  if (!parse_handle("_add_host_node", argv[0], &graph_handle)) return nullptr;
+  if (!parse_handle("_add_host_node", "cugraph", argv[0], &graph_handle)) return nullptr;
   PyObject* dependencies = argv[1];
-  PyObject* fn = argv[2];
-  PyObject* args = argv[3];
-  if (!PyTuple_Check(dependencies) || !PyCallable_Check(fn) || !PyTuple_Check(args)) {
-    PyErr_SetString(PyExc_TypeError, "_add_host_node(): expected a tuple of node handles, a callable and a tuple");
+  if (!PyTuple_Check(dependencies)) {
+    PyErr_SetString(PyExc_TypeError, "_add_host_node(): dependencies must be a tuple of node handles");
     return nullptr;
   }
+  PyObject *fn, *args, *kwargs;
+  if (!parse_call("_add_host_node", argv + 2, &fn, &args, &kwargs)) return nullptr;
   CUgraphNode* nodes = parse_dependencies(dependencies);
   if (nodes == nullptr) return nullptr;
   const graph::Driver* driver = usable_driver(module);
-  HostNode* node = driver != nullptr ? new_host_node(fn, args) : nullptr;
+  HostNode* node = driver != nullptr ? new_host_node(fn, args, kwargs) : nullptr;
   if (node == nullptr) {
     PyMem_Free(nodes);
     return nullptr;
@@ -164,27 +160,18 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
   return handle;
 }
 
-PyObject* py_call_stats(PyObject*, PyObject*) {
-  return Py_BuildValue("{s:K,s:K,s:K,s:K}", "calls_run", static_cast<unsigned long long>(g_call_counters.run),
-                       "calls_cancelled", static_cast<unsigned long long>(g_call_counters.cancelled),
-                       "calls_outstanding", static_cast<unsigned long long>(g_call_counters.outstanding),
-                       "calls_parked", static_cast<unsigned long long>(g_call_counters.parked));
-}
-
 PyMethodDef kHostCallMethods[] = {
-    {"_launch_host_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_launch_host_call)),
+    {"_launch_host_func", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_launch_host_func)),
      METH_FASTCALL,
-     "_launch_host_call(custream: int, future, fn, args: tuple, kwargs: dict | None) -> bool\n\n"
-     "Launch a host function that hands a call of fn to the queue when the stream reaches it; a drain\n"
-     "runs it into future. False (and the future cancelled) if the queue is already closed."},
+     "_launch_host_func($module, custream, future, fn, args, kwargs, /)\n--\n\n"
+     "Launch a host function that hands a call of fn(*args, **kwargs) to the queue when the stream\n"
+     "reaches it; a drain runs it into future. False (and the future cancelled) if the queue is already\n"
+     "closed."},
     {"_add_host_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_add_host_node)),
      METH_FASTCALL,
-     "_add_host_node(cugraph: int, dependencies: tuple, fn, args: tuple) -> int\n\n"
-     "Add a host node that hands one call of fn(*args) to the queue at each firing; returns the\n"
-     "CUgraphNode."},
-    {"_call_stats", py_call_stats, METH_NOARGS,
-     "_call_stats() -> dict\n\ncalls_run, calls_cancelled, calls_outstanding, and calls_parked (host calls\n"
-     "that arrived before their turn on their stream and waited for it)."},
+     "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, /)\n--\n\n"
+     "Add a host node that hands one call of fn(*args, **kwargs) to the queue at each firing; returns\n"
+     "the CUgraphNode as an int."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -6,6 +6,8 @@
 // in a call and push it.
 
 #define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "bindings/host_calls.h"
 
 #include <algorithm>
@@ -21,8 +23,9 @@ CallCounters g_call_counters;
 
 namespace {
 
-// Created once per process and never released: the release action compares item types against it, and
-// items may outlive any one module object (a re-import makes a new module with the same type).
+// Created once per process and never released (a process global, not module state): the release action
+// compares item types against it, and items may outlive any one module object (a re-import makes a new
+// module with the same type).
 PyTypeObject* g_host_item_type = nullptr;
 
 // Both layouts keep `kind` at the same place, right after the object header.
@@ -189,7 +192,7 @@ PyType_Slot kHostItemSlots[] = {
 
 PyType_Spec kHostItemSpec = {
     "cuda_reclaim._reclaim._HostItem", static_cast<int>(std::max(sizeof(HostCall), sizeof(HostNode))), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, kHostItemSlots,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, kHostItemSlots,
 };
 
 }  // namespace
@@ -201,19 +204,22 @@ bool ready_host_item_type() {
   return g_host_item_type != nullptr;
 }
 
-PyTypeObject* host_item_type_object() noexcept { return g_host_item_type; }
+PyObject* new_host_item(HostItemKind kind) {
+  auto* item = PyObject_New(HostCall, g_host_item_type);
+  if (item != nullptr) item->kind = kind;
+  return reinterpret_cast<PyObject*>(item);
+}
 
 bool is_host_call(PyObject* item) { return is_host_item_of(item, HostItemKind::kCall); }
 
 bool is_host_node(PyObject* item) { return is_host_item_of(item, HostItemKind::kNode); }
 
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future) {
-  auto* call = PyObject_New(HostCall, g_host_item_type);  // the type's size fits either kind
+  auto* call = reinterpret_cast<HostCall*>(new_host_item(HostItemKind::kCall));
   if (call == nullptr) {
     release_stream_order(order);
     return nullptr;
   }
-  call->kind = HostItemKind::kCall;
   new (&call->slot) reclaim::graph::HostCallSlot();
   Py_INCREF(fn);
   Py_INCREF(args);

@@ -50,8 +50,8 @@ void cancel_outstanding_calls();
 // Fork child, single-threaded, GIL held.
 void forget_calls_after_fork();
 
-// Adds _launch_host_call, _add_host_node and _call_stats to the module. Returns 0, or -1 with an
-// exception set.
+// Adds _launch_host_func and _add_host_node to the module (after add_driver_functions: they raise its
+// DriverError). Returns 0, or -1 with an exception set.
 // Requires an attached thread state (GIL).
 int add_host_call_functions(PyObject* module);
 

@@ -18,19 +18,21 @@ namespace graph = reclaim::graph;
 void clear_host_node(HostNode* node) {
   Py_XDECREF(node->fn);
   Py_XDECREF(node->args);
+  Py_XDECREF(node->kwargs);
   node->slot.~HostNodeSlot();
 }
 
-HostNode* new_host_node(PyObject* fn, PyObject* args) {
-  auto* node = PyObject_New(HostNode, host_item_type_object());  // the type's size fits either kind
+HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs) {
+  auto* node = reinterpret_cast<HostNode*>(new_host_item(HostItemKind::kNode));
   if (node == nullptr) return nullptr;
-  node->kind = HostItemKind::kNode;
   new (&node->slot) graph::HostNodeSlot();
   node->slot.payload = node;
   Py_INCREF(fn);
   Py_INCREF(args);
+  Py_XINCREF(kwargs);
   node->fn = fn;
   node->args = args;
+  node->kwargs = kwargs;
   Py_INCREF(node);  // the native count's reference
   return node;
 }
@@ -52,7 +54,7 @@ void host_node_arrived(HostNode* node) {
     return;
   }
   ++g_call_counters.run;
-  PyObject* result = PyObject_Call(node->fn, node->args, nullptr);
+  PyObject* result = PyObject_Call(node->fn, node->args, node->kwargs);
   if (result == nullptr) {
     PyErr_WriteUnraisable(node->fn);  // no future to carry it: a host node's result is not kept
   } else {

@@ -3,6 +3,8 @@
 // What the module's functions hand to Python code lives here rather than in a process global: a re-import
 // makes a new module object with a state of its own, while the functions of the old one (still held by the
 // package that imported it) keep raising the exception classes that package exports.
+// The queue, the call bookkeeping and the _HostItem type stay process globals: CUDA's threads and other
+// extensions reach the queue with no module at hand, and queued items outlive any one module object.
 
 #pragma once
 
@@ -11,7 +13,7 @@
 namespace reclaim_bindings {
 
 struct ModuleState {
-  PyObject* driver_error;  // cuda_reclaim._reclaim.DriverError (strong; set by add_graph_functions)
+  PyObject* driver_error;  // cuda_reclaim._reclaim.DriverError (strong; set by add_driver_functions)
 };
 
 // The state of `module`, a cuda_reclaim._reclaim module object (the `self` its functions receive). Never

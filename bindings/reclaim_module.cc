@@ -10,29 +10,36 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 
-#include "bindings/counter_names.h"
+#include "bindings/arguments.h"
 #include "bindings/drain.h"
+#include "bindings/driver_functions.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
 #include "bindings/host_calls.h"
 #include "bindings/module_state.h"
+#include "bindings/stats_table.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 
 namespace {
 
+using reclaim_bindings::check_callable;
 using reclaim_bindings::drain_safely;
+using reclaim_bindings::Parameters;
+using reclaim_bindings::parse_arguments;
+using reclaim_bindings::parse_count;
+using reclaim_bindings::parse_timeout;
 using reclaim_bindings::queue;
 
 // --- the owner's side of the table -------------------------------------------------------------------
 
 // The package's function to call when a C API user attaches (cuda_reclaim._auto.note_handover), set by
-// _set_attach_hook(). A strong reference kept for the life of the process (main interpreter only).
+// _set_attach_hook(). A strong reference kept for the life of the process (main interpreter only): a
+// process global, not module state, since the capsule's attach() that calls it is given no module.
 PyObject* g_attach_hook = nullptr;
 
 // reclaim_api.drain: the safe drain. Requires the GIL.
@@ -51,55 +58,6 @@ int owner_attach() {
 
 const reclaim_owner kOwner = {owner_drain, owner_attach};
 
-// --- argument helpers -------------------------------------------------------------------------------
-
-// max_items: None → all; an int >= 0 → itself, where anything at or above SIZE_MAX also means all.
-bool parse_budget(PyObject* value, std::size_t* budget) {
-  *budget = SIZE_MAX;
-  if (value == nullptr || value == Py_None) return true;
-  if (!PyLong_Check(value)) {
-    PyErr_Format(PyExc_TypeError, "max_items must be an int or None, not %.100s", Py_TYPE(value)->tp_name);
-    return false;
-  }
-  int overflow = 0;
-  const long long count = PyLong_AsLongLongAndOverflow(value, &overflow);
-  if (count == -1 && PyErr_Occurred()) return false;
-  if (overflow > 0) return true;  // larger than any queue: all
-  if (overflow < 0 || count < 0) {
-    PyErr_Format(PyExc_ValueError, "max_items must be >= 0 or None, not %R", value);
-    return false;
-  }
-  *budget = static_cast<std::size_t>(count);
-  return true;
-}
-
-// timeout in seconds → milliseconds for poll(2). None → -1 (no limit) when allowed. A number too large
-// for a float raises OverflowError (as float() does); one too large for poll(2) means no limit.
-bool parse_timeout(PyObject* value, bool none_means_forever, int* timeout_ms) {
-  if (value == nullptr) {
-    *timeout_ms = none_means_forever ? -1 : 0;
-    return true;
-  }
-  if (value == Py_None && none_means_forever) {
-    *timeout_ms = -1;
-    return true;
-  }
-  if (!PyFloat_Check(value) && !PyLong_Check(value)) {
-    PyErr_Format(PyExc_TypeError, "timeout must be a number of seconds%s, not %.100s",
-                 none_means_forever ? " or None" : "", Py_TYPE(value)->tp_name);
-    return false;
-  }
-  const double seconds = PyFloat_AsDouble(value);
-  if (seconds == -1.0 && PyErr_Occurred()) return false;  // OverflowError for a huge int
-  if (!(seconds >= 0.0)) {                                 // also rejects NaN
-    PyErr_Format(PyExc_ValueError, "timeout must be >= 0 seconds, not %R", value);
-    return false;
-  }
-  const double ms = std::ceil(seconds * 1000.0);
-  *timeout_ms = ms > 2147483647.0 ? -1 : static_cast<int>(ms);
-  return true;
-}
-
 // Blocks with the GIL released until work is probably pending, the queue is closed, or the timeout passes.
 bool wait_without_gil(int timeout_ms) {
   bool ready;
@@ -111,27 +69,18 @@ bool wait_without_gil(int timeout_ms) {
 
 // --- module functions -------------------------------------------------------------------------------
 
-PyObject* py_drain(PyObject*, PyObject* args, PyObject* kwargs) {
-  // The common call, drain() with nothing queued: one atomic load, no parsing, no allocation (CPython
-  // passes the empty-tuple singleton and no dict).
-  if (PyTuple_GET_SIZE(args) == 0 && kwargs == nullptr && !queue().maybe_pending()) return PyLong_FromLong(0);
-  // The next most common call, drain(n) from a loop: no keyword parsing either.
-  if (kwargs == nullptr && PyTuple_GET_SIZE(args) == 1 && PyLong_CheckExact(PyTuple_GET_ITEM(args, 0))) {
-    std::size_t budget;
-    if (!parse_budget(PyTuple_GET_ITEM(args, 0), &budget)) return nullptr;
-    return PyLong_FromSsize_t(drain_safely(budget));
-  }
-  static const char* kKeywords[] = {"max_items", "timeout", nullptr};
-  PyObject* max_items = nullptr;
-  PyObject* timeout = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:drain", const_cast<char**>(kKeywords), &max_items,
-                                   &timeout)) {
-    return nullptr;
-  }
+constexpr const char* kDrainNames[] = {"max_items", "timeout", nullptr};
+constexpr Parameters kDrainParameters = {"drain", kDrainNames, 0, 0};
+
+PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // The common call, drain() with nothing queued: one atomic load, no parsing, no allocation.
+  if (nargs == 0 && kwnames == nullptr && !queue().maybe_pending()) return PyLong_FromLong(0);
+  PyObject* values[2];
+  if (!parse_arguments(kDrainParameters, args, nargs, kwnames, values)) return nullptr;
   std::size_t budget;
   int timeout_ms;
-  if (!parse_budget(max_items, &budget)) return nullptr;
-  if (!parse_timeout(timeout, /*none_means_forever=*/false, &timeout_ms)) return nullptr;
+  if (!parse_count("drain", "max_items", values[0], &budget)) return nullptr;
+  if (!parse_timeout("drain", "timeout", values[1], &timeout_ms)) return nullptr;
   // A closed queue gets no new work: waiting for it would only end at the timeout (close() also wakes
   // every drain already waiting).
   if (timeout_ms != 0 && !queue().maybe_pending() && !queue().is_closed()) wait_without_gil(timeout_ms);
@@ -142,14 +91,14 @@ PyObject* py_drain_references(PyObject*, PyObject*) {
   return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim_bindings::Calls::kGiveBack));
 }
 
-PyObject* py_wait(PyObject*, PyObject* args, PyObject* kwargs) {
-  static const char* kKeywords[] = {"timeout", nullptr};
-  PyObject* timeout = nullptr;
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O:wait", const_cast<char**>(kKeywords), &timeout)) {
-    return nullptr;
-  }
+constexpr const char* kWaitNames[] = {"timeout", nullptr};
+constexpr Parameters kWaitParameters = {"wait", kWaitNames, 0, 0};
+
+PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* timeout;
+  if (!parse_arguments(kWaitParameters, args, nargs, kwnames, &timeout)) return nullptr;
   int timeout_ms;
-  if (!parse_timeout(timeout, /*none_means_forever=*/true, &timeout_ms)) return nullptr;
+  if (!parse_timeout("wait", "timeout", timeout == nullptr ? Py_None : timeout, &timeout_ms)) return nullptr;
   return PyBool_FromLong(wait_without_gil(timeout_ms));
 }
 
@@ -190,25 +139,6 @@ PyObject* py_defer_release(PyObject*, PyObject* object) {
   return nullptr;
 }
 
-PyObject* py_stats(PyObject*, PyObject*) {
-  const reclaim::CounterSnapshot counters = queue().snapshot();
-  PyObject* dict = PyDict_New();
-  if (dict == nullptr) return nullptr;
-#define RECLAIM_STATS_ITEM_(name, description)                                          \
-  {                                                                                     \
-    PyObject* value = PyLong_FromUnsignedLongLong(counters.name);                       \
-    if (value == nullptr || PyDict_SetItemString(dict, #name, value) < 0) {              \
-      Py_XDECREF(value);                                                                \
-      Py_DECREF(dict);                                                                  \
-      return nullptr;                                                                   \
-    }                                                                                   \
-    Py_DECREF(value);                                                                   \
-  }
-  RECLAIM_COUNTERS(RECLAIM_STATS_ITEM_)
-#undef RECLAIM_STATS_ITEM_
-  return dict;
-}
-
 PyObject* py_fileno(PyObject*, PyObject*) { return PyLong_FromLong(queue().wakeup_fd()); }
 
 PyObject* py_notify(PyObject*, PyObject*) {
@@ -235,10 +165,7 @@ PyObject* py_report_at_finalize(PyObject*, PyObject*) {
 }
 
 PyObject* py_set_attach_hook(PyObject*, PyObject* hook) {
-  if (!PyCallable_Check(hook)) {
-    PyErr_Format(PyExc_TypeError, "the attach hook must be callable, not %.100s", Py_TYPE(hook)->tp_name);
-    return nullptr;
-  }
+  if (!check_callable("_set_attach_hook", "hook", hook)) return nullptr;
   Py_XSETREF(g_attach_hook, Py_NewRef(hook));
   Py_RETURN_NONE;
 }
@@ -249,28 +176,30 @@ PyCFunction as_cfunction(Function function) {
 }
 
 PyMethodDef kMethods[] = {
-    {"drain", as_cfunction(py_drain), METH_VARARGS | METH_KEYWORDS,
+    {"drain", as_cfunction(py_drain), METH_FASTCALL | METH_KEYWORDS,
      "drain($module, /, max_items=None, timeout=0.0)\n--\n\n"
-     "Release queued references on this thread; return how many. max_items bounds the work (None, or\n"
-     "any int at least as large as the queue, releases everything). With timeout > 0 and nothing\n"
-     "pending, first wait (GIL released) up to timeout seconds for work; a closed queue returns at once.\n"
-     "Finalizer exceptions go to sys.unraisablehook. Safe to call from a finalizer. Releases nothing\n"
-     "once the interpreter is finalizing."},
+     "Release queued references on this thread; return how many. max_items bounds the work (None: all,\n"
+     "0: none). With timeout > 0 (None: no limit) and nothing pending, first wait (GIL released) for\n"
+     "work; a closed queue returns at once. Finalizer exceptions go to sys.unraisablehook. Safe to call\n"
+     "from a finalizer. Releases nothing once the interpreter is finalizing."},
     {"_drain_references", py_drain_references, METH_NOARGS,
+     "_drain_references($module, /)\n--\n\n"
      "Internal (the gc mode's hook): release queued references, but give every call (host call, host-node\n"
      "firing) back unrun to the front of the queue, for the next drain that runs calls."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
     {"_trim_would_help", py_trim_would_help, METH_NOARGS,
+     "_trim_would_help($module, /)\n--\n\n"
      "Internal (tests): True while a burst's memory is waiting to be given back by trim()."},
     {"trim", py_trim, METH_NOARGS,
      "trim($module, /)\n--\n\n"
      "Give back the memory a burst left behind: when more references were pending since the last trim\n"
      "than the reserved capacity, the queue moves what is pending into fresh storage of the reserved\n"
-     "capacity and frees the old one. Nothing is released or lost; counters do not change. Returns True\n"
-     "when memory was given back; False when there was nothing to give back or a drain was in progress\n"
-     "(from a finalizer, say): try again later. The automatic drain thread trims by itself about a\n"
-     "second after a burst."},
+     "capacity and frees the old one. Nothing is released or lost; counters do not change. True when\n"
+     "memory was given back. False in two cases: nothing to give back (no burst since the last trim, or\n"
+     "the queue is closed), or busy (a drain, close or counter read is in flight, a finalizer's say, or\n"
+     "another trim): try again later. The automatic drain thread trims by itself about a second after a\n"
+     "burst."},
     {"close", py_close, METH_NOARGS,
      "close($module, /)\n--\n\n"
      "Close, then release everything queued before the close: later hand-overs are counted as\n"
@@ -280,23 +209,24 @@ PyMethodDef kMethods[] = {
      "defer_release($module, obj, /)\n--\n\n"
      "Hand one reference to obj over to the queue (any thread). Returns True if queued, False if the\n"
      "queue is closed (counted as leaked_after_close)."},
-    {"stats", py_stats, METH_NOARGS,
-     "stats($module, /)\n--\n\nAll counters, as a dict of plain ints in STATS_KEYS order."},
     {"fileno", py_fileno, METH_NOARGS,
      "fileno($module, /)\n--\n\n"
      "The wake-up eventfd: readable while work is pending (except while the automatic drain thread\n"
      "lingers: it then takes new work itself within a millisecond). Do not close it."},
-    {"wait", as_cfunction(py_wait), METH_VARARGS | METH_KEYWORDS,
+    {"wait", as_cfunction(py_wait), METH_FASTCALL | METH_KEYWORDS,
      "wait($module, /, timeout=None)\n--\n\n"
      "Block with the GIL released until work is probably pending or the queue is closed (True), or\n"
      "timeout seconds pass (False); None waits without limit (notify() and close() end it)."},
     {"notify", py_notify, METH_NOARGS, "notify($module, /)\n--\n\nWake every wait(), even with nothing pending."},
     {"report", py_report, METH_NOARGS, "report($module, /)\n--\n\nThe exit report's line, now."},
-    {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS, "Internal: the fork hook of the package."},
+    {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS,
+     "_after_fork_in_child($module, /)\n--\n\nInternal: the fork hook of the package."},
     {"_report_at_finalize", py_report_at_finalize, METH_NOARGS,
+     "_report_at_finalize($module, /)\n--\n\n"
      "Internal (the atexit hook): this exit skips the C exit handlers (an unhandled KeyboardInterrupt\n"
      "makes CPython end by SIGINT after finalizing), so write the exit report when finalization ends."},
     {"_set_attach_hook", py_set_attach_hook, METH_O,
+     "_set_attach_hook($module, hook, /)\n--\n\n"
      "Internal (the package, at import): what to call when a C API user attaches."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -333,10 +263,12 @@ int module_exec(PyObject* module) {
   Py_DECREF(capsule);
   if (added < 0) return -1;
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
-  if (reclaim_bindings::add_counter_names(module) < 0) return -1;
+  if (reclaim_bindings::add_stats(module) < 0) return -1;
+  if (reclaim_bindings::add_argument_functions(module) < 0) return -1;
   if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
+  if (reclaim_bindings::add_driver_functions(module) < 0) return -1;
   if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
-  return add_graph_functions(module);
+  return reclaim_bindings::add_graph_functions(module);
 }
 
 PyModuleDef_Slot kSlots[] = {

@@ -15,15 +15,23 @@ thread; :mod:`cuda_reclaim.asyncio` awaits a stream point on an event loop.
 
 Counters (:func:`stats`) obey ``handed_over == released + pending + leaked_after_close +
 abandoned_after_fork`` and ``attached_to_cuda == handed_back_by_cuda + held_by_cuda`` (what CUDA still
-holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at process exit, after
-Python is gone.
+holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
+process exit, after Python is gone.
+
+Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
+
+- a timeout is a number of seconds (int or float); ``None`` waits for ever;
+- a count (``max_items``) is an int; ``None`` means all, ``0`` none;
+- handles (graphs, streams, nodes) are ints in ``[0, 2**64)`` or the cuda.core / cuda.bindings objects;
+- a wrong type (``bool`` is not a number or a count) raises TypeError, a wrong value (NaN, negative)
+  ValueError, and the message starts with the name of the function called: ``drain(): ...``.
 """
 
 import os as _os
 
 from . import _auto
 from . import _reclaim
-from ._graph import DriverError, add_host_node, keep_alive, keep_alive_until, launch_host_func
+from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, fileno, is_closed, pending, trim
 from ._version import __version__
 
@@ -33,6 +41,7 @@ __all__ = [
     "CONSERVATION_BUCKETS",
     "DriverError",
     "HOLD_KEYS",
+    "NodeHandle",
     "SOURCE_KEYS",
     "STATS_DOCS",
     "STATS_KEYS",
@@ -54,40 +63,28 @@ __all__ = [
     "trim",
 ]
 
-#: Keys of :func:`stats`, all plain ints, in the order of the C struct (defined once, in the C ABI
-#: header cuda_reclaim/reclaim_abi.h). Every counter only grows, except ``pending``.
+# Every key of stats() is defined once, in C (bindings/stats_table.cc), with its group and description.
+
+#: The queue's counters, in the order of the C ABI's struct (cuda_reclaim/reclaim_abi.h): the first keys of
+#: :func:`stats`.
 STATS_KEYS = _reclaim.STATS_KEYS
 
-#: What each key of :data:`STATS_KEYS` counts.
+#: What each key of :func:`stats` counts (every key, in the order of :func:`stats`).
 STATS_DOCS = _reclaim.STATS_DOCS
 
 #: The keys of :data:`STATS_KEYS` whose sum equals ``handed_over`` when the conservation law holds (see
 #: :func:`conserved`), as the C ABI header defines the law.
 CONSERVATION_BUCKETS = _reclaim.CONSERVATION_BUCKETS
 
-#: Further keys of :func:`stats`: where the references in ``handed_over`` came from.
-SOURCE_KEYS = (
-    "graph_user_objects",  # handed over by a graph user object's destructor (keep_alive, host-node payloads)
-    "stream_host_functions",  # handed over by a keep_alive_until() host function
-    "host_calls",  # handed over by a launch_host_func() host function (one per call)
-    "host_node_calls",  # handed over by an add_host_node() node firing (one per firing)
-    "direct_pushes",  # everything else: defer_release(), the C API capsule (handed_over minus the above)
-)
+#: Keys of :func:`stats`: where the references in ``handed_over`` came from.
+SOURCE_KEYS = _reclaim.SOURCE_KEYS
 
-#: Further keys of :func:`stats`: what CUDA holds. ``attached_to_cuda == handed_back_by_cuda +
-#: held_by_cuda`` whenever no attach and no CUDA callback is in flight; also in the exit report.
-HOLD_KEYS = (
-    "attached_to_cuda",  # objects CUDA took: keep_alive(), keep_alive_until(), launch_host_func(), add_host_node()
-    "handed_back_by_cuda",  # of those, handed to the queue by CUDA (or, for a host node, its graph gone)
-    "held_by_cuda",  # attached and not yet handed back: what CUDA would still own if the process ended now
-)
+#: Keys of :func:`stats`: what CUDA holds. ``attached_to_cuda == handed_back_by_cuda + held_by_cuda``
+#: whenever no attach and no CUDA callback is in flight; also in the exit report.
+HOLD_KEYS = _reclaim.HOLD_KEYS
 
-#: Further keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
-CALL_KEYS = (
-    "calls_run",  # calls that ran in a drain (an exception counts: the call ran)
-    "calls_cancelled",  # calls that never will run: futures cancelled first, close, fork child, host-node firings after close
-    "calls_outstanding",  # launch_host_func calls neither run nor cancelled yet
-)
+#: Keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
+CALL_KEYS = _reclaim.CALL_KEYS
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
 drain = _reclaim.drain
@@ -123,8 +120,8 @@ def close():
 
 
 def stats():
-    """Return the counters as a dict of plain ints; see :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
-    :data:`HOLD_KEYS` and :data:`CALL_KEYS`.
+    """Return the counters as a dict of plain ints: the keys of :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
+    :data:`HOLD_KEYS` and :data:`CALL_KEYS`, in that order; :data:`STATS_DOCS` says what each counts.
 
     One read of every counter (a single C call): every counter only grows, except the gauges
     ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding``.
@@ -160,7 +157,14 @@ def conserved(counters=None):
     Holds whenever nothing is in flight (a hand-over between its count and its enqueue, a drain between
     taking items and counting them); :func:`stats` re-reads until it holds, a bounded number of times.
     """
-    counters = stats() if counters is None else counters
+    if counters is None:
+        counters = stats()
+    elif not hasattr(counters, "keys") or not hasattr(counters, "__getitem__"):
+        raise TypeError(f"conserved(): counters must be a stats() dict or None, not {type(counters).__name__}")
+    else:
+        missing = [key for key in ("handed_over", *CONSERVATION_BUCKETS) if key not in counters]
+        if missing:
+            raise ValueError(f"conserved(): counters lacks {', '.join(missing)}: pass a stats() dict")
     return counters["handed_over"] == sum(counters[key] for key in CONSERVATION_BUCKETS)
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "CONSERVATION_BUCKETS",
     "DriverError",
     "HOLD_KEYS",
+    "NodeHandle",
     "SOURCE_KEYS",
     "STATS_DOCS",
     "STATS_KEYS",
@@ -48,6 +49,13 @@ __version__: Final[str]
 
 _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
 
+# The keys of stats(), by group (bindings/stats_table.cc defines them; tests/python/test_stats_table.py
+# checks these lines against it):
+#   STATS_KEYS: handed_over released pending leaked_after_close rejected abandoned_after_fork
+#               nonempty_drains max_pending eventfd_writes in_drain trims
+#   SOURCE_KEYS: graph_user_objects stream_host_functions host_calls host_node_calls direct_pushes
+#   HOLD_KEYS: attached_to_cuda handed_back_by_cuda held_by_cuda
+#   CALL_KEYS: calls_run calls_cancelled calls_outstanding calls_parked
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]
 CONSERVATION_BUCKETS: Final[tuple[str, ...]]
@@ -72,5 +80,11 @@ def keep_alive(graph: object, *objs: object) -> None: ...
 def keep_alive_until(stream: object, *objs: object) -> None: ...
 # Python calls from CUDA (docs/callbacks.md): `fn` runs in a drain, never on CUDA's thread.
 def launch_host_func(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
-# `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes or int handles. Returns the new CUgraphNode.
-def add_host_node(graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = ()) -> int: ...
+# The CUgraphNode that add_host_node() added: an int, with a repr of its own.
+class NodeHandle(int):
+    def __new__(cls, node: int, /) -> NodeHandle: ...
+
+# `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes, NodeHandles or int handles.
+def add_host_node(
+    graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = (), **kwargs: Any
+) -> int: ...  # a NodeHandle

@@ -49,85 +49,89 @@ def _is(obj, cls):
     return cls is not None and isinstance(obj, cls)
 
 
-def _checked_int(value, what):
+def _checked_int(value, what, function):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int handle, not {type(value).__name__}")
+        raise TypeError(f"{function}(): {what} must be an int handle, not {type(value).__name__}")
     if value < 0 or value >= 1 << 64:
-        raise ValueError(f"{what} {value} is not a valid handle (expected 0 <= handle < 2**64)")
-    return value
+        raise ValueError(f"{function}(): {what} {value} is not a valid handle (expected 0 <= handle < 2**64)")
+    return int(value)  # a plain int, also for a NodeHandle
 
 
-def _handle_of(value, what):
+def _handle_of(value, what, function):
     """The checked int behind a cuda.core or cuda.bindings object's handle, with an error that names it: a
     closed cuda.core object's handle is None, and int() of that would only say NoneType."""
     if value is None:
-        raise ValueError(f"{what} is None: the object is closed (or was never created)")
+        raise ValueError(f"{function}(): {what} is None: the object is closed (or was never created)")
     try:
         handle = int(value)
     except (TypeError, ValueError) as error:
-        raise TypeError(f"{what} must be convertible to an int handle, not {type(value).__name__}") from error
-    return _checked_int(handle, what)
+        raise TypeError(
+            f"{function}(): {what} must be convertible to an int handle, not {type(value).__name__}"
+        ) from error
+    return _checked_int(handle, what, function)
 
 
-def _graph_handle(graph, what="graph"):
-    value = _checked_int(graph, what)
+def _graph_handle(graph, what, function):
+    value = _checked_int(graph, what, function)
     if value == 0:
-        raise ValueError(f"{what} is a null CUgraph handle (closed, or never created)")
+        raise ValueError(f"{function}(): {what} is a null CUgraph handle (closed, or never created)")
     return value
 
 
-def graph_target(graph):
-    """Return ("graph", CUgraph int) or ("capture", CUstream int) for a keep_alive() graph argument."""
+def graph_target(graph, function):
+    """Return ("graph", CUgraph int) or ("capture", CUstream int) for the graph argument of `function`."""
     definition_type, builder_type, exec_type = _core_graph_types()
     if isinstance(graph, int) and not isinstance(graph, bool):
-        return "graph", _graph_handle(graph)
+        return "graph", _graph_handle(graph, "graph", function)
     if _is(graph, definition_type):
         what = "GraphDefinition.handle"
-        return "graph", _graph_handle(_handle_of(graph.handle, what), what)
+        return "graph", _graph_handle(_handle_of(graph.handle, what, function), what, function)
     if _is(graph, builder_type):
         if graph.is_closed:
-            raise ValueError("the GraphBuilder is closed: attach objects before closing it")
+            raise ValueError(f"{function}(): the GraphBuilder is closed: attach objects before closing it")
         if graph.is_building:
             # The graph under capture: cuStreamGetCaptureInfo on the builder's stream finds it.
             what = "GraphBuilder.stream.handle"
-            return "capture", _handle_of(graph.stream.handle, what)
+            return "capture", _handle_of(graph.stream.handle, what, function)
         try:
             definition = graph.graph_definition
         except RuntimeError as error:
             raise ValueError(
-                "keep_alive() needs a GraphBuilder that is building, or has ended building and is not yet "
+                f"{function}() needs a GraphBuilder that is building, or has ended building and is not yet "
                 f"complete: {error}"
             ) from None
         what = "GraphBuilder.graph_definition.handle"
-        return "graph", _graph_handle(_handle_of(definition.handle, what), what)
+        return "graph", _graph_handle(_handle_of(definition.handle, what, function), what, function)
     if _is(graph, exec_type) or _is(graph, _driver_type("CUgraphExec")):
-        raise TypeError(f"keep_alive() got a {type(graph).__name__}: {_EXEC_HINT}")
+        raise TypeError(f"{function}() got a {type(graph).__name__}: {_EXEC_HINT}")
     if _is(graph, _driver_type("CUgraph")):
-        return "graph", _graph_handle(_handle_of(graph, "CUgraph"), "CUgraph")
+        return "graph", _graph_handle(_handle_of(graph, "CUgraph", function), "CUgraph", function)
     raise TypeError(
-        "keep_alive() expects a graph: a cuda.core GraphDefinition or GraphBuilder, a cuda.bindings "
+        f"{function}() expects a graph: a cuda.core GraphDefinition or GraphBuilder, a cuda.bindings "
         f"CUgraph, or an int CUgraph handle; got {type(graph).__name__}"
     )
 
 
-def stream_handle(stream, function="keep_alive_until"):
-    """Return the CUstream int for a keep_alive_until() / launch_host_func() stream argument."""
+def stream_handle(stream, function):
+    """Return the CUstream int for the stream argument of `function` (the public name the user called)."""
     if isinstance(stream, int) and not isinstance(stream, bool):
-        return _checked_int(stream, "stream")
+        return _checked_int(stream, "stream", function)
     stream_type = getattr(sys.modules.get("cuda.core"), "Stream", None)
     if _is(stream, stream_type) or _is(stream, _driver_type("CUstream")):
         what = "Stream.handle" if _is(stream, stream_type) else "CUstream"
         handle = stream.handle if _is(stream, stream_type) else stream
-        return _handle_of(handle, what)
+        return _handle_of(handle, what, function)
     protocol = getattr(type(stream), "__cuda_stream__", None)
     if protocol is not None:
         name = type(stream).__name__
         if not callable(protocol):
-            raise TypeError(f"{name}.__cuda_stream__ must be a method returning (version, handle)")
+            raise TypeError(f"{function}(): {name}.__cuda_stream__ must be a method returning (version, handle)")
         result = stream.__cuda_stream__()
         if not isinstance(result, tuple) or len(result) != 2:
-            raise TypeError(f"{name}.__cuda_stream__() must return (version, handle), not {result!r:.80}")
-        return _checked_int(result[1], f"{name}.__cuda_stream__() handle")
+            raise TypeError(
+                f"{function}(): {name}.__cuda_stream__() must return (version, handle), not {result!r:.80}"
+            )
+        return _checked_int(result[1], f"{name}.__cuda_stream__() handle", function)
     raise TypeError(
         f"{function}() expects a stream: a cuda.core Stream, a cuda.bindings CUstream, an object "
         f"with __cuda_stream__, or an int CUstream handle; got {type(stream).__name__}"
@@ -156,7 +160,7 @@ def keep_alive(graph, *objs):
     leaked on purpose and counted in ``leaked_after_close``, as everything handed over after the close is.
     """
     payload = _payload("keep_alive", objs)
-    kind, handle = graph_target(graph)
+    kind, handle = graph_target(graph, "keep_alive")
     if kind == "capture":
         _reclaim._keep_alive_capture(handle, payload)
     else:
@@ -175,7 +179,7 @@ def keep_alive_until(stream, *objs):
     on purpose and counted.
     """
     payload = _payload("keep_alive_until", objs)
-    handle = stream_handle(stream)
+    handle = stream_handle(stream, "keep_alive_until")
     _reclaim._keep_alive_stream(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
 
@@ -219,34 +223,61 @@ def launch_host_func(stream, fn, /, *args, **kwargs):
     and a launch after close returns an already-cancelled future. Starts the automatic drain, lazily.
     Safe from a finalizer, on any thread.
     """
+    return launch("launch_host_func", stream, fn, args, kwargs)
+
+
+def launch(function, stream, fn, args, kwargs):
+    """launch_host_func() for the public function `function` (named in its errors): returns the Future."""
     if not callable(fn):
-        raise TypeError(f"launch_host_func() needs a callable, not {type(fn).__name__}")
-    handle = stream_handle(stream, "launch_host_func")
+        raise TypeError(f"{function}(): fn must be callable, not {type(fn).__name__}")
+    handle = stream_handle(stream, function)
     future = _future_type()()
-    if _reclaim._launch_host_call(handle, future, fn, args, kwargs or None):
+    if _reclaim._launch_host_func(handle, future, fn, args, kwargs or None):
         _auto.note_handover()  # only once something was launched
     return future
 
 
+class NodeHandle(int):
+    """The CUgraphNode that :func:`add_host_node` added: an int (``int(node)``, ``operator.index(node)``),
+    equal to and hashed as that int, usable wherever a CUgraphNode handle is (a dependency of another
+    node, ``cuda.bindings.driver.CUgraphNode(int(node))``). Immutable. ``repr()`` says what it is."""
+
+    __slots__ = ()
+
+    def __new__(cls, node, /):
+        return super().__new__(cls, _checked_int(node, "node", "NodeHandle"))
+
+    def __repr__(self):
+        return f"<cuda_reclaim.NodeHandle CUgraphNode {int(self):#x}>"
+
+    __str__ = int.__repr__  # str() and format() stay the plain number, as before the type existed
+
+
+NodeHandle.__module__ = "cuda_reclaim"
+
+
 def _node_handle(node):
     if isinstance(node, int) and not isinstance(node, bool):
-        return _checked_int(node, "dependency")
+        return _checked_int(node, "dependency", "add_host_node")
     core_graph = getattr(sys.modules.get("cuda.core"), "graph", None)
     node_type = getattr(core_graph, "GraphNode", None)
     if _is(node, node_type):
         if node.handle is None:
-            raise ValueError("a graph's entry node is not a node of the graph: pass no dependency instead")
-        return _handle_of(node.handle, "GraphNode.handle")
+            raise ValueError(
+                "add_host_node(): a graph's entry node is not a node of the graph: pass no dependency instead"
+            )
+        return _handle_of(node.handle, "GraphNode.handle", "add_host_node")
     if _is(node, _driver_type("CUgraphNode")):
-        return _handle_of(node, "CUgraphNode")
+        return _handle_of(node, "CUgraphNode", "add_host_node")
     raise TypeError(
-        "add_host_node() dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode "
-        f"or int handles; got {type(node).__name__}"
+        "add_host_node(): dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode, "
+        f"NodeHandle or int handles; got {type(node).__name__}"
     )
 
 
-def add_host_node(graph, fn, /, *args, dependencies=()):
-    """Add a host node to ``graph`` that calls ``fn(*args)`` each time it runs; return the node's handle.
+def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
+    """Add a host node to ``graph`` that calls ``fn(*args, **kwargs)`` each time it runs; return its
+    :class:`NodeHandle`.
 
     The node fires on every launch of every executable graph instantiated from ``graph``; each firing only
     hands one call to the reclaim queue (no Python reference count changes on CUDA's thread: a native
@@ -254,23 +285,27 @@ def add_host_node(graph, fn, /, *args, dependencies=()):
     calls run in drains, as for :func:`launch_host_func`; an exception goes to ``sys.unraisablehook``.
     ``graph``: a cuda.core ``GraphDefinition``, a ``GraphBuilder`` after ``end_building()`` (its
     ``graph_definition``), a cuda.bindings ``CUgraph`` or an int. ``dependencies``: nodes of that graph
-    (cuda.core ``GraphNode``, ``CUgraphNode`` or int handles) that must finish first. Returns the new
-    ``CUgraphNode`` as an int (usable as a dependency). Raises :class:`DriverError` as :func:`keep_alive`
-    does. Starts the automatic drain, lazily. Safe from a finalizer, on any thread.
+    (cuda.core ``GraphNode``, ``CUgraphNode``, :class:`NodeHandle` or int handles) that must finish first;
+    being this function's own keyword, ``dependencies`` is the one keyword ``fn`` cannot be given. Returns
+    the new ``CUgraphNode`` as a :class:`NodeHandle` (an int; usable as a dependency). Raises
+    :class:`DriverError` as :func:`keep_alive` does. Starts the automatic drain, lazily. Safe from a
+    finalizer, on any thread.
     """
     if not callable(fn):
-        raise TypeError(f"add_host_node() needs a callable, not {type(fn).__name__}")
+        raise TypeError(f"add_host_node(): fn must be callable, not {type(fn).__name__}")
     if isinstance(dependencies, (str, bytes)) or not hasattr(dependencies, "__iter__"):
-        raise TypeError("add_host_node() dependencies must be an iterable of graph nodes")
+        raise TypeError(
+            f"add_host_node(): dependencies must be an iterable of graph nodes, not {type(dependencies).__name__}"
+        )
     nodes = tuple(_node_handle(node) for node in dependencies)
-    kind, handle = graph_target(graph)
+    kind, handle = graph_target(graph, "add_host_node")
     if kind == "capture":
         raise ValueError(
             "add_host_node() needs the graph itself: call end_building() on the GraphBuilder first, or add "
             "the node to a GraphDefinition (while capturing, launch_host_func is refused and cuda.core's "
             "GraphBuilder.callback runs Python on CUDA's thread)"
         )
-    node = _reclaim._add_host_node(handle, nodes, fn, args)
+    node = _reclaim._add_host_node(handle, nodes, fn, args, kwargs or None)
     _auto.note_handover()
-    return node
+    return NodeHandle(node)
 

@@ -49,10 +49,17 @@ _own_poller_loops = weakref.WeakSet()
 _inherited_pollers = None
 
 
+def _check_drain_arguments(function, max_items, interval):
+    _reclaim._checked_count(function, "max_items", max_items)
+    if not _reclaim._checked_seconds(function, "interval", interval):  # None or 0 would spin or never tick
+        raise ValueError(f"{function}(): interval must be > 0 seconds, not {interval!r}")
+
+
 class DrainHandle:
     """What :func:`install` returns; ``cancel()`` stops draining from the loop."""
 
     def __init__(self, loop, max_items, interval):
+        _check_drain_arguments("DrainHandle", max_items, interval)
         # Weakly: the handle is the value of _installed, whose key is the loop, and a value that held its
         # key would keep every loop ever installed on alive for good (asyncio.run() in a loop, say).
         self._loop_ref = weakref.ref(loop)
@@ -60,7 +67,7 @@ class DrainHandle:
         self._interval = interval
         self._timer = None
         self._cancelled = False
-        self.mode = None  # "reader" or "timer"
+        self.mode = None  # "reader" or "timer"; None while it drains nothing (max_items=0)
         self.drained = 0  # references released from this loop
 
     def _drain(self):
@@ -73,6 +80,8 @@ class DrainHandle:
             self._timer = loop.call_later(self._interval, self._tick)
 
     def _start(self, loop):
+        if self._max_items == 0:
+            return  # drains nothing: a reader would find the fd readable for ever and spin
         if _forked and not _make_poller_own(loop) and _poller_may_be_the_parents(loop):
             self._start_timer(loop)  # see _follow_fork
             return
@@ -127,7 +136,9 @@ def install(loop=None, *, max_items=4096, interval=0.05):
     """Drain from ``loop`` (default: the running loop) whenever work is queued; return a handle.
 
     ``max_items`` bounds each drain so other callbacks keep running (the fd stays readable while work
-    remains, so the loop comes back). ``interval`` is the timer period where add_reader is missing.
+    remains, so the loop comes back); None drains everything, 0 nothing (as :func:`cuda_reclaim.drain`:
+    the handle then neither reads nor ticks).
+    ``interval`` is the timer period in seconds (> 0) where add_reader is missing.
     Installing twice on one loop returns the existing handle. In a fork child, a loop made before the fork
     is first given a poller of its own, or drains on the timer where that cannot be done (see the module's
     docstring). Call it on the loop's thread; it never blocks.
@@ -139,10 +150,9 @@ def install(loop=None, *, max_items=4096, interval=0.05):
             raise RuntimeError(
                 "cuda_reclaim.asyncio.install() needs a loop: call it from a coroutine, or pass loop="
             ) from None
-    if max_items is not None and (not isinstance(max_items, int) or max_items <= 0):
-        raise ValueError(f"max_items must be a positive int or None, not {max_items!r}")
-    if not interval > 0:
-        raise ValueError(f"interval must be > 0 seconds, not {interval!r}")
+    elif not isinstance(loop, _asyncio.AbstractEventLoop):
+        raise TypeError(f"install(): loop must be an asyncio event loop or None, not {type(loop).__name__}")
+    _check_drain_arguments("install", max_items, interval)
     existing = _installed.get(loop)
     if existing is not None and not existing.cancelled:
         return existing
@@ -380,7 +390,7 @@ async def stream_reached(stream):
     :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
     """
     loop = _asyncio.get_running_loop()
-    await _await_call(loop, _graph.launch_host_func(stream, _reached))
+    await _await_call(loop, _graph.launch("stream_reached", stream, _reached, (), None))
 
 
 async def run_when_reached(stream, fn, /, *args, **kwargs):
@@ -392,4 +402,4 @@ async def run_when_reached(stream, fn, /, *args, **kwargs):
     Cancelling the await before the call starts means it never runs.
     """
     loop = _asyncio.get_running_loop()
-    return await _await_call(loop, _graph.launch_host_func(stream, fn, *args, **kwargs))
+    return await _await_call(loop, _graph.launch("run_when_reached", stream, fn, args, kwargs))

@@ -129,14 +129,16 @@ def test_drain_releases_the_gil_while_it_waits(drained):
 @pytest.mark.parametrize(
     "args, kwargs, error, message",
     [
-        (("x",), {}, TypeError, "max_items must be an int or None"),
-        ((-1,), {}, ValueError, "max_items must be >= 0"),
-        ((), {"timeout": -1}, ValueError, "timeout must be >= 0"),
-        ((), {"timeout": float("nan")}, ValueError, "timeout must be >= 0"),
-        ((), {"timeout": "soon"}, TypeError, "timeout must be a number"),
-        ((), {"budget": 1}, TypeError, "budget"),
-        ((1, 2, 3), {}, TypeError, "at most 2 arguments"),
-        ((1,), {"max_items": 1}, TypeError, "max_items"),
+        (("x",), {}, TypeError, r"drain\(\): max_items must be an int or None"),
+        ((True,), {}, TypeError, r"drain\(\): max_items must be an int or None, not bool"),
+        ((-1,), {}, ValueError, r"drain\(\): max_items must be >= 0"),
+        ((), {"timeout": -1}, ValueError, r"drain\(\): timeout must be >= 0"),
+        ((), {"timeout": float("nan")}, ValueError, r"drain\(\): timeout must be >= 0"),
+        ((), {"timeout": "soon"}, TypeError, r"drain\(\): timeout must be a number"),
+        ((), {"timeout": False}, TypeError, r"drain\(\): timeout must be a number"),
+        ((), {"budget": 1}, TypeError, r"drain\(\) got an unexpected keyword argument 'budget'"),
+        ((1, 2, 3), {}, TypeError, r"drain\(\) takes at most 2 arguments"),
+        ((1,), {"max_items": 1}, TypeError, r"drain\(\) got multiple values for argument 'max_items'"),
     ],
 )
 def test_drain_rejects_bad_arguments_clearly(drained, args, kwargs, error, message):

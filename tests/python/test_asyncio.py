@@ -115,14 +115,30 @@ def test_cancel_stops_draining_and_install_is_idempotent(drained):
     assert cuda_reclaim.pending() == 1
 
 
+def test_install_with_max_items_zero_drains_nothing_and_never_spins(drained):
+    async def main():
+        handle = reclaim_asyncio.install(max_items=0)
+        cuda_reclaim.defer_release(object())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert handle.mode is None and handle.drained == 0 and cuda_reclaim.pending() == 1
+        assert not asyncio.get_running_loop().remove_reader(cuda_reclaim.fileno()), "no reader to spin"
+        handle.cancel()
+
+    asyncio.run(main())
+    assert cuda_reclaim.drain() == 1
+
+
 def test_install_needs_a_loop_and_valid_arguments(drained):
     with pytest.raises(RuntimeError, match="needs a loop"):
         reclaim_asyncio.install()
     loop = asyncio.new_event_loop()
     try:
-        with pytest.raises(ValueError, match="max_items"):
-            reclaim_asyncio.install(loop, max_items=0)
-        with pytest.raises(ValueError, match="interval"):
+        with pytest.raises(ValueError, match=r"install\(\): max_items must be >= 0"):
+            reclaim_asyncio.install(loop, max_items=-1)
+        with pytest.raises(ValueError, match=r"install\(\): interval must be > 0"):
             reclaim_asyncio.install(loop, interval=0)
+        with pytest.raises(TypeError, match=r"install\(\): loop must be an asyncio event loop"):
+            reclaim_asyncio.install("x")
     finally:
         loop.close()

@@ -53,7 +53,7 @@ def cuda_has_run_host_functions_since(device):
 
 def test_the_call_runs_after_the_kernel_in_a_drain_never_on_cudas_thread(device, spin, threaded):
     stream = device.create_stream()
-    before = _reclaim._source_stats()
+    before = cuda_reclaim.stats()
     launch_spin(stream, spin, device, 1.0)
     kernel_done = stream.record()
     ran_on = []
@@ -62,11 +62,11 @@ def test_the_call_runs_after_the_kernel_in_a_drain_never_on_cudas_thread(device,
     assert not future.done(), "behind the 1 s kernel"
     assert future.result(timeout=30) == 42
     assert kernel_done.is_done, "the call ran after the work before it"
-    cuda_thread = _reclaim._source_stats()["last_host_function_thread"]
+    cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
     print(f"host function on {cuda_thread:#x}; call ran on {ran_on[0]:#x}")
     assert cuda_thread not in (0, threading.main_thread().ident)
     assert ran_on[0] != cuda_thread, "the call ran in a drain, not on CUDA's thread"
-    after = _reclaim._source_stats()
+    after = cuda_reclaim.stats()
     assert after["host_calls"] >= before["host_calls"] + 1
     stream.sync()
 
@@ -86,7 +86,7 @@ def test_ten_thousand_callbacks_run_in_stream_order_on_two_streams(device, spin,
         future.result(timeout=120)
     elapsed = time.monotonic() - started
     print(f"{count} callbacks in {elapsed:.3f} s; calls that arrived before their turn: "
-          f"{_reclaim._call_stats()['calls_parked']}")
+          f"{cuda_reclaim.stats()['calls_parked']}")
     assert ran[0] == list(range(count // 2)) and ran[1] == list(range(count // 2))
     s = cuda_reclaim.stats()
     assert s["calls_outstanding"] == 0
@@ -204,7 +204,7 @@ def test_graph_host_node_fires_on_every_launch(device, spin, threaded):
         executable.launch(stream)
     stream.sync()
     assert wait_for(lambda: len(fired) == 100), len(fired)
-    cuda_thread = _reclaim._source_stats()["last_host_function_thread"]
+    cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
     assert cuda_thread not in fired, "the calls ran in drains, not on CUDA's thread"
     after = cuda_reclaim.stats()
     assert after["host_node_calls"] - before["host_node_calls"] == 100

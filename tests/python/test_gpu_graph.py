@@ -33,16 +33,21 @@ def quiet(drained):
     yield drained
 
 
+def source_stats():
+    """stats() with the trampolines' diagnostics (withdrawn payloads, the threads that ran them)."""
+    return {**cuda_reclaim.stats(), **_reclaim._diagnostics()}
+
+
 def destructors_run_on_cudas_thread(count_key, release):
     """Waits until CUDA's internal thread has worked through what was released before this call: `release`
     hands one more object (a control) to it, and this waits until that one arrives in `count_key` of the
     source stats. Returns the control's weak reference, for the caller to drain."""
-    before = _reclaim._source_stats()[count_key]
+    before = source_stats()[count_key]
     control = Token()
     control_ref = weakref.ref(control)
     release(control)
     del control
-    assert wait_for(lambda: _reclaim._source_stats()[count_key] >= before + 1), "the control never arrived"
+    assert wait_for(lambda: source_stats()[count_key] >= before + 1), "the control never arrived"
     return control_ref
 
 
@@ -82,7 +87,7 @@ def test_kernel_argument_lives_until_the_exec_is_destroyed_and_cuda_runs_the_des
     buffer_ref = weakref.ref(buffer)
     token = Token()
     token_ref = weakref.ref(token)
-    before = _reclaim._source_stats()
+    before = source_stats()
 
     definition = GraphDefinition()
     definition.launch(LaunchConfig(grid=1, block=32), fill, buffer, ctypes.c_int(7), cycles_for(device, 0.01))
@@ -100,8 +105,8 @@ def test_kernel_argument_lives_until_the_exec_is_destroyed_and_cuda_runs_the_des
     assert token_ref() is not None, "still alive while the executable graph exists"
 
     executable.close()
-    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] > before["graph_user_objects"])
-    after = _reclaim._source_stats()
+    assert wait_for(lambda: source_stats()["graph_user_objects"] > before["graph_user_objects"])
+    after = source_stats()
     main = threading.main_thread().ident
     print(f"destructor ran on thread {after['last_destructor_thread']:#x}; main thread {main:#x}")
     assert after["last_destructor_thread"] not in (0, main), "CUDA ran the destructor on its own thread"
@@ -115,14 +120,14 @@ def test_kernel_argument_lives_until_the_exec_is_destroyed_and_cuda_runs_the_des
 def test_graph_destroyed_without_instantiation_runs_the_destructor_on_the_caller_which_only_pushes(device, quiet):
     from cuda.bindings import driver
 
-    before = _reclaim._source_stats()
+    before = source_stats()
     graph = check(driver.cuGraphCreate(0))
     token = Token()
     ref = weakref.ref(token)
     cuda_reclaim.keep_alive(graph, token)
     del token
     check(driver.cuGraphDestroy(graph))
-    after = _reclaim._source_stats()
+    after = source_stats()
     print(f"destructor thread {after['last_destructor_thread']:#x}; this thread {threading.get_ident():#x}")
     assert after["graph_user_objects"] == before["graph_user_objects"] + 1, "ran inside cuGraphDestroy"
     assert after["last_destructor_thread"] == threading.get_ident()
@@ -133,7 +138,7 @@ def test_graph_destroyed_without_instantiation_runs_the_destructor_on_the_caller
 def test_clone_and_instantiate_keep_the_reference(device, quiet):
     from cuda.bindings import driver
 
-    before = _reclaim._source_stats()["graph_user_objects"]
+    before = source_stats()["graph_user_objects"]
     graph = check(driver.cuGraphCreate(0))
     check(driver.cuGraphAddEmptyNode(graph, None, 0))
     token = Token()
@@ -149,9 +154,9 @@ def test_clone_and_instantiate_keep_the_reference(device, quiet):
     gc.collect()
     assert cuda_reclaim.drain() == 1 and control() is None
     assert ref() is not None, "the executable graph still holds the user object"
-    assert _reclaim._source_stats()["graph_user_objects"] == before + 1, "only the control arrived"
+    assert source_stats()["graph_user_objects"] == before + 1, "only the control arrived"
     check(driver.cuGraphExecDestroy(executable))
-    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] == before + 2)
+    assert wait_for(lambda: source_stats()["graph_user_objects"] == before + 2)
     assert cuda_reclaim.drain() == 1 and ref() is None
 
 
@@ -160,7 +165,7 @@ def test_graph_builder_while_building_and_after_end_building(device, kernels, qu
 
     spin, _ = kernels
     stream = device.create_stream()
-    before = _reclaim._source_stats()["graph_user_objects"]
+    before = source_stats()["graph_user_objects"]
     builder = stream.create_graph_builder().begin_building()
     launch(builder, LaunchConfig(grid=1, block=1), spin, cycles_for(device, 0.001))
     during, after_end = Token(), Token()
@@ -179,7 +184,7 @@ def test_graph_builder_while_building_and_after_end_building(device, kernels, qu
     cuda_reclaim.drain()
     assert all(r() is not None for r in refs)
     graph.close()
-    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] == before + 2)
+    assert wait_for(lambda: source_stats()["graph_user_objects"] == before + 2)
     assert cuda_reclaim.drain() == 2
     assert all(r() is None for r in refs)
 
@@ -202,7 +207,7 @@ def test_churn_of_ten_thousand_graphs_releases_every_object(device, quiet):
         else:
             check(driver.cuGraphDestroy(graph))
         del token
-    assert wait_for(lambda: _reclaim._source_stats()["graph_user_objects"] - before["graph_user_objects"] == count)
+    assert wait_for(lambda: source_stats()["graph_user_objects"] - before["graph_user_objects"] == count)
     released = 0
     while cuda_reclaim.pending():
         released += cuda_reclaim.drain()
@@ -221,7 +226,7 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
     from cuda.core import LaunchConfig, launch
 
     stream, idle_stream = device.create_stream(), device.create_stream()
-    before = _reclaim._source_stats()["stream_host_functions"]
+    before = source_stats()["stream_host_functions"]
     launch(stream, LaunchConfig(grid=1, block=1), spin, cycles_for(device, 0.5))
     token = Token()
     ref = weakref.ref(token)
@@ -236,11 +241,11 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
     gc.collect()
     assert cuda_reclaim.drain() == 1 and control() is None
     assert ref() is not None, "the kernel is still running"
-    assert _reclaim._source_stats()["stream_host_functions"] == before + 1, "only the control arrived"
-    assert wait_for(lambda: _reclaim._source_stats()["stream_host_functions"] == before + 2)
+    assert source_stats()["stream_host_functions"] == before + 1, "only the control arrived"
+    assert wait_for(lambda: source_stats()["stream_host_functions"] == before + 2)
     elapsed = time.monotonic() - start
     assert cuda_reclaim.drain() == 1 and ref() is None
-    host_thread = _reclaim._source_stats()["last_host_function_thread"]
+    host_thread = source_stats()["last_host_function_thread"]
     print(f"released after {elapsed:.3f} s; host function ran on thread {host_thread:#x}")
     assert host_thread not in (0, threading.main_thread().ident)
     stream.sync()
@@ -249,13 +254,13 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
 def test_failed_retain_on_the_real_driver_accounts_for_the_reference_exactly_once(device, quiet):
     token = Token()
     base = sys.getrefcount(token)
-    before = _reclaim._source_stats()
+    before = source_stats()
     with pytest.raises(cuda_reclaim.DriverError, match="cuGraphRetainUserObject failed") as raised:
         _reclaim._keep_alive_graph(0, token)  # a null CUgraph: retain fails after the user object exists
     print(f"{raised.value}; refcount now {sys.getrefcount(token) - base:+d}")
     assert wait_for(lambda: sys.getrefcount(token) == base or cuda_reclaim.pending() == 1)
     cuda_reclaim.drain()
-    after = _reclaim._source_stats()
+    after = source_stats()
     assert sys.getrefcount(token) == base
     handled = (after["withdrawn"] - before["withdrawn"]) + (after["graph_user_objects"] - before["graph_user_objects"])
     assert handled == 1, (before, after)

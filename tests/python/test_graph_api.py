@@ -67,9 +67,9 @@ def test_private_entry_points_check_their_arguments():
 
     with pytest.raises(TypeError, match="exactly 2 arguments"):
         _reclaim._keep_alive_graph(1)
-    with pytest.raises(TypeError, match="must be an int"):
+    with pytest.raises(TypeError, match=r"_keep_alive_stream\(\): custream must be an int handle"):
         _reclaim._keep_alive_stream("1", object())
-    with pytest.raises(ValueError, match=r"\[0, 2\*\*64\)"):
+    with pytest.raises(ValueError, match=r"_keep_alive_capture\(\): custream -1 .*0 <= handle < 2\*\*64"):
         _reclaim._keep_alive_capture(-1, object())
 
 
@@ -77,17 +77,17 @@ def test_private_entry_points_check_their_arguments():
 
 
 def test_int_handles_pass_through():
-    assert _graph.graph_target(0x1234) == ("graph", 0x1234)
-    assert _graph.stream_handle(0) == 0  # the legacy default stream
-    assert _graph.stream_handle(0xABC) == 0xABC
+    assert _graph.graph_target(0x1234, "keep_alive") == ("graph", 0x1234)
+    assert _graph.stream_handle(0, "keep_alive_until") == 0  # the legacy default stream
+    assert _graph.stream_handle(0xABC, "keep_alive_until") == 0xABC
 
 
 def test_cuda_bindings_handles_are_extracted():
     driver = pytest.importorskip("cuda.bindings.driver")
-    assert _graph.graph_target(driver.CUgraph(0x5000)) == ("graph", 0x5000)
-    assert _graph.stream_handle(driver.CUstream(0x6000)) == 0x6000
+    assert _graph.graph_target(driver.CUgraph(0x5000), "keep_alive") == ("graph", 0x5000)
+    assert _graph.stream_handle(driver.CUstream(0x6000), "keep_alive_until") == 0x6000
     with pytest.raises(ValueError, match="null CUgraph"):
-        _graph.graph_target(driver.CUgraph(0))
+        _graph.graph_target(driver.CUgraph(0), "keep_alive")
 
 
 def test_executable_graphs_are_refused_with_what_to_pass_instead():
@@ -106,7 +106,7 @@ def test_cuda_core_types_are_recognised():
     with pytest.raises(TypeError, match=r"got a Graph: .*CUgraphExec.*GraphDefinition"):
         cuda_reclaim.keep_alive(executable, object())
     stream = core.Stream.__new__(core.Stream)
-    assert _graph.stream_handle(stream) == int(stream.handle)
+    assert _graph.stream_handle(stream, "keep_alive_until") == int(stream.handle)
 
 
 def test_cuda_stream_protocol_is_accepted():
@@ -114,7 +114,7 @@ def test_cuda_stream_protocol_is_accepted():
         def __cuda_stream__(self):
             return (0, 0x4242)
 
-    assert _graph.stream_handle(Foreign()) == 0x4242
+    assert _graph.stream_handle(Foreign(), "keep_alive_until") == 0x4242
 
 
 @pytest.mark.parametrize(
@@ -133,7 +133,7 @@ def test_a_cuda_stream_protocol_that_returns_garbage_gets_an_error_naming_it(ret
             return returned
 
     with pytest.raises(TypeError, match=message):
-        _graph.stream_handle(Foreign())
+        _graph.stream_handle(Foreign(), "keep_alive_until")
 
 
 def test_a_cuda_stream_attribute_that_is_not_a_method_gets_an_error_naming_it():
@@ -141,15 +141,15 @@ def test_a_cuda_stream_attribute_that_is_not_a_method_gets_an_error_naming_it():
         __cuda_stream__ = (0, 0x4242)
 
     with pytest.raises(TypeError, match=r"Foreign.__cuda_stream__ must be a method"):
-        _graph.stream_handle(Foreign())
+        _graph.stream_handle(Foreign(), "keep_alive_until")
 
 
 def test_a_closed_object_whose_handle_is_none_gets_an_error_saying_so():
     with pytest.raises(ValueError, match=r"GraphNode.handle is None: the object is closed"):
-        _graph._handle_of(None, "GraphNode.handle")
+        _graph._handle_of(None, "GraphNode.handle", "add_host_node")
     with pytest.raises(TypeError, match=r"CUstream must be convertible to an int handle, not object"):
-        _graph._handle_of(object(), "CUstream")
-    assert _graph._handle_of(0x10, "CUgraph") == 0x10
+        _graph._handle_of(object(), "CUstream", "keep_alive_until")
+    assert _graph._handle_of(0x10, "CUgraph", "keep_alive") == 0x10
 
 
 # --- no driver ----------------------------------------------------------------------------------------------

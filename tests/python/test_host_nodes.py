@@ -11,8 +11,10 @@ from exit_report import last_report
 
 
 def test_add_host_node_checks_its_arguments():
-    with pytest.raises(TypeError, match="needs a callable"):
+    with pytest.raises(TypeError, match=r"\(\): fn must be callable"):
         cuda_reclaim.add_host_node(0x1234, None)
+    with pytest.raises(TypeError, match=r"NodeHandle\(\): node must be an int handle, not str"):
+        cuda_reclaim.NodeHandle("1")
     with pytest.raises(TypeError, match="dependencies must be an iterable"):
         cuda_reclaim.add_host_node(0x1234, print, dependencies="node")
     with pytest.raises(TypeError, match="dependencies must be graph nodes"):
@@ -52,6 +54,38 @@ assert cuda_reclaim.drain() == 1 and ref() is None
 s = cuda_reclaim.stats()
 assert s["held_by_cuda"] == 0 and s["graph_user_objects"] == 1 and s["direct_pushes"] == 0, s
 assert s["handed_over"] == s["released"] == 4, s
+"""
+    )
+
+
+def test_the_node_handle_is_the_cugraphnode_int_and_keywords_reach_the_function():
+    fake_cuda.run(
+        """
+import operator
+calls = []
+graph = fake.fake_cuda_graph_create()
+node = cuda_reclaim.add_host_node(graph, lambda *a, **k: calls.append((a, k)), 1, tag="x")
+assert type(node) is cuda_reclaim.NodeHandle and isinstance(node, int)
+value = int(node)
+assert type(value) is int and value != 0 and operator.index(node) == value
+assert node == value and hash(node) == hash(value) and {node: 1}[value] == 1
+assert repr(node) == f"<cuda_reclaim.NodeHandle CUgraphNode {value:#x}>", repr(node)
+assert str(node) == str(value) and f"{node}" == str(value)
+try:
+    node.extra = 1
+except AttributeError:
+    pass
+else:
+    raise AssertionError("a NodeHandle is immutable")
+after = cuda_reclaim.add_host_node(graph, calls.append, "after", dependencies=[node])
+assert after != node
+exe = fake.fake_cuda_graph_instantiate(graph)
+fake.fake_cuda_graph_launch(exe, 0x9E00)
+fake.fake_cuda_run_host_functions()
+assert cuda_reclaim.drain() == 2
+assert calls == [((1,), {"tag": "x"}), "after"], calls
+fake.fake_cuda_graph_exec_destroy(exe); fake.fake_cuda_graph_destroy(graph)
+cuda_reclaim.drain()
 """
     )
 

@@ -142,7 +142,7 @@ def failed_retain():
                         "cuGraphRetainUserObject failed with CUDA_ERROR_INVALID_VALUE")
     assert sys.getrefcount(obj) == base, "given back, not leaked"
     assert cuda_reclaim.pending() == 0, "the destructor that ran inside the release did not push"
-    assert _reclaim._source_stats()["withdrawn"] == 1
+    assert _reclaim._diagnostics()["withdrawn"] == 1
     assert cuda_reclaim.drain() == 0 and sys.getrefcount(obj) == base, "and not released twice"
 
 
@@ -158,7 +158,7 @@ def failed_retain_with_a_later_destructor():
     assert cuda_reclaim.pending() == 1
     assert cuda_reclaim.drain() == 1
     assert sys.getrefcount(obj) == base
-    assert _reclaim._source_stats()["withdrawn"] == 0
+    assert _reclaim._diagnostics()["withdrawn"] == 0
 
 
 def stream_reaches_the_host_function():

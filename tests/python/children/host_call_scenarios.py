@@ -50,7 +50,7 @@ def runs_in_a_drain_into_its_future():
     future = cuda_reclaim.launch_host_func(0x8100, fn, 1, 2, c=3)
     assert not future.done() and cuda_reclaim.pending() == 0
     assert fake.fake_cuda_run_host_functions() == 1
-    cuda_thread = _reclaim._source_stats()["last_host_function_thread"]
+    cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
     assert cuda_thread not in (0, threading.get_ident())
     assert not future.done() and not ran_on, "CUDA's thread only pushed"
     assert cuda_reclaim.pending() == 1
@@ -152,7 +152,7 @@ def stream_order_across_cuda_threads_and_drains():
         assert ran[stream] == list(range(2000)), [x for x in ran[stream][:50]]
     s = cuda_reclaim.stats()
     assert s["calls_run"] == 6000 and s["calls_outstanding"] == 0, s
-    print("calls that arrived before their turn:", _reclaim._call_stats()["calls_parked"])
+    print("calls that arrived before their turn:", cuda_reclaim.stats()["calls_parked"])
 
 
 def a_call_that_drains_again():
@@ -173,7 +173,7 @@ def a_call_that_drains_again():
     for future in futures:
         future.result(timeout=0)
     assert order == ["first starts", "first ends", "second", "third"], order
-    assert _reclaim._call_stats()["calls_parked"] == 2
+    assert cuda_reclaim.stats()["calls_parked"] == 2
 
 
 def a_cancelled_future_never_runs():
