@@ -69,8 +69,3 @@ void close_without_release_if_open() noexcept;
 
 }  // namespace reclaim_bindings
 
-// Transitional, for module init until it includes drain_worker.h and calls add_drain_worker_types().
-#include "bindings/drain_worker.h"
-namespace reclaim_bindings {
-inline int add_drain_worker_type(PyObject* module) { return add_drain_worker_types(module); }
-}  // namespace reclaim_bindings

@@ -88,7 +88,7 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   Py_INCREF(call);  // the reference CUDA holds until the host function pushes it
   graph::AttachResult result;
   Py_BEGIN_ALLOW_THREADS
-  result = graph::launch_host_call(driver->api, reinterpret_cast<CUstream>(stream), &call->slot);
+  result = graph::launch_host_func(driver->api, reinterpret_cast<CUstream>(stream), &call->slot);
   Py_END_ALLOW_THREADS
   if (result.handover == graph::Handover::kAttached) {
     Py_DECREF(call);

@@ -38,12 +38,9 @@ HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs) {
 }
 
 void host_node_cancelled(HostNode* node) {
-  if (graph::host_node_entry_is_final(&node->slot)) {
-    Py_DECREF(node);  // the user object went last: the native count's Python reference
-    return;
-  }
-  ++g_call_counters.cancelled;
-  if (graph::host_node_call_done(&node->slot)) Py_DECREF(node);
+  // The final entry (the user object went last) cancels no call: it only drops the native count's reference.
+  if (!graph::host_node_entry_is_final(&node->slot)) ++g_call_counters.cancelled;
+  if (graph::host_node_entry_done(&node->slot)) Py_DECREF(node);
 }
 
 void host_node_arrived(HostNode* node) {
@@ -60,7 +57,7 @@ void host_node_arrived(HostNode* node) {
   } else {
     Py_DECREF(result);
   }
-  if (graph::host_node_call_done(&node->slot)) Py_DECREF(node);
+  if (graph::host_node_entry_done(&node->slot)) Py_DECREF(node);
 }
 
 }  // namespace reclaim_bindings

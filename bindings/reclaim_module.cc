@@ -15,6 +15,7 @@
 
 #include "bindings/arguments.h"
 #include "bindings/drain.h"
+#include "bindings/drain_worker.h"
 #include "bindings/driver_functions.h"
 #include "bindings/exit_report.h"
 #include "bindings/graph_functions.h"
@@ -141,11 +142,6 @@ PyObject* py_defer_release(PyObject*, PyObject* object) {
 
 PyObject* py_fileno(PyObject*, PyObject*) { return PyLong_FromLong(queue().wakeup_fd()); }
 
-PyObject* py_notify(PyObject*, PyObject*) {
-  queue().notify();
-  Py_RETURN_NONE;
-}
-
 PyObject* py_report(PyObject*, PyObject*) {
   char line[512];
   const std::size_t length = reclaim::format_report(queue().snapshot(), line, sizeof line);
@@ -216,8 +212,7 @@ PyMethodDef kMethods[] = {
     {"wait", as_cfunction(py_wait), METH_FASTCALL | METH_KEYWORDS,
      "wait($module, /, timeout=None)\n--\n\n"
      "Block with the GIL released until work is probably pending or the queue is closed (True), or\n"
-     "timeout seconds pass (False); None waits without limit (notify() and close() end it)."},
-    {"notify", py_notify, METH_NOARGS, "notify($module, /)\n--\n\nWake every wait(), even with nothing pending."},
+     "timeout seconds pass (False); None waits without limit (close() ends it)."},
     {"report", py_report, METH_NOARGS, "report($module, /)\n--\n\nThe exit report's line, now."},
     {"_after_fork_in_child", py_after_fork_in_child, METH_NOARGS,
      "_after_fork_in_child($module, /)\n--\n\nInternal: the fork hook of the package."},
@@ -240,15 +235,13 @@ int module_exec(PyObject* module) {
                     "process-wide and a reference must be released by the interpreter that owns it");
     return -1;
   }
-  if (const char* capacity = std::getenv("CUDA_RECLAIM_RESERVED_CAPACITY")) {
-    std::size_t parsed;
-    if (!reclaim::parse_reserved_capacity(capacity, &parsed)) {
-      PyErr_Format(PyExc_ImportError,
-                   "cuda_reclaim: CUDA_RECLAIM_RESERVED_CAPACITY=%.40s is not a valid capacity: expected "
-                   "an integer from 1 to %zu (pointers reserved up front)",
-                   capacity, reclaim::kMaxReservedCapacity);
-      return -1;
-    }
+  const reclaim::ReservedCapacitySetting capacity = reclaim::reserved_capacity_from_environment();
+  if (capacity.invalid_text != nullptr) {
+    PyErr_Format(PyExc_ImportError,
+                 "cuda_reclaim: %s=%.40s is not a valid capacity: expected an integer from 1 to %zu (pointers "
+                 "reserved up front)",
+                 reclaim::kReservedCapacityVariable, capacity.invalid_text, reclaim::kMaxReservedCapacity);
+    return -1;
   }
   if (reclaim_bindings::configure_exit_report() < 0) return -1;
   // Creates the process-wide queue now, never on a producer thread, and makes this module its owner.
@@ -265,7 +258,7 @@ int module_exec(PyObject* module) {
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
   if (reclaim_bindings::add_stats(module) < 0) return -1;
   if (reclaim_bindings::add_argument_functions(module) < 0) return -1;
-  if (reclaim_bindings::add_drain_worker_type(module) < 0) return -1;
+  if (reclaim_bindings::add_drain_worker_types(module) < 0) return -1;
   if (reclaim_bindings::add_driver_functions(module) < 0) return -1;
   if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
   return reclaim_bindings::add_graph_functions(module);

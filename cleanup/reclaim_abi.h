@@ -48,7 +48,7 @@ extern "C" {
   X(abandoned_after_fork, "queued in the parent when this process forked; the child never releases them") \
   X(nonempty_drains, "drains (and closes) that released at least one reference")                        \
   X(max_pending, "highest pending seen by a drain, close or counter read (a high-water mark)")          \
-  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge, plus notify() calls")     \
+  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge")                        \
   X(in_drain, "taken off the queue by a drain that has not finished releasing them (a gauge, like "     \
               "pending; at exit: what a drain took and never finished)")                                 \
   X(trims, "times trim() gave a burst's memory back (by hand, or the drain thread's own)")

@@ -98,7 +98,6 @@ __attribute__((noinline)) PushStatus ReclaimQueue::push_overflow(void* item) noe
   return PushStatus::kQueued;
 }
 
-void ReclaimQueue::notify() noexcept { signal_.notify(); }
 
 void ReclaimQueue::settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept {
   if (count == 0) return;

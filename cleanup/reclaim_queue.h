@@ -274,10 +274,6 @@ class ReclaimQueue {
   // Any thread; blocks up to `timeout_ms`; never touches Python.
   bool wait_for_work_or(int extra_fd, int timeout_ms) noexcept;
 
-  // Makes the wake-up fd readable even when nothing is pending, so that a waiter returns (used to stop a
-  // drain thread). The next drain finds nothing and clears it. Counted in `eventfd_writes`.
-  // Any thread; never touches Python; never blocks.
-  void notify() noexcept;
 
   // Call in the child right after fork(), while it is single-threaded: the child gets a fresh, open,
   // empty queue (same fd number, new eventfd behind it), whether or not the parent had closed its own;

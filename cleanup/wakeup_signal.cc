@@ -56,11 +56,6 @@ __attribute__((noinline)) void WakeupSignal::raise() noexcept {
   if (write_one(wakeup_fd_)) count_write();
 }
 
-void WakeupSignal::notify() noexcept {
-  signaled_.store(true, std::memory_order_seq_cst);
-  if (write_one(wakeup_fd_)) count_write();
-}
-
 void WakeupSignal::lower() noexcept {
   empty_eventfd(wakeup_fd_);
   signaled_.store(false, std::memory_order_seq_cst);

@@ -36,10 +36,6 @@ class WakeupSignal {
   // path. Any thread; never blocks (an eventfd write of 1 blocks only near a count of 2^64).
   void raise() noexcept;
 
-  // Sets the flag and writes the eventfd even when it was set: wakes every waiter with nothing pending.
-  // Any thread; never blocks.
-  void notify() noexcept;
-
   // Empties the eventfd, then clears the flag (seq_cst). The caller then checks for work that raced with
   // it and calls raise() if there is some. Owner threads; never blocks.
   void lower() noexcept;
@@ -58,7 +54,7 @@ class WakeupSignal {
   // The wake-up eventfd; stable for the life of the signal, across fork. Any thread.
   int fd() const noexcept { return wakeup_fd_; }
 
-  // Writes to the wake-up fd so far (edges and notify()). Any thread; never blocks.
+  // Writes to the wake-up fd so far (one per edge). Any thread; never blocks.
   std::uint64_t writes() const noexcept { return writes_.load(std::memory_order_relaxed); }
 
   // Fork child, single-threaded: new eventfds behind the same descriptor numbers (an event loop in the
@@ -70,8 +66,8 @@ class WakeupSignal {
 
   int wakeup_fd_;
   int closed_fd_;
-  // True while the eventfd has been written and not yet cleared. Set by exchange on the edge (raise) and
-  // by notify(); cleared by the draining owner (lower).
+  // True while the eventfd has been written and not yet cleared. Set by exchange on the edge (raise);
+  // cleared by the draining owner (lower).
   alignas(64) std::atomic<bool> signaled_{false};
   // Relaxed fetch_add by whoever wrote the eventfd.
   std::atomic<std::uint64_t> writes_{0};

@@ -30,7 +30,7 @@ namespace graph {
   X(handed_back_by_cuda, true,                                                                            \
     "payloads CUDA gave back: trampolines that handed them to the queue (queued, leaked after close or "   \
     "rejected), host-node payloads whose user object is gone")                                            \
-  X(held_by_cuda, true, "attached and not yet handed back (a gauge; the other counters only grow)")       \
+  X(held_by_cuda, true, "attached and not yet handed back (a gauge)")                                     \
   X(host_calls, false, "pushes by launch_host_func host functions (one per call)")                        \
   X(host_node_calls, false, "pushes by host-node firings (one per firing of a node in a launched graph)")
 

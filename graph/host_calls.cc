@@ -83,9 +83,5 @@ bool host_node_entry_done(HostNodeSlot* slot) noexcept {
   return slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
 
-bool host_node_call_done(HostNodeSlot* slot) noexcept {
-  return slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
-}
-
 }  // namespace graph
 }  // namespace reclaim

@@ -53,11 +53,6 @@ struct HostCallSlot {
 // Any thread; never touches Python; blocks only as long as the driver calls do.
 AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept;
 
-// Transitional: the earlier name, until bindings calls launch_host_func.
-inline AttachResult launch_host_call(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
-  return launch_host_func(api, stream, slot);
-}
-
 // The CUhostFn (public so that tests can fire it as CUDA would): takes a place, pushes the payload, counts.
 // Any thread; never touches Python; never blocks.
 void host_call_function(void* slot) noexcept;
@@ -111,11 +106,6 @@ bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept;
 // reference is left, so the owner releases the payload now.
 // Any thread; never touches Python; never blocks.
 bool host_node_entry_done(HostNodeSlot* slot) noexcept;
-
-// Transitional, until bindings calls host_node_entry_done for every entry: after one firing's call, drops
-// that native reference; true when it was the last one.
-// Any thread; never touches Python; never blocks.
-bool host_node_call_done(HostNodeSlot* slot) noexcept;
 
 }  // namespace graph
 }  // namespace reclaim

@@ -13,7 +13,7 @@ The same path carries calls: :func:`launch_host_func` (a stream host function; r
 :func:`add_host_node` (a graph host node) run Python when CUDA gets there, in a drain, never on CUDA's
 thread; :mod:`cuda_reclaim.asyncio` awaits a stream point on an event loop.
 
-Counters (:func:`stats`) obey ``handed_over == released + pending + leaked_after_close +
+Counters (:func:`stats`) obey ``handed_over == released + pending + in_drain + leaked_after_close +
 abandoned_after_fork`` and ``attached_to_cuda == handed_back_by_cuda + held_by_cuda`` (what CUDA still
 holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
 process exit, after Python is gone.
@@ -124,7 +124,8 @@ def stats():
     :data:`HOLD_KEYS` and :data:`CALL_KEYS`, in that order; :data:`STATS_DOCS` says what each counts.
 
     One read of every counter (a single C call): every counter only grows, except the gauges
-    ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding``.
+    ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding`` (and ``abandoned_after_fork`` in a
+    fork child whose forking thread was inside a drain, as that drain settles).
     """
     return _reclaim._all_stats()
 
@@ -144,15 +145,10 @@ set_auto_drain = _auto.set_auto_drain
 get_auto_drain = _auto.get_auto_drain
 
 
-def _c_api_imported():
-    """Kept for extensions built against the C API headers of ABI 1 and 2, which call it at import; the
-    current header calls the capsule table's attach() instead."""
-    _auto.note_handover()
-
-
 def conserved(counters=None):
     """True when the conservation law holds for ``counters`` (a :func:`stats` dict; default: now):
-    ``handed_over == released + pending + leaked_after_close + abandoned_after_fork``.
+    ``handed_over == released + pending + in_drain + leaked_after_close + abandoned_after_fork`` (the
+    buckets are :data:`CONSERVATION_BUCKETS`).
 
     Holds whenever nothing is in flight (a hand-over between its count and its enqueue, a drain between
     taking items and counting them); :func:`stats` re-reads until it holds, a bounded number of times.

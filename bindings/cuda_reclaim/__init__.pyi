@@ -1,4 +1,4 @@
-# Type stubs for the cuda_reclaim package's public names (documented in __init__.py and the README).
+# Type stubs for the cuda_reclaim package's public names (documented in __init__.py and docs/guide.md).
 # //tests/packaging:typing_test checks them with mypy.stubtest against the package and with mypy --strict
 # against a script that calls every public function.
 
@@ -87,4 +87,4 @@ class NodeHandle(int):
 # `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes, NodeHandles or int handles.
 def add_host_node(
     graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = (), **kwargs: Any
-) -> int: ...  # a NodeHandle
+) -> NodeHandle: ...

@@ -47,16 +47,6 @@ TEST(WakeupSignal, LingerKeepsTheFlagAndSkipsWrites) {
   EXPECT_EQ(signal.writes(), 1u);
 }
 
-TEST(WakeupSignal, NotifyWritesEvenWhenSet) {
-  WakeupSignal signal;
-  signal.raise();
-  signal.make_unreadable();
-  signal.notify();
-  EXPECT_TRUE(signal.is_set());
-  EXPECT_TRUE(readable(signal.fd()));
-  EXPECT_EQ(signal.writes(), 2u);
-}
-
 TEST(WakeupSignal, WaitReturnsForWorkForTheExtraFdAndForGoodOnceClosed) {
   WakeupSignal signal;
   EXPECT_FALSE(signal.wait(-1, 0));

@@ -69,7 +69,7 @@ def callbacks_from_cuda(graph: object, stream: int) -> None:
     assert_type(future, Future[int])
     assert_type(future.result(timeout=1.0), int)
     node = cuda_reclaim.add_host_node(graph, print, "fired", dependencies=[])
-    assert_type(node, int)
+    assert_type(node, cuda_reclaim.NodeHandle)
     cuda_reclaim.add_host_node(graph, print, dependencies=[node])
     cuda_reclaim.launch_host_func(stream)  # type: ignore[call-arg]
     cuda_reclaim.add_host_node(graph, "print")  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ needs a process of its own; a fork of a warm zygote costs milliseconds where a f
 tenth of a second. Messages are a 4-byte length and a pickle.
 
 A worker answers each command with {"result", "violations", "stats"}: `violations` lists every promise
-(README.md, docs/callbacks.md, docs/design.md, the docstrings) seen broken since the previous answer, each
+(docs/guide.md, docs/callbacks.md, docs/design.md, the docstrings) seen broken since the previous answer, each
 naming the promise. The worker does the checking because only it sees the calls start, the futures and
 the threads; the test only asserts that the list stays empty.
 """
