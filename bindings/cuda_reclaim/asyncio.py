@@ -12,12 +12,8 @@ only pushes, a drain completes a ``concurrent.futures.Future``, and the loop lea
 thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
 references go when CUDA hands the call back, or at close.
 
-Fork: a loop made before a fork shares its kernel poller (epoll) with the parent in the child, where the
-wake-up fd's number stays with the child's own eventfd behind it. So in a fork child, an asyncio loop with
-an epoll selector gets an epoll instance of its own, with its registrations made again, before its reader
-is (re)installed: it then sees the child's work only, and the parent's loop never sees the child's. A
-uvloop loop cannot be given one (libuv keeps its own record of what is registered): if its reader was
-installed before the fork, or its poller was inherited, it drains on a timer in the child instead.
+Fork: in a fork child an asyncio epoll loop gets a poller of its own before its reader is installed again;
+a uvloop loop whose poller the parent shares drains on a timer (docs/callbacks.md, "Close, exit, fork").
 """
 
 import asyncio as _asyncio
@@ -44,9 +40,7 @@ _awaiting_lock = _threading.RLock()
 _forked = False
 # Loops whose selector this process has given an epoll instance of its own (fork child only).
 _own_poller_loops = weakref.WeakSet()
-# Fork child: the descriptor numbers of the epoll instances it inherited (shared with the parent), or None
-# where /proc cannot tell.
-_inherited_pollers = None
+_inherited_pollers = None  # fork child: the epoll fds it shares with the parent (None: unknown)
 
 
 def _check_drain_arguments(function, max_items, interval):
