@@ -5,6 +5,7 @@
 2. No text about one machine outside docs/benchmarks.md's run header: CPU or GPU models, "N-core host",
    kernel version strings, and no absolute home or build paths.
 3. Every relative Markdown link leads to a file of the tree, and its #anchor to a heading there.
+4. No product file (cleanup/, graph/, bindings/) longer than 400 lines: each does one job.
 
 The files are those of the source tree this test was built from, found through this file's own link in
 the runfiles tree, less what .gitignore keeps out of git; the test is tagged `external` so that Bazel runs
@@ -21,7 +22,11 @@ LIMIT = 120
 
 # Files that still break a rule, each named on purpose (none today). Each entry must still fail its check
 # (a stale entry fails the test), so the set only shrinks.
+PRODUCT_FOLDERS = ("cleanup/", "graph/", "bindings/")
+PRODUCT_FILE_LINES = 400
+
 KNOWN_OFFENDERS = {
+    "long_files": set(),
     "long_lines": set(),
     "broken_links": set(),
     "machine_text": set(),
@@ -170,7 +175,7 @@ def read_text(root, path):
 
 def violations(root, files):
     """{check: {path: [details]}} over `files`."""
-    found = {"long_lines": {}, "machine_text": {}, "broken_links": {}}
+    found = {"long_lines": {}, "machine_text": {}, "broken_links": {}, "long_files": {}}
     file_set = set(files)
     for path in files:
         text = read_text(root, path)
@@ -183,6 +188,8 @@ def violations(root, files):
             links = broken_links(path, text, file_set, lambda p: read_text(root, p) or "")
             if links:
                 found["broken_links"][path] = links
+        if path.startswith(PRODUCT_FOLDERS) and text.count("\n") > PRODUCT_FILE_LINES:
+            found["long_files"][path] = [f"{text.count(chr(10))} lines"]
         allowed = path in MACHINE_TEXT_ALLOWED or any(fnmatch.fnmatch(path, g) for g in MACHINE_TEXT_ALLOWED_GLOBS)
         if not allowed:
             mentions = machine_text(text)
@@ -269,6 +276,9 @@ class SourceTreeTest(unittest.TestCase):
 
     def test_no_machine_text_outside_the_benchmark_report(self):
         self._check("machine_text")
+
+    def test_product_files_fit_in_400_lines(self):
+        self._check("long_files")
 
 
 if __name__ == "__main__":
