@@ -29,8 +29,10 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # --- The extension, as Bazel builds it ---------------------------------------------------------------
 # Paths are relative to this directory. Sources and headers: every .cc and .h of the three layer folders
 # (each BUILD file globs its folder the same way), less the header of a library the extension does not
-# link; plus the installed C API headers. //tests/packaging:build_drift_test compares them with Bazel's.
+# link; plus the installed C API headers of include/. //tests/packaging:build_drift_test compares them with
+# Bazel's.
 LAYERS = ("bindings", "cleanup", "graph")
+C_API_HEADERS = ("include/cuda_reclaim/cuda_reclaim.h", "include/cuda_reclaim/reclaim_abi.h")
 NOT_IN_EXTENSION = {"bindings/shared_queue.h"}  # //bindings:shared_queue, for other extensions
 
 
@@ -42,14 +44,10 @@ def layer_files(suffix):
 
 
 EXTENSION_SOURCES = layer_files(".cc")
-EXTENSION_HEADERS = [
-    "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
-    "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h",  # staged from cleanup/ (stage_abi_header)
-    *layer_files(".h"),
-]
-# Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //bindings:c_api_headers'
-# `includes` ("cuda_reclaim/cuda_reclaim.h").
-INCLUDE_DIRS = [".", "bindings/cuda_reclaim/include"]
+EXTENSION_HEADERS = [*C_API_HEADERS, *layer_files(".h")]
+# Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //include's `includes`
+# ("cuda_reclaim/cuda_reclaim.h").
+INCLUDE_DIRS = [".", "include"]
 # The `defines` and `local_defines` of those targets: none.
 DEFINE_MACROS = []
 # The C++ flags .bazelrc gives every compile (build --cxxopt=...).
@@ -105,15 +103,15 @@ def stage_concurrentqueue():
     return BUNDLED_CONCURRENTQUEUE + "/include"
 
 
-# The one C ABI header lives in cleanup/ (the layer that implements it); the installed package carries it
-# next to the C API header, as Bazel's //bindings:abi_header_in_package does. Staged at a path .gitignore
-# keeps out of git, and only ever copied from cleanup/.
-ABI_HEADER = "cleanup/reclaim_abi.h"
-ABI_HEADER_IN_PACKAGE = "bindings/cuda_reclaim/include/cuda_reclaim/reclaim_abi.h"
+# The installed C API (include/cuda_reclaim/) ships inside the package, as Bazel's //bindings:c_api_in_package
+# copies it: staged at a path .gitignore keeps out of git, and only ever copied from include/.
+PACKAGE_INCLUDE = "bindings/cuda_reclaim/include/cuda_reclaim"
 
 
-def stage_abi_header():
-    shutil.copyfile(os.path.join(ROOT, ABI_HEADER), os.path.join(ROOT, ABI_HEADER_IN_PACKAGE))
+def stage_c_api_headers():
+    os.makedirs(os.path.join(ROOT, PACKAGE_INCLUDE), exist_ok=True)
+    for header in C_API_HEADERS:
+        shutil.copyfile(os.path.join(ROOT, header), os.path.join(ROOT, PACKAGE_INCLUDE, os.path.basename(header)))
 
 
 def cuda_include_dir():
@@ -152,5 +150,5 @@ def extension():
 
 if __name__ == "__main__":
     os.chdir(ROOT)  # the paths above are relative to this directory
-    stage_abi_header()  # before setup() collects the package's data files
+    stage_c_api_headers()  # before setup() collects the package's data files
     setup(ext_modules=[extension()])

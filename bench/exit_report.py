@@ -6,7 +6,7 @@ parsed in one place for the shutdown comparison (bench/shutdown/torture.py) and 
 are ints; `conserved` stays the report's own word ("yes" or "no"), so that a test can check what the C
 code wrote apart from what `conserved()` computes from the numbers.
 
-The conservation law is defined once, in the C ABI header (cleanup/reclaim_abi.h); cuda_reclaim derives
+The conservation law is defined once, in the C ABI header (cuda_reclaim/reclaim_abi.h); cuda_reclaim derives
 its buckets from that definition (cuda_reclaim.CONSERVATION_BUCKETS) and checks it (cuda_reclaim.conserved).
 cuda_reclaim is imported when a report is first parsed, so a harness whose children never load it (and so
 never write a report) does not need it.

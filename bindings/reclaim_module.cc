@@ -1,7 +1,7 @@
 // bindings/reclaim_module.cc — the extension module cuda_reclaim._reclaim.
 //
 // It owns the process's reclaim queue: it drains and closes it, and publishes its entry-point table (the
-// one ABI, cleanup/reclaim_abi.h) through the capsule `cuda_reclaim._reclaim._C_API`. Every release runs
+// one ABI, cuda_reclaim/reclaim_abi.h) through the capsule `cuda_reclaim._reclaim._C_API`. Every release runs
 // Py_DECREF on a thread with an attached thread state (the GIL) in a live interpreter that is not
 // finalizing (bindings/drain.h). Producers (CUDA's thread, other extensions) only push.
 // Main interpreter only: a reference queued by one interpreter must not be released by another, so

@@ -1,6 +1,6 @@
 /* bindings/shared_queue.h — for extension modules built with Bazel that link cleanup/ (//cleanup) and
  * push with its C entry points (cleanup/reclaim.h): makes their copy of cleanup/ use the table of the
- * loaded cuda_reclaim module (the capsule's, the one ABI of cleanup/reclaim_abi.h), so that the process has
+ * loaded cuda_reclaim module (the capsule's, the one ABI of cuda_reclaim/reclaim_abi.h), so that the process has
  * one queue, one atexit hook and one set of counters. Target //bindings:shared_queue.
  *
  *   PyMODINIT_FUNC PyInit_mine(void) {

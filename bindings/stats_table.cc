@@ -13,7 +13,7 @@
 
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
-#include "cleanup/reclaim_abi.h"
+#include "cuda_reclaim/reclaim_abi.h"
 #include "graph/counters.h"
 #include "graph/keep_alive.h"
 

@@ -1,5 +1,5 @@
 // bindings/stats_table.h — every key of cuda_reclaim.stats(), defined once: name, group and description,
-// and how to read its value. The queue's counters come from RECLAIM_COUNTERS (cleanup/reclaim_abi.h) and
+// and how to read its value. The queue's counters come from RECLAIM_COUNTERS (cuda_reclaim/reclaim_abi.h) and
 // what CUDA holds from RECLAIM_GRAPH_COUNTERS (graph/counters.h); the rest is written here.
 
 #pragma once

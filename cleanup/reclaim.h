@@ -1,6 +1,6 @@
 /* cleanup/reclaim.h — C entry points of the process-wide reclaim queue, for code that links cleanup/.
  *
- * The queue, its counters and its entry-point table are defined once, in cleanup/reclaim_abi.h. Every
+ * The queue, its counters and its entry-point table are defined once, in cuda_reclaim/reclaim_abi.h. Every
  * function here goes through the table this copy of cleanup/ uses (reclaim_api_in_use()): its own process
  * queue, or the table of the copy that owns the process's queue, adopted with reclaim_adopt(). Neither
  * queue is ever destroyed, so producers may call these during exit().
@@ -16,13 +16,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cleanup/reclaim_abi.h"
+#include "cuda_reclaim/reclaim_abi.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Each function has the contract of the reclaim_api field of the same name (cleanup/reclaim_abi.h). */
+/* Each function has the contract of the reclaim_api field of the same name (cuda_reclaim/reclaim_abi.h). */
 int reclaim_push(void* item);
 void reclaim_host_destructor(void* user_data);
 int reclaim_is_closed(void);

@@ -5,7 +5,7 @@
 // nothing about what a pointer is: the owner supplies the release action at each drain (bindings/ passes
 // Py_DECREF). No Python.h, no cuda.h.
 //
-// Accounting: the counters and the conservation law are defined once, in cleanup/reclaim_abi.h
+// Accounting: the counters and the conservation law are defined once, in cuda_reclaim/reclaim_abi.h
 // (RECLAIM_COUNTERS); CounterSnapshot below is derived from that list. `pending` is read from the queue
 // itself, never derived from the other counters, so that a test of the law can fail.
 //
@@ -44,7 +44,7 @@
 
 #include "cleanup/producer_admission.h"
 #include "cleanup/queue_counters.h"
-#include "cleanup/reclaim_abi.h"
+#include "cuda_reclaim/reclaim_abi.h"
 #include "cleanup/release_batch.h"
 #include "cleanup/storage_set.h"
 #include "cleanup/wakeup_signal.h"

@@ -2,7 +2,7 @@
 
 Run from the runfiles root (run_python.sh). Sources of examples:
   docs/c-api.md                                       ```c blocks: C and C++; ```cpp blocks: C++ (source tree)
-  bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h   ```c blocks inside its first comment (" * ")
+  cuda_reclaim/cuda_reclaim.h (as installed)               ```c blocks inside its first comment (" * ")
 """
 
 import argparse
@@ -82,7 +82,7 @@ def main():
         sys.exit("compile_examples: gcc and g++ must be on PATH")
     python = python_includes(args.python_include)
     installed = [os.path.abspath(INCLUDE_TREE)] + python
-    source_tree = [os.path.abspath(".")] + installed
+    source_tree = [os.path.abspath("."), os.path.abspath("include")] + python
 
     blocks = doc_blocks() + header_blocks()
     c_blocks = [block for block in blocks if block[0] == "c"]

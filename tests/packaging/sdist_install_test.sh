@@ -39,7 +39,7 @@ unset CUDA_PATH CUDA_HOME
 
 echo "--- python -m build --sdist"
 mkdir "${tmp}/src"
-cp -rL LICENSE README.md pyproject.toml setup.py bindings cleanup graph "${tmp}/src/"
+cp -rL LICENSE README.md pyproject.toml setup.py bindings cleanup graph include "${tmp}/src/"
 "${python}" -m build --sdist --no-isolation --outdir "${tmp}/dist" "${tmp}/src" >"${tmp}/sdist.log" 2>&1 ||
   { cat "${tmp}/sdist.log"; exit 1; }
 sdist="$(ls "${tmp}"/dist/cuda_reclaim-*.tar.gz)"
@@ -55,6 +55,7 @@ required = {
     "bindings/exports.lds", "bindings/reclaim_module.cc", "cleanup/reclaim_queue.cc", "graph/driver.cc",
     "bindings/cuda_reclaim/__init__.py", "bindings/cuda_reclaim/__init__.pyi", "bindings/cuda_reclaim/py.typed",
     "bindings/cuda_reclaim/c_api.pxd", "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
+    "include/cuda_reclaim/cuda_reclaim.h", "include/cuda_reclaim/reclaim_abi.h",
 }
 missing = sorted(required - names)
 bazel_files = sorted(n for n in names if n.endswith(("BUILD.bazel", ".bzl")) or n == "WORKSPACE")

@@ -39,7 +39,7 @@ def test_report_function_gives_the_same_line_now():
 def test_the_law_the_parser_checks_is_the_one_the_c_header_defines():
     import cuda_reclaim
 
-    # Derived by the extension from reclaim_stats_conserved (cleanup/reclaim_abi.h); pinned here.
+    # Derived by the extension from reclaim_stats_conserved (cuda_reclaim/reclaim_abi.h); pinned here.
     assert cuda_reclaim.CONSERVATION_BUCKETS == (
         "released",
         "pending",

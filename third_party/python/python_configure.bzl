@@ -142,7 +142,7 @@ cc_library(
     name = "python_headers",
     hdrs = glob([{globs}]),
     includes = {includes},
-    visibility = ["@cuda_reclaim//bindings:__subpackages__", "@cuda_reclaim//bench:__subpackages__", "@cuda_reclaim//tests:__subpackages__"],
+    visibility = ["@cuda_reclaim//bindings:__subpackages__", "@cuda_reclaim//bench:__subpackages__", "@cuda_reclaim//include:__pkg__", "@cuda_reclaim//tests:__subpackages__"],
 )
 """.format(
         python = python_bin,

@@ -1,9 +1,8 @@
 /* reclaim_abi.h — the one binary interface of the process-wide reclaim queue: its counters, push results
  * and the table of entry points that every copy of the code in a process shares.
  *
- * Plain C; no Python.h, no cuda.h. It is cleanup/reclaim_abi.h in the source tree and
- * cuda_reclaim/reclaim_abi.h in the installed package (cuda_reclaim.get_include()), included by the C API
- * header cuda_reclaim/cuda_reclaim.h.
+ * Plain C; no Python.h, no cuda.h. cleanup/ implements it; the installed package carries it next to the C
+ * API header cuda_reclaim/cuda_reclaim.h, which includes it (cuda_reclaim.get_include()).
  *
  * One rendezvous: the cuda_reclaim extension module owns the queue and publishes this table through its
  * capsule `cuda_reclaim._reclaim._C_API`. Extensions read it with cuda_reclaim_import()
