@@ -245,6 +245,16 @@ PyObject* worker_stopped(PyObject* object, void*) {
   return PyBool_FromLong(stopping(reinterpret_cast<DrainWorker*>(object)));
 }
 
+// The PEP 788 branch's counts (interpreter_attach.h), for the drain threads and _NativeThread alike. A static
+// method of the type, not a module function: it belongs to the drain threads and serves tests only.
+PyObject* worker_attach_stats(PyObject*, PyObject*) {
+  const auto guarded = attach::g_guarded_attaches.load(std::memory_order_relaxed);
+  const auto refused = attach::g_refused_attaches.load(std::memory_order_relaxed);
+  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", attach::kPep788 ? Py_True : Py_False, "guarded_attaches",
+                       static_cast<unsigned long long>(guarded), "refused_attaches",
+                       static_cast<unsigned long long>(refused));
+}
+
 PyMethodDef kWorkerMethods[] = {
     {"run", worker_run, METH_NOARGS,
      "run($self, /)\n--\n\n"
@@ -254,6 +264,10 @@ PyMethodDef kWorkerMethods[] = {
      "stop($self, /)\n--\n\n"
      "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
      "blocks; safe from a finalizer that the loop itself is running."},
+    {"_attach_stats", worker_attach_stats, METH_NOARGS | METH_STATIC,
+     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
+     "(CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches': attaches it refused\n"
+     "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -292,19 +306,7 @@ PyObject* py_set_trim_delay(PyObject*, PyObject* seconds) {
   return PyFloat_FromDouble(previous / 1000.0);
 }
 
-PyObject* py_attach_stats(PyObject*, PyObject*) {
-  const auto guarded = attach::g_guarded_attaches.load(std::memory_order_relaxed);
-  const auto refused = attach::g_refused_attaches.load(std::memory_order_relaxed);
-  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", attach::kPep788 ? Py_True : Py_False, "guarded_attaches",
-                       static_cast<unsigned long long>(guarded), "refused_attaches",
-                       static_cast<unsigned long long>(refused));
-}
-
 PyMethodDef kWorkerFunctions[] = {
-    {"_attach_stats", py_attach_stats, METH_NOARGS,
-     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
-     "interpreter guards (CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches':\n"
-     "attaches it refused because finalization was under way}. Process-wide counts."},
     {"_set_trim_delay", py_set_trim_delay, METH_O,
      "_set_trim_delay(seconds, /)\n--\n\nInternal (tests): how long pending must stay at or below the reserved\n"
      "capacity after a burst before the drain thread trims; returns the previous delay. Default 1.0."},

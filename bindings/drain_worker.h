@@ -1,6 +1,6 @@
 // bindings/drain_worker.h — cuda_reclaim._reclaim._DrainWorker, the automatic drain loop, and the types and
-// functions that go with it (_NativeThread, _set_trim_delay, _attach_stats). cuda_reclaim._auto owns the
-// lifecycle (which worker runs on which thread, when it stops); drain_worker.cc owns the protocol.
+// functions that go with it (_NativeThread, _set_trim_delay). cuda_reclaim._auto owns the lifecycle (which
+// worker runs on which thread, when it stops); drain_worker.cc owns the protocol.
 
 #pragma once
 
@@ -8,8 +8,9 @@
 
 namespace reclaim_bindings {
 
-// Adds the immutable heap types _DrainWorker and _NativeThread and the functions _set_trim_delay and
-// _attach_stats (interpreter_attach.h's counts) to `module`. Returns 0, or -1 with an exception set.
+// Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_attach.h's
+// counts) and _NativeThread, and the function _set_trim_delay, to `module`. Returns 0, or -1 with an
+// exception set.
 // Module init only; requires an attached thread state (GIL).
 int add_drain_worker_types(PyObject* module);
 

@@ -31,7 +31,7 @@ def child_result(name):
 
 
 def test_the_pep788_branch_is_compiled_in_exactly_from_3_15():
-    stats = _reclaim._attach_stats()
+    stats = _reclaim._DrainWorker._attach_stats()
     assert stats["pep788"] is PEP788
     if not PEP788:
         assert stats["guarded_attaches"] == 0
@@ -41,7 +41,7 @@ def test_the_pep788_branch_is_compiled_in_exactly_from_3_15():
 def test_drain_thread_drains_are_guarded_attaches():
     previous = cuda_reclaim.set_auto_drain("thread")
     try:
-        before = _reclaim._attach_stats()
+        before = _reclaim._DrainWorker._attach_stats()
         refs = []
         for _ in range(3):
             obj = Payload()
@@ -52,7 +52,7 @@ def test_drain_thread_drains_are_guarded_attaches():
             while refs[-1]() is not None and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert refs[-1]() is None, "the drain thread released it"
-        after = _reclaim._attach_stats()
+        after = _reclaim._DrainWorker._attach_stats()
     finally:
         cuda_reclaim.set_auto_drain(previous)
     if PEP788:

@@ -11,7 +11,7 @@ def native_thread_attaches():
     ran = []
     thread = _reclaim._NativeThread(lambda: ran.append(True))
     assert thread.join(30)
-    print("result", {"ran": bool(ran), **_reclaim._attach_stats()}, flush=True)
+    print("result", {"ran": bool(ran), **_reclaim._DrainWorker._attach_stats()}, flush=True)
 
 
 def native_thread_started_in_an_atexit_hook():
@@ -25,7 +25,7 @@ def native_thread_started_in_an_atexit_hook():
         ran = []
         thread = _reclaim._NativeThread(lambda: ran.append(True))
         assert thread.join(30)
-        print("result", {"ran": bool(ran), **_reclaim._attach_stats()}, flush=True)
+        print("result", {"ran": bool(ran), **_reclaim._DrainWorker._attach_stats()}, flush=True)
 
     atexit.register(hook)
 
@@ -47,7 +47,7 @@ class _StartsANativeThreadWhenFinalized:
             # 3.10-3.13: the thread is ended inside its attach (joined); 3.14: parked there (not joined).
             started, joined = True, thread.join(2)
         result = {"finalizing": finalizing, "started": started, "joined": joined, "ran": bool(ran)}
-        result.update(self._reclaim._attach_stats())
+        result.update(self._reclaim._DrainWorker._attach_stats())
         self.os.write(1, f"result {result!r}\n".encode())
 
 
@@ -66,13 +66,13 @@ class _WakesAWorkerWhenFinalized:
 
     def __del__(self):
         finalizing = self.sys.is_finalizing()
-        before = self._reclaim._attach_stats()
+        before = self._reclaim._DrainWorker._attach_stats()
         self.cuda_reclaim.defer_release(object())  # wakes the worker, which must not attach now
         deadline = self.time.monotonic() + 5
         after = before
         while after["refused_attaches"] == before["refused_attaches"] and self.time.monotonic() < deadline:
             self.time.sleep(0.01)
-            after = self._reclaim._attach_stats()
+            after = self._reclaim._DrainWorker._attach_stats()
         result = {"finalizing": finalizing, "before": before, "after": after}
         self.os.write(1, f"result {result!r}\n".encode())
 
