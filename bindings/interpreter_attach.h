@@ -6,7 +6,8 @@
 // from going past the point where it waits for guards (after threading's shutdown and the atexit hooks,
 // with the GIL released), and a guard cannot be had once it went past it. Before 3.15 the attach is
 // unconditional: on 3.10–3.13 a thread that takes the GIL once finalizing is ended by a forced unwind,
-// on 3.14 it is parked; the callers check interpreter_finalizing() once attached, as they always did.
+// on 3.14 it is parked (a new native thread was measured let in during module teardown); the callers
+// check interpreter_finalizing() once attached, as they always did.
 //
 // Header-only, C++; include after <Python.h>.
 

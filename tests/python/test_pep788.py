@@ -76,12 +76,14 @@ def test_native_thread_started_while_finalizing_calls_nothing():
     result = child_result("native_thread_started_while_finalizing")
     assert result["finalizing"]
     assert result["started"] is True
-    assert not result["ran"]
     if PEP788:
-        # Refused at once: no forced unwind, no parked thread; the join returns.
+        # Refused at once: the target never runs, no forced unwind, no parked thread; the join returns.
+        assert not result["ran"]
         assert result["joined"]
         assert (result["guarded_attaches"], result["refused_attaches"]) == (0, 1)
     else:
+        # PyGILState_Ensure: ended by a forced unwind on 3.10-3.13, let in on 3.14 (then the drain loop's
+        # own check of finalization is what keeps it from releasing anything).
         assert (result["guarded_attaches"], result["refused_attaches"]) == (0, 0)
 
 
