@@ -11,6 +11,7 @@
 #include <new>
 
 #include "bindings/drain_native_thread.h"
+#include "bindings/interpreter_attach.h"
 
 namespace reclaim_bindings {
 namespace {
@@ -22,8 +23,9 @@ struct NativeRun {
 };
 
 struct NativeStart {
-  PyObject* target;  // strong reference, given up by the thread with the GIL
+  PyObject* target;  // strong reference, given up by the thread with the GIL (or leaked when refused)
   std::shared_ptr<NativeRun> run;
+  interpreter_attach::View view;  // opened by the creating thread; the new thread attaches through it
 };
 
 struct NativeThread {
@@ -46,7 +48,13 @@ void* native_thread_main(void* arg) {
       run->finished.notify_all();
     }
   } mark_done{run.get()};
-  const PyGILState_STATE gil = PyGILState_Ensure();
+  interpreter_attach::NativeAttach attached;
+  if (!attached.ensure(start->view)) {
+    // 3.15+: the interpreter is finalizing; nothing of Python may be touched, not even the target's
+    // reference (leaked, like everything still alive then).
+    start->target = nullptr;
+    return nullptr;
+  }
   PyObject* result = PyObject_CallObject(start->target, nullptr);
   if (result == nullptr) {
     PyErr_WriteUnraisable(start->target);
@@ -54,7 +62,7 @@ void* native_thread_main(void* arg) {
     Py_DECREF(result);
   }
   Py_CLEAR(start->target);
-  PyGILState_Release(gil);
+  attached.release();
   return nullptr;
 }
 
@@ -71,10 +79,15 @@ PyObject* native_thread_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
   auto* self = reinterpret_cast<NativeThread*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   self->run = new (std::nothrow) std::shared_ptr<NativeRun>(std::make_shared<NativeRun>());
-  auto* start = self->run == nullptr ? nullptr : new (std::nothrow) NativeStart{target, *self->run};
+  auto* start = self->run == nullptr ? nullptr : new (std::nothrow) NativeStart{target, *self->run, {}};
   if (start == nullptr) {
     Py_DECREF(self);
     return PyErr_NoMemory();
+  }
+  if (!start->view.open()) {
+    delete start;
+    Py_DECREF(self);
+    return nullptr;
   }
   Py_INCREF(target);
   pthread_t thread;
@@ -194,7 +207,9 @@ PyType_Slot kNativeThreadSlots[] = {
     {Py_tp_methods, kNativeThreadMethods},
     {Py_tp_getset, kNativeThreadGetSet},
     {Py_tp_doc, const_cast<char*>("_NativeThread(target)\n--\n\n"
-                                  "Call target() on a new native thread that attaches with PyGILState_Ensure.\n"
+                                  "Call target() on a new native thread that attaches by itself\n"
+                                  "(PyThreadState_EnsureFromView on 3.15+, where it calls nothing once the\n"
+                                  "interpreter is finalizing; PyGILState_Ensure before).\n"
                                   "Any thread, GIL held; never blocks (the thread waits for the GIL).")},
     {0, nullptr},
 };

@@ -5,6 +5,10 @@
 // joined, and in the atexit hooks), although a thread may still attach then: PyGILState_Ensure works until
 // runtime finalization begins, after the atexit hooks. cuda_reclaim._auto runs its drain loop on such a
 // thread then, so that a first hand-over at exit still has a drain thread, and its atexit hook joins it.
+// On 3.15+ the thread attaches with PyThreadState_EnsureFromView (interpreter_attach.h): once finalization
+// is past its wait for guards it calls nothing and ends; otherwise its guard makes Py_FinalizeEx wait
+// until the target returned (the drain loop returns once stopped or once the queue is closed, both of
+// which the atexit hook does before that wait).
 
 #pragma once
 

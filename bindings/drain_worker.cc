@@ -7,7 +7,8 @@
 //            stop fd. (No drain through Py_AddPendingCall: a pending call runs between any two bytecodes,
 //            also inside threading's locked sections, where a finalizer that sets an Event the main thread
 //            waits on deadlocks it. The only pending call is the step-aside, drain_step_aside.h.)
-//   drain  — take the GIL, release everything queued, keeping the wake-up signal set (linger) when it
+//   drain  — take the GIL (3.15+: under a PEP 788 guard, refused once finalization is under way; see
+//            interpreter_attach.h), release everything queued, keeping the wake-up signal set (linger) when it
 //            found work, so producers on CUDA's thread skip the eventfd write while traffic continues.
 //            When taking the GIL was contended, the linger ends at once and the loop waits.
 //   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
@@ -39,6 +40,7 @@
 #include "bindings/drain_native_thread.h"
 #include "bindings/drain_step_aside.h"
 #include "bindings/drain_worker.h"
+#include "bindings/interpreter_attach.h"
 
 namespace reclaim_bindings {
 namespace {
@@ -60,9 +62,12 @@ std::atomic<int> g_trim_delay_ms{kTrimAfterMilliseconds};
 // twice what lingering is for, and the wait on the eventfd batches the producers' writes as well.
 constexpr auto kContendedAcquisition = std::chrono::milliseconds(kLingerMilliseconds);
 
+namespace attach = interpreter_attach;
+
 struct DrainWorker {
   PyObject_HEAD
   int stop_fd;            // eventfd, readable once stop() was called (in the process that made it)
+  attach::View* view;     // the interpreter run() attaches back to; opened and closed by run()
   pid_t owner_pid;        // the process that made stop_fd; a fork child never writes to it (shared)
   std::atomic<bool> stop_requested;  // set (seq_cst) by stop() before the write; read by the loop
   std::atomic<bool> started;         // exchange by run(): a worker runs once
@@ -91,6 +96,7 @@ PyObject* worker_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   self->owner_pid = ::getpid();
   new (&self->stop_requested) std::atomic<bool>(false);
   new (&self->started) std::atomic<bool>(false);
+  self->view = nullptr;
   return reinterpret_cast<PyObject*>(self);
 }
 
@@ -98,6 +104,7 @@ void worker_dealloc(PyObject* object) {
   auto* self = reinterpret_cast<DrainWorker*>(object);
   PyTypeObject* type = Py_TYPE(object);
   if (self->stop_fd >= 0) ::close(self->stop_fd);
+  delete self->view;
   type->tp_free(object);
   Py_DECREF(type);
 }
@@ -108,12 +115,19 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
   (void)::poll(&waiter, 1, milliseconds);
 }
 
-// Takes the GIL back for `state` and says whether that had to wait for another thread (see
-// kContendedAcquisition). A drain thread, GIL released; blocks until it holds the GIL. On 3.10-3.13 a
-// thread that takes the GIL once the interpreter is finalizing is ended here by a forced unwind;
-// SettleSignalOnExit covers that way out.
-bool take_gil_was_contended(PyThreadState* state) {
-  return take_gil_asking_main_thread_to_step_aside(state) > kContendedAcquisition;
+// Takes the GIL back for `state` unless the interpreter's finalization is under way, and says whether
+// that had to wait for another thread (see kContendedAcquisition). A drain thread, GIL released; blocks
+// until it holds the GIL. Returns false, GIL still released, when a PEP 788 guard could not be had (3.15+:
+// finalization went past its wait for guards; taking the GIL would park the thread for good). The guard
+// covers the wait for the GIL only: Py_FinalizeEx waits for guards with the GIL released, so that wait
+// ends. Before 3.15 there is no guard: on 3.10-3.13 a thread that takes the GIL once the interpreter is
+// finalizing is ended here by a forced unwind; SettleSignalOnExit covers that way out.
+bool take_gil_unless_finalizing(const DrainWorker* self, PyThreadState* state, bool* contended) {
+  attach::AttachGuard guard;
+  if (!guard.acquire(*self->view)) return false;
+  *contended = take_gil_asking_main_thread_to_step_aside(state) > kContendedAcquisition;
+  guard.attached();
+  return true;
 }
 
 // Called after a wake-up, GIL released; returns with the GIL released and `*state` its thread state.
@@ -122,7 +136,8 @@ bool take_gil_was_contended(PyThreadState* state) {
 // interpreter is finalizing: the loop must leave.
 bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
   for (;;) {
-    const bool contended = take_gil_was_contended(*state);
+    bool contended = false;
+    if (!take_gil_unless_finalizing(self, *state, &contended)) return false;
     if (interpreter_finalizing()) {
       *state = PyEval_SaveThread();
       return false;  // nothing may be released now; the exit settles the signal
@@ -190,6 +205,10 @@ PyObject* worker_run(PyObject* object, PyObject*) {
   }
   SettleSignalOnExit settle;
   if (interpreter_finalizing()) Py_RETURN_NONE;
+  // Opened here, on the thread that attaches back to it; leaked if the thread is parked at the end.
+  self->view = new (std::nothrow) attach::View();
+  if (self->view == nullptr) return PyErr_NoMemory();
+  if (!self->view->open()) return nullptr;
   // From here on the loop holds the GIL only to drain.
   PyThreadState* state = PyEval_SaveThread();
   TrimClock trim_clock;
@@ -203,6 +222,9 @@ PyObject* worker_run(PyObject* object, PyObject*) {
     if (stopping(self)) continue;
     if (!drain_while_work_arrives(self, &state)) break;
   }
+  // Settled and let go of before the GIL is asked for: once finalizing, a thread that asks never returns.
+  queue().end_linger();
+  self->view->close();
   PyEval_RestoreThread(state);
   Py_RETURN_NONE;
 }
@@ -223,6 +245,16 @@ PyObject* worker_stopped(PyObject* object, void*) {
   return PyBool_FromLong(stopping(reinterpret_cast<DrainWorker*>(object)));
 }
 
+// The PEP 788 branch's counts (interpreter_attach.h), for the drain threads and _NativeThread alike. A static
+// method of the type, not a module function: it belongs to the drain threads and serves tests only.
+PyObject* worker_attach_stats(PyObject*, PyObject*) {
+  const auto guarded = attach::g_guarded_attaches.load(std::memory_order_relaxed);
+  const auto refused = attach::g_refused_attaches.load(std::memory_order_relaxed);
+  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", attach::kPep788 ? Py_True : Py_False, "guarded_attaches",
+                       static_cast<unsigned long long>(guarded), "refused_attaches",
+                       static_cast<unsigned long long>(refused));
+}
+
 PyMethodDef kWorkerMethods[] = {
     {"run", worker_run, METH_NOARGS,
      "run($self, /)\n--\n\n"
@@ -232,6 +264,10 @@ PyMethodDef kWorkerMethods[] = {
      "stop($self, /)\n--\n\n"
      "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
      "blocks; safe from a finalizer that the loop itself is running."},
+    {"_attach_stats", worker_attach_stats, METH_NOARGS | METH_STATIC,
+     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
+     "(CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches': attaches it refused\n"
+     "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
     {nullptr, nullptr, 0, nullptr},
 };
 

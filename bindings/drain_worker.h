@@ -8,8 +8,9 @@
 
 namespace reclaim_bindings {
 
-// Adds the immutable heap types _DrainWorker and _NativeThread and the function _set_trim_delay to
-// `module`. Returns 0, or -1 with an exception set.
+// Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_attach.h's
+// counts) and _NativeThread, and the function _set_trim_delay, to `module`. Returns 0, or -1 with an
+// exception set.
 // Module init only; requires an attached thread state (GIL).
 int add_drain_worker_types(PyObject* module);
 

@@ -87,7 +87,8 @@ class _DrainThread(threading.Thread):
 
 
 class _NativeDrainThread:
-    """The same loop on a native thread that attaches with PyGILState_Ensure, for when threading refuses
+    """The same loop on a native thread that attaches by itself (PyThreadState_EnsureFromView on 3.15+,
+    PyGILState_Ensure before; see bindings/drain_native_thread.h), for when threading refuses
     new threads because the interpreter is exiting (3.12 does from the start of Py_FinalizeEx, so a first
     hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
     PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
