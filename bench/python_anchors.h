@@ -31,7 +31,7 @@ namespace reclaim_bench {
 
 // The interpreter's finalizing flag: public API from CPython 3.13, private before.
 // Any thread; reads one field of the runtime; never blocks.
-inline bool interpreter_finalizing() noexcept { return reclaim_bindings::python_compat::is_finalizing(); }
+inline bool interpreter_finalizing() noexcept { return reclaim::bindings::python_compat::is_finalizing(); }
 
 // (A) Steals a reference to `obj`. Any thread; blocks until it holds the GIL. During finalization
 // CPython may end the calling thread inside PyGILState_Ensure (pthread_exit): in a noexcept frame that is

@@ -13,13 +13,14 @@ namespace {
 PyTypeObject* volatile g_no_host_item_type = nullptr;  // never an object's type here
 
 // Out of line, as bindings/ reads its type (host_item_type()), so that the loop compiles as the drain's.
-__attribute__((noinline)) reclaim_bindings::HostItemType no_host_item_type() {
-  return reclaim_bindings::HostItemType{g_no_host_item_type};
+__attribute__((noinline)) reclaim::bindings::HostItemType no_host_item_type() {
+  return reclaim::bindings::HostItemType{g_no_host_item_type};
 }
 
 // Out of line and named, so that bench/count_instructions.py can attribute its instructions.
 __attribute__((noinline)) void release_chunk_like_bindings(reclaim::ReleaseBatch* chunk) {
-  reclaim_bindings::release_batch(chunk, no_host_item_type(), [](PyObject* item) { Py_DECREF(item); });  // never called
+  // The call action is never called: no item is a host item.
+  reclaim::bindings::release_batch(chunk, no_host_item_type(), [](PyObject* item) { Py_DECREF(item); });
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // bool is an int subclass, but True is never meant as a count, a handle or one second.
@@ -175,4 +175,4 @@ bool check_callable(const char* function, const char* what, PyObject* value) {
 
 int add_argument_functions(PyObject* module) { return PyModule_AddFunctions(module, kArgumentMethods); }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

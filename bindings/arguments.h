@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // The parameters of a METH_FASTCALL | METH_KEYWORDS builtin: `names` in order, null-terminated; the first
 // `positional_only` take no keyword, the first `required` must be given.
@@ -50,4 +50,4 @@ bool check_callable(const char* function, const char* what, PyObject* value);
 // functions, so that they are written once. Returns 0, or -1 with an exception set.
 int add_argument_functions(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

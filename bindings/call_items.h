@@ -15,7 +15,7 @@
 
 #include "graph/host_calls.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 struct HostCall;
 
@@ -174,4 +174,4 @@ void host_node_cancelled(HostNode* node);
 // ends its slot (the _HostItem type's deallocator frees the memory). Requires the GIL.
 void clear_host_node(HostNode* node);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

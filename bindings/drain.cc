@@ -10,7 +10,7 @@
 #include "cleanup/queue_drain.h"
 #include "graph/counters.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // The release action, one batch at a time (bindings/release_loop.h): a plain reference is Py_DECREF'd in
@@ -142,4 +142,4 @@ Py_ssize_t close_safely() {
   return static_cast<Py_ssize_t>(released);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

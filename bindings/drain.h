@@ -14,7 +14,7 @@
 
 #include "cleanup/reclaim_queue.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Binds queue() to this copy's process-wide queue and makes this module its owner
 // (reclaim::own_process_queue()), whose exit report then carries graph/'s fields
@@ -67,5 +67,5 @@ Py_ssize_t close_safely();
 // Any thread; never touches Python; waits only for pushes in flight (which never block).
 void close_without_release_if_open() noexcept;
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings
 

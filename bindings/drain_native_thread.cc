@@ -10,10 +10,11 @@
 #include <mutex>
 #include <new>
 
+#include "bindings/arguments.h"
 #include "bindings/drain_native_thread.h"
 #include "bindings/interpreter_attach.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 struct NativeRun {
@@ -121,43 +122,17 @@ bool native_thread_done(NativeThread* self) {
   return (*self->run)->done;
 }
 
-// join(timeout=None): `timeout` by position or keyword, as Thread.join takes it. Sets *timeout (borrowed,
-// null when not given); false with a TypeError set.
-bool parse_join_arguments(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, PyObject** timeout) {
-  const Py_ssize_t nkw = kwnames == nullptr ? 0 : PyTuple_GET_SIZE(kwnames);
-  *timeout = nargs >= 1 ? args[0] : nullptr;
-  for (Py_ssize_t k = 0; k < nkw; ++k) {
-    PyObject* const name = PyTuple_GET_ITEM(kwnames, k);
-    if (PyUnicode_CompareWithASCIIString(name, "timeout") != 0) {
-      PyErr_Format(PyExc_TypeError, "_NativeThread.join() got an unexpected keyword argument '%U'", name);
-      return false;
-    }
-    if (*timeout != nullptr) {
-      PyErr_SetString(PyExc_TypeError, "_NativeThread.join() got multiple values for argument 'timeout'");
-      return false;
-    }
-    *timeout = args[nargs + k];
-  }
-  if (nargs + nkw > 1) {
-    PyErr_Format(PyExc_TypeError, "_NativeThread.join() takes at most 1 argument (%zd given)", nargs + nkw);
-    return false;
-  }
-  return true;
-}
+const char* const kJoinNames[] = {"timeout", nullptr};
+const Parameters kJoinParameters = {"_NativeThread.join", kJoinNames, 0, 0};
 
 PyObject* native_thread_join(PyObject* object, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
   auto* self = reinterpret_cast<NativeThread*>(object);
   PyObject* timeout = nullptr;
-  if (!parse_join_arguments(args, nargs, kwnames, &timeout)) return nullptr;
-  double limit = -1.0;  // no limit
-  if (timeout != nullptr && timeout != Py_None) {
-    limit = PyFloat_AsDouble(timeout);
-    if (limit == -1.0 && PyErr_Occurred()) return nullptr;
-    if (limit < 0) limit = 0;
-  }
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                            std::chrono::duration<double>(limit < 0 ? 0 : limit));
+  if (!parse_arguments(kJoinParameters, args, nargs, kwnames, &timeout)) return nullptr;
+  int limit_ms = -1;  // not given, or None: no limit (Thread.join's default)
+  if (timeout != nullptr && !parse_timeout(kJoinParameters.function, "timeout", timeout, &limit_ms)) return nullptr;
+  const bool limited = limit_ms >= 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limited ? limit_ms : 0);
   NativeRun* run = self->run->get();
   for (;;) {
     bool done;
@@ -165,12 +140,12 @@ PyObject* native_thread_join(PyObject* object, PyObject* const* args, Py_ssize_t
     Py_BEGIN_ALLOW_THREADS
     std::unique_lock<std::mutex> lock(run->mutex);
     auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-    if (limit >= 0 && deadline < until) until = deadline;
+    if (limited && deadline < until) until = deadline;
     run->finished.wait_until(lock, until, [run] { return run->done; });
     done = run->done;
     Py_END_ALLOW_THREADS
     if (done) Py_RETURN_TRUE;
-    if (limit >= 0 && std::chrono::steady_clock::now() >= deadline) Py_RETURN_FALSE;
+    if (limited && std::chrono::steady_clock::now() >= deadline) Py_RETURN_FALSE;
     if (PyErr_CheckSignals() < 0) return nullptr;
   }
 }
@@ -234,4 +209,4 @@ int add_native_thread_type(PyObject* module) {
   return 0;
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

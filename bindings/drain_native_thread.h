@@ -14,10 +14,10 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Adds the immutable heap type _NativeThread to `module`. Returns 0, or -1 with an exception set.
 // Module init only; requires an attached thread state (GIL).
 int add_native_thread_type(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -22,7 +22,7 @@
 
 #include "bindings/drain.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // How long a main thread that stepped aside waits for a drain thread to take the GIL, at most. Not a time
@@ -106,4 +106,4 @@ void forget_step_aside_after_fork() noexcept {
   g_step_aside_scheduled.store(false, std::memory_order_relaxed);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -10,7 +10,7 @@
 
 #include <chrono>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Takes the GIL back for `state` (PyEval_RestoreThread) after asking a busy main thread to step aside (one
 // call outstanding at a time), and returns how long that took. On 3.15+ the caller holds a PEP 788 guard
@@ -25,4 +25,4 @@ std::chrono::steady_clock::duration take_gil_asking_main_thread_to_step_aside(Py
 // Fork child, single-threaded; never touches Python; never blocks.
 void forget_step_aside_after_fork() noexcept;
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

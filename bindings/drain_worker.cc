@@ -42,7 +42,7 @@
 #include "bindings/drain_worker.h"
 #include "bindings/interpreter_attach.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // How long the loop lingers after a drain that found work: bounds the extra release latency for
@@ -132,7 +132,7 @@ bool take_gil_unless_finalizing(const DrainWorker* self, PyThreadState* state, b
 
 // Called after a wake-up, GIL released; returns with the GIL released and `*state` its thread state.
 // Drains while work keeps arriving (the linger); the first look that finds nothing settles the signal,
-// including a wake-up fd left readable by notify() with nothing pending. Returns false once the
+// including a wake-up fd left readable with nothing pending. Returns false once the
 // interpreter is finalizing: the loop must leave.
 bool drain_while_work_arrives(const DrainWorker* self, PyThreadState** state) {
   for (;;) {
@@ -332,4 +332,4 @@ int add_drain_worker_types(PyObject* module) {
   return 0;
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -6,7 +6,7 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_attach.h's
 // counts) and _NativeThread, and the function _set_trim_delay, to `module`. Returns 0, or -1 with an
@@ -19,4 +19,4 @@ int add_drain_worker_types(PyObject* module);
 // Fork child, single-threaded, GIL held; never blocks.
 void forget_drain_threads_after_fork() noexcept;
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

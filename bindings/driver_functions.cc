@@ -7,10 +7,8 @@
 
 #include "bindings/module_state.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
-
-namespace graph = reclaim::graph;
 
 PyObject* py_driver_info(PyObject*, PyObject*) {
   const graph::Driver* driver;
@@ -56,4 +54,4 @@ int add_driver_functions(PyObject* module) {
   return PyModule_AddFunctions(module, kDriverMethods);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

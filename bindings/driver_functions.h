@@ -7,7 +7,7 @@
 
 #include "graph/driver.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Adds the DriverError exception and _driver_info to the extension module, and keeps the exception in
 // the module's state (bindings/module_state.h). Returns 0, or -1 with an exception set.
@@ -23,4 +23,4 @@ const reclaim::graph::Driver* usable_driver(PyObject* module);
 // Requires an attached thread state (GIL).
 PyObject* driver_error(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

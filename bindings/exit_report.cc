@@ -14,7 +14,7 @@
 #include "bindings/drain.h"
 #include "cleanup/reclaim.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // Set once at import from CUDA_RECLAIM_REPORT; read at process exit.
@@ -74,4 +74,4 @@ int configure_exit_report() {
 
 void write_exit_report_at_finalize_instead() noexcept { g_at_finalize.store(true); }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

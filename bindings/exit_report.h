@@ -4,7 +4,7 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Reads CUDA_RECLAIM_REPORT: "1", "true", "yes", "on" (any case) ask for the report; unset, "", "0",
 // "false", "no", "off" do not. Anything else: returns -1 with ImportError set (a typo never silently turns
@@ -17,4 +17,4 @@ int configure_exit_report();
 // Any thread; never touches Python; never blocks.
 void write_exit_report_at_finalize_instead() noexcept;
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

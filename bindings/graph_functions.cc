@@ -19,10 +19,8 @@
 #include "graph/driver.h"
 #include "graph/keep_alive.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
-
-namespace graph = reclaim::graph;
 
 enum class Target { kGraph, kCapture, kStream };
 
@@ -109,4 +107,4 @@ PyMethodDef kGraphMethods[] = {
 
 int add_graph_functions(PyObject* module) { return PyModule_AddFunctions(module, kGraphMethods); }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -4,11 +4,11 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Adds _keep_alive_graph, _keep_alive_capture and _keep_alive_stream to the extension module (after
 // add_driver_functions: they raise its DriverError). Returns 0, or -1 with an exception set.
 // Requires an attached thread state (GIL).
 int add_graph_functions(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -14,10 +14,8 @@
 #include "bindings/driver_functions.h"
 #include "bindings/host_calls.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
-
-namespace graph = reclaim::graph;
 
 // The dependencies of a host node, as CUDA takes them: a PyMem array (free with PyMem_Free; not null even
 // when empty), or null with an exception set.
@@ -182,4 +180,4 @@ int add_host_call_functions(PyObject* module) {
   return PyModule_AddFunctions(module, kHostCallMethods);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

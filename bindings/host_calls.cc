@@ -17,7 +17,7 @@
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 CallCounters g_call_counters;
 
@@ -360,4 +360,4 @@ void forget_calls_after_fork() {
   cancel_list(&g_parents_calls);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -21,7 +21,7 @@
 
 #include "bindings/release_loop.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // The release action for one queued item: runs a host call (or parks it until the calls before it on its
 // stream have run) or a host-node call, or Py_DECREFs a plain reference. Steals the queue's reference.
@@ -55,4 +55,4 @@ void forget_calls_after_fork();
 // Requires an attached thread state (GIL).
 int add_host_call_functions(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -12,9 +12,7 @@
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
 
-namespace reclaim_bindings {
-namespace graph = reclaim::graph;
-
+namespace reclaim::bindings {
 void clear_host_node(HostNode* node) {
   Py_XDECREF(node->fn);
   Py_XDECREF(node->args);
@@ -60,4 +58,4 @@ void host_node_arrived(HostNode* node) {
   if (graph::host_node_entry_done(&node->slot)) Py_DECREF(node);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

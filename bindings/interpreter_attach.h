@@ -25,7 +25,7 @@
 #define CUDA_RECLAIM_HAVE_PEP788 0
 #endif
 
-namespace reclaim_bindings::interpreter_attach {
+namespace reclaim::bindings::interpreter_attach {
 
 // Whether the PEP 788 branch is compiled in.
 inline constexpr bool kPep788 = CUDA_RECLAIM_HAVE_PEP788 != 0;
@@ -171,6 +171,6 @@ class NativeAttach {
 #endif
 };
 
-}  // namespace reclaim_bindings::interpreter_attach
+}  // namespace reclaim::bindings::interpreter_attach
 
 #endif  // CUDA_RECLAIM_BINDINGS_INTERPRETER_ATTACH_H_

@@ -10,7 +10,7 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 struct ModuleState {
   PyObject* driver_error;  // cuda_reclaim._reclaim.DriverError (strong; set by add_driver_functions)
@@ -22,4 +22,4 @@ inline ModuleState* module_state(PyObject* module) {
   return static_cast<ModuleState*>(PyModule_GetState(module));
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

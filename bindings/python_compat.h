@@ -8,8 +8,7 @@
 //
 // Header-only, C++; include after <Python.h>.
 
-#ifndef CUDA_RECLAIM_BINDINGS_PYTHON_COMPAT_H_
-#define CUDA_RECLAIM_BINDINGS_PYTHON_COMPAT_H_
+#pragma once
 
 #include <Python.h>
 
@@ -17,7 +16,7 @@
 #error "cuda-reclaim needs CPython 3.10 or newer"
 #endif
 
-namespace reclaim_bindings::python_compat {
+namespace reclaim::bindings::python_compat {
 
 // True once the main interpreter has begun finalizing (Py_FinalizeEx has started): from then on no
 // Python object may be released. Public as Py_IsFinalizing() since 3.13; _Py_IsFinalizing() before
@@ -85,6 +84,4 @@ inline bool exception_set(const PyThreadState* thread) noexcept {
 #endif
 }
 
-}  // namespace reclaim_bindings::python_compat
-
-#endif  // CUDA_RECLAIM_BINDINGS_PYTHON_COMPAT_H_
+}  // namespace reclaim::bindings::python_compat

@@ -28,13 +28,13 @@
 
 namespace {
 
-using reclaim_bindings::check_callable;
-using reclaim_bindings::drain_safely;
-using reclaim_bindings::Parameters;
-using reclaim_bindings::parse_arguments;
-using reclaim_bindings::parse_count;
-using reclaim_bindings::parse_timeout;
-using reclaim_bindings::queue;
+using reclaim::bindings::check_callable;
+using reclaim::bindings::drain_safely;
+using reclaim::bindings::Parameters;
+using reclaim::bindings::parse_arguments;
+using reclaim::bindings::parse_count;
+using reclaim::bindings::parse_timeout;
+using reclaim::bindings::queue;
 
 // --- the owner's side of the table -------------------------------------------------------------------
 
@@ -89,7 +89,7 @@ PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
 }
 
 PyObject* py_drain_references(PyObject*, PyObject*) {
-  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim_bindings::Calls::kGiveBack));
+  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim::bindings::Calls::kGiveBack));
 }
 
 constexpr const char* kWaitNames[] = {"timeout", nullptr};
@@ -118,7 +118,7 @@ PyObject* py_trim(PyObject*, PyObject*) {
   return PyBool_FromLong(status == reclaim::TrimStatus::kTrimmed);
 }
 
-PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim_bindings::close_safely()); }
+PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim::bindings::close_safely()); }
 
 PyObject* py_defer_release(PyObject*, PyObject* object) {
   Py_INCREF(object);
@@ -149,14 +149,14 @@ PyObject* py_report(PyObject*, PyObject*) {
 }
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
-  reclaim_bindings::forget_drain_threads_after_fork();
-  reclaim_bindings::forget_calls_after_fork();
-  reclaim_bindings::reopen_calls_after_fork();
+  reclaim::bindings::forget_drain_threads_after_fork();
+  reclaim::bindings::forget_calls_after_fork();
+  reclaim::bindings::reopen_calls_after_fork();
   Py_RETURN_NONE;
 }
 
 PyObject* py_report_at_finalize(PyObject*, PyObject*) {
-  reclaim_bindings::write_exit_report_at_finalize_instead();
+  reclaim::bindings::write_exit_report_at_finalize_instead();
   Py_RETURN_NONE;
 }
 
@@ -243,9 +243,9 @@ int module_exec(PyObject* module) {
                  reclaim::kReservedCapacityVariable, capacity.invalid_text, reclaim::kMaxReservedCapacity);
     return -1;
   }
-  if (reclaim_bindings::configure_exit_report() < 0) return -1;
+  if (reclaim::bindings::configure_exit_report() < 0) return -1;
   // Creates the process-wide queue now, never on a producer thread, and makes this module its owner.
-  if (reclaim_own_process_queue(&kOwner) < 0 || !reclaim_bindings::bind_queue()) {
+  if (reclaim_own_process_queue(&kOwner) < 0 || !reclaim::bindings::bind_queue()) {
     PyErr_SetString(PyExc_ImportError, "cuda_reclaim._reclaim: this copy of the queue was adopted elsewhere");
     return -1;
   }
@@ -256,12 +256,12 @@ int module_exec(PyObject* module) {
   Py_DECREF(capsule);
   if (added < 0) return -1;
   if (PyModule_AddIntConstant(module, "ABI_VERSION", RECLAIM_ABI_VERSION) < 0) return -1;
-  if (reclaim_bindings::add_stats(module) < 0) return -1;
-  if (reclaim_bindings::add_argument_functions(module) < 0) return -1;
-  if (reclaim_bindings::add_drain_worker_types(module) < 0) return -1;
-  if (reclaim_bindings::add_driver_functions(module) < 0) return -1;
-  if (reclaim_bindings::add_host_call_functions(module) < 0) return -1;
-  return reclaim_bindings::add_graph_functions(module);
+  if (reclaim::bindings::add_stats(module) < 0) return -1;
+  if (reclaim::bindings::add_argument_functions(module) < 0) return -1;
+  if (reclaim::bindings::add_drain_worker_types(module) < 0) return -1;
+  if (reclaim::bindings::add_driver_functions(module) < 0) return -1;
+  if (reclaim::bindings::add_host_call_functions(module) < 0) return -1;
+  return reclaim::bindings::add_graph_functions(module);
 }
 
 PyModuleDef_Slot kSlots[] = {
@@ -277,12 +277,12 @@ PyModuleDef_Slot kSlots[] = {
 
 // The module state holds the objects a module object hands to Python code (bindings/module_state.h).
 int module_traverse(PyObject* module, visitproc visit, void* arg) {
-  Py_VISIT(reclaim_bindings::module_state(module)->driver_error);
+  Py_VISIT(reclaim::bindings::module_state(module)->driver_error);
   return 0;
 }
 
 int module_clear(PyObject* module) {
-  Py_CLEAR(reclaim_bindings::module_state(module)->driver_error);
+  Py_CLEAR(reclaim::bindings::module_state(module)->driver_error);
   return 0;
 }
 
@@ -292,7 +292,7 @@ PyModuleDef kModule = {
     PyModuleDef_HEAD_INIT,
     "cuda_reclaim._reclaim",
     "Process-wide reclaim queue: native threads hand over references, Python releases them safely.",
-    sizeof(reclaim_bindings::ModuleState),
+    sizeof(reclaim::bindings::ModuleState),
     kMethods,
     kSlots,
     module_traverse,

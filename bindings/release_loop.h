@@ -13,7 +13,7 @@
 #include "bindings/python_compat.h"
 #include "cleanup/reclaim_queue.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // How many items ahead of its release each object's line is asked for, so that the fetch overlaps with
 // the releases in between (the drain hands over batches without prefetched pointees when the references
@@ -140,4 +140,4 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   report_leftover_exception(thread);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

@@ -17,10 +17,8 @@
 #include "graph/counters.h"
 #include "graph/keep_alive.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
-
-namespace graph = reclaim::graph;
 
 // Every counter, read together by _all_stats().
 struct Values {
@@ -249,4 +247,4 @@ int add_stats(PyObject* module) {
   return PyModule_AddFunctions(module, kStatsMethods);
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

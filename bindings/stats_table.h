@@ -6,7 +6,7 @@
 
 #include <Python.h>
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 
 // Adds, all derived from the one table: STATS_KEYS (the queue's counters, in the order of the C ABI's
 // struct), SOURCE_KEYS, HOLD_KEYS, CALL_KEYS, STATS_DOCS (every key → what it counts),
@@ -15,4 +15,4 @@ namespace reclaim_bindings {
 // exception set. Requires an attached thread state (GIL); module init only.
 int add_stats(PyObject* module);
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

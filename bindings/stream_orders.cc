@@ -13,7 +13,7 @@
 
 #include "bindings/call_items.h"
 
-namespace reclaim_bindings {
+namespace reclaim::bindings {
 namespace {
 
 // Streams with host calls in flight at once are few (a handful per device): 64 buckets keep each short.
@@ -109,4 +109,4 @@ void forget_stream_orders() {
   }
 }
 
-}  // namespace reclaim_bindings
+}  // namespace reclaim::bindings

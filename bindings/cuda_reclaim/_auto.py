@@ -102,6 +102,8 @@ def set_auto_drain(mode):
     Safe from a finalizer, on any thread; blocks at most the 2 s above.
     """
     global _mode
+    if not isinstance(mode, str):
+        raise TypeError(f"set_auto_drain(): the mode must be a str, not {type(mode).__name__}")
     if mode not in _MODES:
         raise ValueError(
             f"set_auto_drain(): the mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}"

@@ -143,13 +143,13 @@ PyObject* release(PyObject*, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   if (sizes.empty()) sizes.push_back(items.size());
-  const bool fetched_ahead = !reclaim_bindings::objects_follow_in_address_order(items.data(), 0, items.size());
+  const bool fetched_ahead = !reclaim::bindings::objects_follow_in_address_order(items.data(), 0, items.size());
   reclaim::ReleaseBatch batch{items.data(), 0, 0, items.size()};
   bool unwound = false;
   try {
     for (std::size_t size : sizes) {
       batch.count = std::min(items.size(), batch.count + size);
-      reclaim_bindings::release_batch(&batch, reclaim_bindings::HostItemType{g_call_type}, run_call);
+      reclaim::bindings::release_batch(&batch, reclaim::bindings::HostItemType{g_call_type}, run_call);
     }
   } catch (const std::runtime_error&) {
     unwound = true;
@@ -179,7 +179,7 @@ PyObject* follow_in_address_order(PyObject*, PyObject* addresses) {
   }
   Py_DECREF(sequence);
   if (PyErr_Occurred()) return nullptr;
-  return PyBool_FromLong(reclaim_bindings::objects_follow_in_address_order(items.data(), 0, items.size()));
+  return PyBool_FromLong(reclaim::bindings::objects_follow_in_address_order(items.data(), 0, items.size()));
 }
 
 // throwing_hook(unraisable): a sys.unraisablehook that unwinds (a C++ exception), as a thread ended in the
@@ -206,7 +206,8 @@ PyMODINIT_FUNC PyInit__release_loop_probe(void) {
   PyObject* module = PyModule_Create(&kModule);
   // How far apart the loop's test of a layout looks (tests build their layouts from it).
   if (module != nullptr &&
-      PyModule_AddIntConstant(module, "ORDER_SAMPLE_STEP", static_cast<long>(reclaim_bindings::kOrderSampleStep)) < 0) {
+      PyModule_AddIntConstant(module, "ORDER_SAMPLE_STEP",
+                              static_cast<long>(reclaim::bindings::kOrderSampleStep)) < 0) {
     Py_DECREF(module);
     return nullptr;
   }

@@ -137,7 +137,20 @@ def test_native_thread_join_takes_its_timeout_by_position_or_keyword():
         thread.join(1, timeout=1)
     with pytest.raises(TypeError, match="at most 1 argument"):
         thread.join(1, 2)
+    # The package's timeout rules (docs/guide.md): negative or NaN is a ValueError, a bool a TypeError.
+    with pytest.raises(ValueError, match=r"^_NativeThread.join\(\): timeout"):
+        thread.join(-1)
+    with pytest.raises(ValueError, match=r"^_NativeThread.join\(\): timeout"):
+        thread.join(float("nan"))
+    with pytest.raises(TypeError, match=r"^_NativeThread.join\(\): timeout"):
+        thread.join(True)
     finish.set()
     assert thread.join(timeout=None) is True
     assert not thread.is_alive()
     assert ran == [thread.ident]
+
+
+@pytest.mark.parametrize("mode", [1, None, b"thread"])
+def test_set_auto_drain_names_itself_when_the_mode_is_not_a_str(mode):
+    with pytest.raises(TypeError, match=r"^set_auto_drain\(\): the mode must be a str"):
+        cuda_reclaim.set_auto_drain(mode)
