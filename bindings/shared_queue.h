@@ -12,8 +12,10 @@
 #ifndef CUDA_RECLAIM_BINDINGS_SHARED_QUEUE_H_
 #define CUDA_RECLAIM_BINDINGS_SHARED_QUEUE_H_
 
-#include "cleanup/reclaim.h"
+/* Python.h first (cuda_reclaim.h includes it): its feature macros must precede every system header. */
 #include "cuda_reclaim/cuda_reclaim.h"
+
+#include "cleanup/reclaim.h"
 
 /* cuda_reclaim_import(), then reclaim_adopt() of the capsule's table by this shared object's copy of
  * cleanup/. Returns 0, or -1 with ImportError set: the module is missing or too old, or this copy of
