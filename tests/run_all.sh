@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of cuda-reclaim on a fresh machine of this kind, installing what is missing:
 #   1. Debian packages (third_party/install_deps.sh) and, per interpreter, tests/requirements.txt;
-#   2. `bazel test --config=strict //...` (warnings in our code are errors) once for every CPython among 3.10–3.15 found (fails if one is missing,
-#      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
-#      the wheel and everything else registered with Bazel; a missing 3.14 or 3.15 is first assembled
-#      from Debian's packages by third_party/install_python.sh;
+#   2. `bazel test --config=strict //...` (warnings in our code are errors) once for every CPython
+#      among 3.10–3.15 found (fails if one is missing, unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1),
+#      which covers the C++ tests, the pytest suite, the wheel and everything else registered with
+#      Bazel; a missing 3.14 or 3.15 is first assembled from Debian's packages by
+#      third_party/install_python.sh;
 #   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan (with strict too).
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
