@@ -2,6 +2,10 @@
 code that stands for them). setup.py compiles the pip-built extension with the same list
 (LIBRARY_COMPILE_FLAGS); tests/packaging:build_drift_test checks that the two agree.
 
+-Wall -Wextra: our code compiles without a warning from GCC (Bazel, setup.py) or clang (zig, the wheels);
+.bazelrc's --config=strict and setup.py's CUDA_RECLAIM_WERROR=1 make them errors, in CI only, so that a
+user's other compiler that warns still builds.
+
 -funroll-loops: a drain copies the pointers it takes out of moodycamel's blocks in ConcurrentQueue's own
 loop (try_dequeue_bulk, inlined into the drain), 7 instructions per pointer at -O2, where GCC does not
 unroll a loop whose trip count is known only at run time; unrolled, about 4.7. Counted with
@@ -10,4 +14,8 @@ unroll a loop whose trip count is known only at run time; unrolled, about 4.7. C
 and anchors keep the toolchain's defaults.
 """
 
-LIBRARY_COPTS = ["-funroll-loops"]
+LIBRARY_COPTS = [
+    "-Wall",
+    "-Wextra",
+    "-funroll-loops",
+]

@@ -53,7 +53,10 @@ DEFINE_MACROS = []
 # The C++ flags .bazelrc gives every compile (build --cxxopt=...).
 CXX_FLAGS = ["-std=c++17"]
 # The `copts` of those targets (library_copts.bzl says why).
-LIBRARY_COMPILE_FLAGS = ["-funroll-loops"]
+LIBRARY_COMPILE_FLAGS = ["-Wall", "-Wextra", "-funroll-loops"]
+# CUDA_RECLAIM_WERROR=1 (CI's builds) makes warnings errors, as .bazelrc's --config=strict; off by default,
+# so that a user's compiler that warns where CI's does not still builds.
+WERROR_FLAGS = ["-Werror"]
 # The targets' `linkopts`: //cleanup's -pthread, //graph's -ldl, the extension's version script (it
 # exports PyInit__reclaim alone).
 VERSION_SCRIPT = "bindings/exports.lds"
@@ -135,6 +138,15 @@ def cuda_include_dir():
     )
 
 
+def werror_flags():
+    werror = os.environ.get("CUDA_RECLAIM_WERROR", "")
+    if werror not in ("", "0", "1"):
+        fail(f"CUDA_RECLAIM_WERROR is {werror!r}: 1 makes warnings errors, 0 or unset does not")
+    if werror == "1":
+        note("CUDA_RECLAIM_WERROR=1: warnings are errors")
+    return WERROR_FLAGS if werror == "1" else []
+
+
 def extension():
     return Extension(
         "cuda_reclaim._reclaim",
@@ -142,7 +154,7 @@ def extension():
         depends=EXTENSION_HEADERS + [VERSION_SCRIPT, BUNDLED_CONCURRENTQUEUE_HEADER],
         include_dirs=INCLUDE_DIRS + [stage_concurrentqueue(), cuda_include_dir()],
         define_macros=DEFINE_MACROS,
-        extra_compile_args=CXX_FLAGS + LIBRARY_COMPILE_FLAGS,
+        extra_compile_args=CXX_FLAGS + LIBRARY_COMPILE_FLAGS + werror_flags(),
         extra_link_args=LINK_FLAGS + PIP_ONLY_LINK_FLAGS,
         language="c++",  # link with the C++ driver: -static-libstdc++ needs it
     )

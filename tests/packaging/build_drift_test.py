@@ -130,6 +130,41 @@ def test_same_cxx_flags_as_bazelrc(setup_py):
     assert setup_py["CXX_FLAGS"] == flags
 
 
+def strict_per_file_copts():
+    """.bazelrc's `build:strict --per_file_copt=FILTERS@OPTIONS`: [(filters, options)]."""
+    found = []
+    for line in open(".bazelrc"):
+        words = line.split("#", 1)[0].split()
+        if words and words[0] == "build:strict":
+            for word in words[1:]:
+                if word.startswith("--per_file_copt="):
+                    filters, options = word.split("=", 1)[1].rsplit("@", 1)
+                    found.append((filters.split(","), options.split(",")))
+    return found
+
+
+def strict_options(per_file, path):
+    """The options --per_file_copt adds to the compile of `path` (Bazel's filters: regex, +regex, -regex)."""
+    added = []
+    for filters, options in per_file:
+        included = any(re.search(f.lstrip("+"), path) for f in filters if not f.startswith("-"))
+        excluded = any(re.search(f[1:], path) for f in filters if f.startswith("-"))
+        if included and not excluded:
+            added += options
+    return added
+
+
+def test_strict_config_is_setup_pys_werror(setup_py):
+    # CI's two builds of the extension make the same warnings errors: Bazel's --config=strict and the pip
+    # build's CUDA_RECLAIM_WERROR=1; and only ours (googletest's and benchmark's sources keep their warnings).
+    per_file = strict_per_file_copts()
+    assert per_file, ".bazelrc has no `build:strict --per_file_copt`: has it moved?"
+    for source in setup_py["EXTENSION_SOURCES"]:
+        assert strict_options(per_file, source) == setup_py["WERROR_FLAGS"], source
+    for other in ("external/googletest/googletest/src/gtest.cc", "tests/cleanup/trim_test.cc"):
+        assert strict_options(per_file, other) == [], other
+
+
 def test_same_link_flags(bazel, setup_py):
     ours, _ = bazel
     bazel_linkopts = []

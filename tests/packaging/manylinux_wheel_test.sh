@@ -18,7 +18,8 @@ floor=2.28
 older_or_same() { [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -1)" == "$2" ]; }
 
 # Bounded: the first build also compiles zig's libc++ (minutes); a stuck download must not hang CI.
-timeout --kill-after=30 1800 bash bindings/build_wheels.sh --out "${tmp}/dist" --glibc "${floor}" "${python}"
+# Warnings are errors, as in CI's Bazel builds (.bazelrc's --config=strict).
+CUDA_RECLAIM_WERROR=1 timeout --kill-after=30 1800 bash bindings/build_wheels.sh --out "${tmp}/dist" --glibc "${floor}" "${python}"
 tag="$("${python}" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
 ls "${tmp}"/dist/cuda_reclaim-*.tar.gz >/dev/null
 wheel="$(ls "${tmp}"/dist/cuda_reclaim-*-"${tag}"-"${tag}"-manylinux_*_x86_64.whl)"
@@ -55,7 +56,8 @@ TEST_TMPDIR="${tmp}/install" bash tests/python/wheel_install_test.sh "${python}"
 echo
 echo "=== pytest tests/python against ${wheel##*/}"
 # The suite's test extensions and helpers, for this interpreter; the package itself from the wheel.
-bazel build --color=no --curses=no --repo_env=PYTHON_BIN_PATH="${python}" //tests/python:pytest
+# --config=strict as tests/run_all.sh's runs: their cached objects, not a rebuild without -Werror.
+bazel build --color=no --curses=no --config=strict --repo_env=PYTHON_BIN_PATH="${python}" //tests/python:pytest
 runfiles="$(readlink -f bazel-bin)/tests/python/pytest.runfiles/cuda_reclaim"
 venv="${tmp}/suite-venv"
 # --system-site-packages: pytest and the suite's other packages come from the interpreter
