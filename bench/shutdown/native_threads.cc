@@ -1,5 +1,7 @@
 // bench/shutdown/native_threads.cc — see native_threads.h.
 
+#include <Python.h>  // first (CPython's rule): strategies.h below needs it
+
 #include "bench/shutdown/native_threads.h"
 
 #include <pthread.h>
