@@ -1,0 +1,149 @@
+"""``python -m cuda_reclaim info``: what a bug report needs, read only (no drain thread starts, no
+counter moves, no GPU library is imported); every section catches its own errors and reports them."""
+
+import argparse
+import json
+import os
+import platform
+import sys
+import sysconfig
+
+# Distributions whose versions are reported, never imported (importing them can initialize CUDA).
+_OTHER_DISTRIBUTIONS = (
+    "cuda-core",
+    "cuda-bindings",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "cupy",
+    "torch",
+    "numba-cuda",
+)
+
+
+def _package():
+    import cuda_reclaim
+
+    return {
+        "version": cuda_reclaim.__version__,
+        "abi_version": cuda_reclaim.ABI_VERSION,
+        "location": os.path.dirname(os.path.abspath(cuda_reclaim.__file__)),
+        "build": _build(cuda_reclaim.__file__),
+    }
+
+
+def _build(package_file):
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("cuda-reclaim")
+    except metadata.PackageNotFoundError:
+        return "source tree"
+    # An installed distribution that is not the imported package (a source tree on sys.path) says nothing.
+    installed = os.path.abspath(str(dist.locate_file(os.path.join("cuda_reclaim", "__init__.py"))))
+    if installed != os.path.abspath(package_file):
+        return "source tree"
+    wheel = dist.read_text("WHEEL")
+    tags = [line.split(":", 1)[1].strip() for line in (wheel or "").splitlines() if line.startswith("Tag:")]
+    return "wheel " + ", ".join(tags) if tags else "installed (no wheel tag)"
+
+
+def _python():
+    return {
+        "version": sys.version,
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "Py_GIL_DISABLED": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+        "Py_DEBUG": bool(sysconfig.get_config_var("Py_DEBUG")),
+    }
+
+
+def _platform():
+    libc, libc_version = platform.libc_ver()
+    return {"platform": platform.platform(), "machine": platform.machine(), "libc": f"{libc} {libc_version}".strip()}
+
+
+def _auto_drain():
+    import cuda_reclaim
+
+    return {"mode": cuda_reclaim.get_auto_drain()}
+
+
+def _environment():
+    return {name: value for name, value in sorted(os.environ.items()) if name.startswith("CUDA_RECLAIM_")}
+
+
+def _driver():
+    from . import _reclaim
+
+    info = dict(_reclaim._driver_info())
+    info["library"] = os.environ.get("CUDA_RECLAIM_LIBCUDA") or "libcuda.so.1"
+    # The extension reports status, version and message only; devices are not queried here.
+    info.setdefault("devices", "not reported")
+    return info
+
+
+def _libraries():
+    from importlib import metadata
+
+    versions = {}
+    for name in _OTHER_DISTRIBUTIONS:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def _stats():
+    import cuda_reclaim
+
+    return cuda_reclaim.stats()
+
+
+_SECTIONS = (
+    ("cuda_reclaim", _package),
+    ("python", _python),
+    ("platform", _platform),
+    ("auto_drain", _auto_drain),
+    ("environment", _environment),
+    ("driver", _driver),
+    ("libraries", _libraries),
+    ("stats", _stats),
+)
+
+
+def collect():
+    """Return the report as a dict of sections; a section that failed holds ``{"error": "..."}``."""
+    report = {}
+    for name, section in _SECTIONS:
+        try:
+            report[name] = section()
+        except Exception as error:  # one broken section must not hide the others
+            report[name] = {"error": f"{type(error).__name__}: {error}"}
+    return report
+
+
+def format_text(report):
+    """The report as aligned ``key: value`` lines under one heading per section."""
+    lines = []
+    for section, values in report.items():
+        lines.append(f"{section}:")
+        if not values:
+            lines.append("  (none)")
+        for key, value in values.items():
+            shown = "not installed" if value is None else str(value).replace("\n", " ")
+            lines.append(f"  {key}: {shown}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    """``info [--json]``: print the report; returns the exit status (0)."""
+    parser = argparse.ArgumentParser(prog="python -m cuda_reclaim info", description=main.__doc__)
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(argv)
+    report = collect()
+    if args.json:
+        sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
+    else:
+        sys.stdout.write(format_text(report))
+    return 0
