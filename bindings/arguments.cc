@@ -156,8 +156,8 @@ bool parse_count(const char* function, const char* what, PyObject* value, std::s
   return true;
 }
 
-bool parse_timeout(const char* function, const char* what, PyObject* value, int* timeout_ms) {
-  *timeout_ms = 0;
+bool parse_timeout(const char* function, const char* what, PyObject* value, int absent_ms, int* timeout_ms) {
+  *timeout_ms = absent_ms;
   if (value == nullptr) return true;
   double seconds = 0.0;
   bool forever;

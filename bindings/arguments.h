@@ -39,9 +39,9 @@ bool parse_handle(const char* function, const char* what, PyObject* value, std::
 // SIZE_MAX also means all).
 bool parse_count(const char* function, const char* what, PyObject* value, std::size_t* count);
 
-// A timeout named `what`, in seconds → milliseconds for poll(2), rounded up: null (not given) → 0; None → -1
-// (no limit); one too large for poll(2) also → -1.
-bool parse_timeout(const char* function, const char* what, PyObject* value, int* timeout_ms);
+// A timeout named `what`, in seconds → milliseconds for poll(2), rounded up: null (not given) → `absent_ms`
+// (the parameter's default: 0, or -1 for None); None → -1 (no limit); one too large for poll(2) also → -1.
+bool parse_timeout(const char* function, const char* what, PyObject* value, int absent_ms, int* timeout_ms);
 
 // A callable named `what`.
 bool check_callable(const char* function, const char* what, PyObject* value);

@@ -73,10 +73,7 @@ PyObject* native_thread_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_NativeThread() takes one callable");
     return nullptr;
   }
-  if (!PyCallable_Check(target)) {
-    PyErr_SetString(PyExc_TypeError, "_NativeThread() takes one callable");
-    return nullptr;
-  }
+  if (!check_callable("_NativeThread", "target", target)) return nullptr;
   auto* self = reinterpret_cast<NativeThread*>(type->tp_alloc(type, 0));
   if (self == nullptr) return nullptr;
   self->run = new (std::nothrow) std::shared_ptr<NativeRun>(std::make_shared<NativeRun>());
@@ -129,8 +126,8 @@ PyObject* native_thread_join(PyObject* object, PyObject* const* args, Py_ssize_t
   auto* self = reinterpret_cast<NativeThread*>(object);
   PyObject* timeout = nullptr;
   if (!parse_arguments(kJoinParameters, args, nargs, kwnames, &timeout)) return nullptr;
-  int limit_ms = -1;  // not given, or None: no limit (Thread.join's default)
-  if (timeout != nullptr && !parse_timeout(kJoinParameters.function, "timeout", timeout, &limit_ms)) return nullptr;
+  int limit_ms;  // not given, or None: no limit (Thread.join's default)
+  if (!parse_timeout(kJoinParameters.function, "timeout", timeout, /*absent_ms=*/-1, &limit_ms)) return nullptr;
   const bool limited = limit_ms >= 0;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limited ? limit_ms : 0);
   NativeRun* run = self->run->get();

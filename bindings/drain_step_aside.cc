@@ -1,10 +1,9 @@
 // bindings/drain_step_aside.cc — see drain_step_aside.h.
 //
 // A main thread that runs bytecode gives the GIL up only after a waiter has waited a switch interval. On
-// 3.13+ (and later 3.12 releases) a pending call reaches it at its next eval-breaker check. On 3.10, 3.11
-// and early 3.12 releases (3.12.1 checked) a pending call added by another thread reaches it only when
-// something else makes it look: its own re-taking of the GIL after a blocking call, a garbage collection,
-// or the waiter's drop request. The first matters there: a main thread that gives the GIL up often but
+// 3.13+ a pending call reaches it at its next eval-breaker check. On 3.10-3.12 a pending call added by
+// another thread reaches it only when something else makes it look: its own re-taking of the GIL after a
+// blocking call, a garbage collection, or the waiter's drop request. The first matters there: a main thread that gives the GIL up often but
 // briefly (an event loop's select(0) between callbacks) takes it straight back before the woken drain
 // thread runs, and each re-take counts as a switch, so the drain thread's wait never ends in a drop
 // request; the re-take runs this call, and the drain thread gets in (see docs/benchmarks.md, "Release

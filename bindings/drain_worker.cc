@@ -315,11 +315,6 @@ PyMethodDef kWorkerFunctions[] = {
 
 }  // namespace
 
-void forget_drain_threads_after_fork() noexcept {
-  // Only the forking thread exists in the child: no drain thread waits for the GIL.
-  forget_step_aside_after_fork();
-}
-
 int add_drain_worker_types(PyObject* module) {
   if (PyModule_AddFunctions(module, kWorkerFunctions) < 0) return -1;
   if (add_native_thread_type(module) < 0) return -1;

@@ -1,6 +1,6 @@
-// bindings/drain_worker.h — cuda_reclaim._reclaim._DrainWorker, the automatic drain loop, and the types and
-// functions that go with it (_NativeThread, _set_trim_delay). cuda_reclaim._auto owns the lifecycle (which
-// worker runs on which thread, when it stops); drain_worker.cc owns the protocol.
+// bindings/drain_worker.h — cuda_reclaim._reclaim._DrainWorker, the automatic drain loop, and
+// _set_trim_delay (the exit-time _NativeThread is in drain_native_thread.h). cuda_reclaim._auto owns the
+// lifecycle (which worker runs on which thread, when it stops); drain_worker.cc owns the protocol.
 
 #pragma once
 
@@ -13,10 +13,5 @@ namespace reclaim::bindings {
 // exception set.
 // Module init only; requires an attached thread state (GIL).
 int add_drain_worker_types(PyObject* module);
-
-// Fork child: forgets the parent's drain threads (the count of those waiting for the GIL, the main thread's
-// step-aside call they had asked for).
-// Fork child, single-threaded, GIL held; never blocks.
-void forget_drain_threads_after_fork() noexcept;
 
 }  // namespace reclaim::bindings

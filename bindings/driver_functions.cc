@@ -10,11 +10,17 @@
 namespace reclaim::bindings {
 namespace {
 
-PyObject* py_driver_info(PyObject*, PyObject*) {
+// The driver, loaded on first use with the GIL released (dlopen and cuInit can be slow).
+const graph::Driver* loaded_driver() {
   const graph::Driver* driver;
   Py_BEGIN_ALLOW_THREADS
   driver = &graph::driver();
   Py_END_ALLOW_THREADS
+  return driver;
+}
+
+PyObject* py_driver_info(PyObject*, PyObject*) {
+  const graph::Driver* driver = loaded_driver();
   static const char* const kStatus[] = {"ok", "library_missing", "driver_too_old", "init_failed"};
   return Py_BuildValue("{s:s,s:i,s:s}", "status", kStatus[static_cast<int>(driver->status)], "version",
                        driver->version, "message", driver->message);
@@ -30,10 +36,7 @@ PyMethodDef kDriverMethods[] = {
 }  // namespace
 
 const graph::Driver* usable_driver(PyObject* module) {
-  const graph::Driver* driver;
-  Py_BEGIN_ALLOW_THREADS  // dlopen and cuInit can be slow
-  driver = &graph::driver();
-  Py_END_ALLOW_THREADS
+  const graph::Driver* driver = loaded_driver();
   if (driver->status != graph::DriverStatus::kOk) {
     PyErr_SetString(driver_error(module), driver->message);
     return nullptr;

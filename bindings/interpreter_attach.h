@@ -6,13 +6,12 @@
 // from going past the point where it waits for guards (after threading's shutdown and the atexit hooks,
 // with the GIL released), and a guard cannot be had once it went past it. Before 3.15 the attach is
 // unconditional: on 3.10–3.13 a thread that takes the GIL once finalizing is ended by a forced unwind,
-// on 3.14 it is parked (a new native thread was measured let in during module teardown); the callers
-// check interpreter_finalizing() once attached, as they always did.
+// on 3.14 it may be parked or let in; the callers check interpreter_finalizing() once attached, as they
+// always did.
 //
-// Header-only, C++; include after <Python.h>.
+// Header-only, C++.
 
-#ifndef CUDA_RECLAIM_BINDINGS_INTERPRETER_ATTACH_H_
-#define CUDA_RECLAIM_BINDINGS_INTERPRETER_ATTACH_H_
+#pragma once
 
 #include <Python.h>
 
@@ -65,6 +64,7 @@ class View {
   }
 
 #if CUDA_RECLAIM_HAVE_PEP788
+  // The view, or null when none could be opened; valid until this View is destroyed. Any thread.
   PyInterpreterView* get() const noexcept { return view_; }
 
  private:
@@ -172,5 +172,3 @@ class NativeAttach {
 };
 
 }  // namespace reclaim::bindings::interpreter_attach
-
-#endif  // CUDA_RECLAIM_BINDINGS_INTERPRETER_ATTACH_H_

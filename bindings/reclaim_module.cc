@@ -15,6 +15,7 @@
 
 #include "bindings/arguments.h"
 #include "bindings/drain.h"
+#include "bindings/drain_step_aside.h"
 #include "bindings/drain_worker.h"
 #include "bindings/driver_functions.h"
 #include "bindings/exit_report.h"
@@ -81,7 +82,7 @@ PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
   std::size_t budget;
   int timeout_ms;
   if (!parse_count("drain", "max_items", values[0], &budget)) return nullptr;
-  if (!parse_timeout("drain", "timeout", values[1], &timeout_ms)) return nullptr;
+  if (!parse_timeout("drain", "timeout", values[1], /*absent_ms=*/0, &timeout_ms)) return nullptr;
   // A closed queue gets no new work: waiting for it would only end at the timeout (close() also wakes
   // every drain already waiting).
   if (timeout_ms != 0 && !queue().maybe_pending() && !queue().is_closed()) wait_without_gil(timeout_ms);
@@ -99,7 +100,7 @@ PyObject* py_wait(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* 
   PyObject* timeout;
   if (!parse_arguments(kWaitParameters, args, nargs, kwnames, &timeout)) return nullptr;
   int timeout_ms;
-  if (!parse_timeout("wait", "timeout", timeout == nullptr ? Py_None : timeout, &timeout_ms)) return nullptr;
+  if (!parse_timeout("wait", "timeout", timeout, /*absent_ms=*/-1, &timeout_ms)) return nullptr;
   return PyBool_FromLong(wait_without_gil(timeout_ms));
 }
 
@@ -149,7 +150,7 @@ PyObject* py_report(PyObject*, PyObject*) {
 }
 
 PyObject* py_after_fork_in_child(PyObject*, PyObject*) {
-  reclaim::bindings::forget_drain_threads_after_fork();
+  reclaim::bindings::forget_step_aside_after_fork();  // only the forking thread exists: none waits for the GIL
   reclaim::bindings::forget_calls_after_fork();
   reclaim::bindings::reopen_calls_after_fork();
   Py_RETURN_NONE;

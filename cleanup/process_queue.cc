@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "cleanup/fatal.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace reclaim {
@@ -28,10 +29,7 @@ ReclaimQueue* create_global_queue() noexcept {
   }
   // Never deleted: pushes from CUDA's thread during exit() must find it alive.
   auto* queue = new (std::nothrow) ReclaimQueue(options);
-  if (queue == nullptr) {
-    std::fprintf(stderr, "cuda-reclaim: fatal: cannot allocate the process reclaim queue\n");
-    std::abort();
-  }
+  if (queue == nullptr) die("cannot allocate the process reclaim queue");
   pthread_atfork(nullptr, nullptr, [] { process_queue_of_this_copy().reset_after_fork_in_child(); });
   return queue;
 }

@@ -28,7 +28,7 @@ class QueueCounters {
   void count_rejected(std::uint64_t count) noexcept { rejected_.fetch_add(count, std::memory_order_relaxed); }
   std::uint64_t rejected() const noexcept { return rejected_.load(std::memory_order_relaxed); }
 
-  // A drain's dequeue: `count` taken, the first dequeue of a drain also counts a non-empty drain.
+  // A drain's dequeue: `count` taken (a non-empty drain is counted apart, count_nonempty_drain()).
   void count_taken(std::uint64_t count) noexcept { taken_.fetch_add(count, std::memory_order_relaxed); }
   // Released inside the dequeue (a quiet release), before anything reads them as taken and unsettled.
   void count_released(std::uint64_t count) noexcept { released_.fetch_add(count, std::memory_order_release); }

@@ -51,7 +51,8 @@ struct TakenBatch {
   std::uintptr_t next_source;
 };
 
-// Takes up to `want` pointers off `queue` into `batch`. Flattened: moodycamel's bulk dequeue takes the
+// Takes up to `want` pointers off `queue` into `batch`. A drain holding a StorageReader, any thread; never
+// blocks, never allocates. Flattened: moodycamel's bulk dequeue takes the
 // iterator by reference, and only once it is inlined here does the iterator live in registers rather
 // than in memory that every copied pointer goes through.
 template <bool kPrefetch>

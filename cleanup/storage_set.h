@@ -49,8 +49,10 @@ class StorageSet {
   // Inside a trim: the storage it could not empty (null: none). Drains and counts read it too.
   void set_retired(QueueStorage* storage) noexcept { retired_.store(storage, std::memory_order_relaxed); }
 
-  // A storage of `reserved_capacity` pointers; aborts the process if it cannot allocate one.
+  // A storage of `reserved_capacity` pointers; aborts the process if it cannot allocate one. Any thread;
+  // allocates, so never on the producer path.
   static QueueStorage* make_storage(std::size_t reserved_capacity) noexcept;
+  // Frees a storage that no reader can reach any more (a trim's, after its readers left). Any thread.
   static void free_storage(QueueStorage* storage) noexcept;
 
   // How many fork resets this set has had. Any thread.

@@ -1,4 +1,4 @@
-// tests/cleanup/wakeup_signal_test.cc — WakeupSignal alone: the edge, the linger, notify, the closed fd
+// tests/cleanup/wakeup_signal_test.cc — WakeupSignal alone: the edge (raise), the linger, the closed fd
 // and the fork reset, as ReclaimQueue relies on them.
 
 #include "cleanup/wakeup_signal.h"
