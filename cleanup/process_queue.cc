@@ -30,7 +30,7 @@ ReclaimQueue* create_global_queue() noexcept {
   // Never deleted: pushes from CUDA's thread during exit() must find it alive.
   auto* queue = new (std::nothrow) ReclaimQueue(options);
   if (queue == nullptr) die("cannot allocate the process reclaim queue");
-  pthread_atfork(nullptr, nullptr, [] { process_queue_of_this_copy().reset_after_fork_in_child(); });
+  pthread_atfork(nullptr, nullptr, [] { process_queue().reset_after_fork_in_child(); });
   return queue;
 }
 
@@ -56,7 +56,7 @@ ReservedCapacitySetting reserved_capacity_from_environment() noexcept {
   return setting;
 }
 
-ReclaimQueue& process_queue_of_this_copy() noexcept {
+ReclaimQueue& process_queue() noexcept {
   static ReclaimQueue* const queue = create_global_queue();
   return *queue;
 }

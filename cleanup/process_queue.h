@@ -11,6 +11,6 @@ namespace reclaim {
 
 // Created on first use (allocates; reads CUDA_RECLAIM_RESERVED_CAPACITY), never destroyed.
 // Any thread; never touches Python; never blocks after the first call.
-ReclaimQueue& process_queue_of_this_copy() noexcept;
+ReclaimQueue& process_queue() noexcept;
 
 }  // namespace reclaim

@@ -13,7 +13,7 @@
 
 namespace {
 
-reclaim::ReclaimQueue& own() noexcept { return reclaim::process_queue_of_this_copy(); }
+reclaim::ReclaimQueue& own() noexcept { return reclaim::process_queue(); }
 
 // --- this copy's own process queue, as a table -------------------------------------------------------
 
