@@ -55,6 +55,17 @@ PyObject* py_checked_count(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return Py_NewRef(args[2]);
 }
 
+// _checked_handle(function, name, value) -> int (a plain int, also for an int subclass)
+PyObject* py_checked_handle(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
+    PyErr_SetString(PyExc_TypeError, "_checked_handle() takes (function: str, name: str, value)");
+    return nullptr;
+  }
+  std::uintptr_t handle;
+  if (!parse_handle(PyUnicode_AsUTF8(args[0]), PyUnicode_AsUTF8(args[1]), args[2], &handle)) return nullptr;
+  return PyLong_FromUnsignedLongLong(handle);
+}
+
 // _checked_seconds(function, name, value) -> float | None
 PyObject* py_checked_seconds(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 3 || !PyUnicode_Check(args[0]) || !PyUnicode_Check(args[1])) {
@@ -74,6 +85,11 @@ PyMethodDef kArgumentMethods[] = {
     {"_checked_count", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_checked_count)), METH_FASTCALL,
      "_checked_count($module, function, name, value, /)\n--\n\n"
      "Internal: value if it is a count (an int >= 0, not bool, or None); else the error naming function()."},
+    {"_checked_handle", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_checked_handle)),
+     METH_FASTCALL,
+     "_checked_handle($module, function, name, value, /)\n--\n\n"
+     "Internal: value as a plain int if it is a handle (an int in [0, 2**64), not bool); else the error naming\n"
+     "function()."},
     {"_checked_seconds", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_checked_seconds)),
      METH_FASTCALL,
      "_checked_seconds($module, function, name, value, /)\n--\n\n"

@@ -46,7 +46,7 @@ bool parse_timeout(const char* function, const char* what, PyObject* value, int 
 // A callable named `what`.
 bool check_callable(const char* function, const char* what, PyObject* value);
 
-// Adds _checked_count and _checked_seconds to the module: the rules above for the package's Python
+// Adds _checked_count, _checked_handle and _checked_seconds to the module: the rules above for the package's Python
 // functions, so that they are written once. Returns 0, or -1 with an exception set.
 int add_argument_functions(PyObject* module);
 

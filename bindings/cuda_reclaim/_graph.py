@@ -50,11 +50,7 @@ def _is(obj, cls):
 
 
 def _checked_int(value, what, function):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{function}(): {what} must be an int handle, not {type(value).__name__}")
-    if value < 0 or value >= 1 << 64:
-        raise ValueError(f"{function}(): {what} {value} is not a valid handle (expected 0 <= handle < 2**64)")
-    return int(value)  # a plain int, also for a NodeHandle
+    return _reclaim._checked_handle(function, what, value)  # the C builtins' own rule: one implementation
 
 
 def _handle_of(value, what, function):
