@@ -61,3 +61,6 @@ def _add_host_node(
     cugraph: int, dependencies: tuple[int, ...], fn: Callable[..., object], args: tuple[object, ...],
     kwargs: dict[str, object] | None, /,
 ) -> int: ...
+
+# driver_functions.cc: the devices the driver sees, for `python -m cuda_reclaim info` (calls cuInit).
+def _driver_devices() -> list[dict[str, str | int]]: ...
