@@ -86,7 +86,8 @@ def local_inventories(app, config):
     os.makedirs(app.doctreedir, exist_ok=True)
     for name, (uri, plain) in config.local_intersphinx_inventories.items():
         compressed = os.path.join(app.doctreedir, f"{name}-objects.inv")
-        inventory = sphobjinv.Inventory(plaintext=open(plain, "rb").read())
+        with open(plain, "rb") as f:
+            inventory = sphobjinv.Inventory(plaintext=f.read())
         sphobjinv.writebytes(compressed, sphobjinv.compress(inventory.data_file()))
         config.intersphinx_mapping[name] = (uri, compressed)
 
