@@ -24,6 +24,7 @@ wheel="$(ls "${wheels}"/cuda_reclaim-*-"${tag}"-"${tag}"-manylinux_*_x86_64.whl)
 rm -rf "${dest}" && mkdir -p "${dest}/tests/children" "${dest}/bench" "${dest}/examples"
 cp "${wheel}" tests/gpu/run_gpu_tests.sh "${dest}/"
 cp tests/python/conftest.py tests/python/test_gpu_graph.py tests/python/test_gpu_callbacks.py \
+  tests/python/test_gpu_hand_back.py \
   tests/python/gpu_support.py tests/python/kernels.cu bench/exit_report.py "${dest}/tests/"
 cp tests/python/children/exit_with_running_kernel.py "${dest}/tests/children/"
 cp bench/gpu_callbacks_bench.py bench/gpu_graph_bench.py "${dest}/bench/"

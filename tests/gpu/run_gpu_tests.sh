@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the GPU tests (pytest marker `gpu`: test_gpu_graph.py, test_gpu_callbacks.py) and then the GPU
-# benchmarks on a machine with an NVIDIA GPU, from a bundle made by make_bundle.sh: the wheel is installed
+# Runs the GPU tests (pytest marker `gpu`: test_gpu_graph.py, test_gpu_callbacks.py, test_gpu_hand_back.py)
+# and then the GPU benchmarks on a machine with an NVIDIA GPU, from a bundle made by make_bundle.sh: the wheel is installed
 # offline (--no-index --no-deps) into a private --target folder, so the machine's own Python, cuda.core,
 # cuda.bindings, CuPy, PyTorch, uvloop and pytest are used and nothing else is touched.
 #
@@ -36,7 +36,7 @@ cd "${here}/tests"
 
 echo "=== GPU tests"
 "${python}" -m pytest -p no:cacheprovider -m gpu -v -rs -s --durations=10 \
-  --junitxml="${results}/gpu_tests.xml" test_gpu_graph.py test_gpu_callbacks.py "$@"
+  --junitxml="${results}/gpu_tests.xml" test_gpu_graph.py test_gpu_callbacks.py test_gpu_hand_back.py "$@"
 tests_rc=$?
 
 echo "=== bench/gpu_callbacks_bench.py"
