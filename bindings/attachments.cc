@@ -63,6 +63,11 @@ bool parse_wait_timeout(const char* function, PyObject* const* args, Py_ssize_t 
 
 // --- cuda_reclaim.Attachment ------------------------------------------------------------------------------
 
+// True when `attachment` was made before a fork of this process: CUDA hands it back in the parent only.
+bool from_an_ancestor(const Attachment* attachment) noexcept {
+  return attachment->forks != barrier().forks() && attachment->slot.done.load(std::memory_order_acquire) == 0;
+}
+
 PyObject* attachment_done(PyObject* self, PyObject*) {
   const auto* attachment = reinterpret_cast<Attachment*>(self);
   return PyBool_FromLong(attachment->slot.done.load(std::memory_order_acquire) != 0);
@@ -72,6 +77,7 @@ PyObject* attachment_wait(PyObject* self, PyObject* const* args, Py_ssize_t narg
   int timeout_ms;
   if (!parse_wait_timeout("Attachment.wait", args, nargs, kwnames, &timeout_ms)) return nullptr;
   auto* attachment = reinterpret_cast<Attachment*>(self);
+  if (from_an_ancestor(attachment)) Py_RETURN_FALSE;  // its hand-back happens in the parent, never here
   // `self` is referenced by the call for as long as it waits.
   return wait_releasing_the_gil(timeout_ms, [attachment](std::int64_t left) {
     return barrier().wait_cell(attachment->slot.done, left);
@@ -88,7 +94,7 @@ PyObject* attachment_repr(PyObject* self) {
 void attachment_dealloc(PyObject* self) {
   auto* attachment = reinterpret_cast<Attachment*>(self);
   PyTypeObject* type = Py_TYPE(self);
-  if (attachment->attached) {
+  if (attachment->attached && attachment->forks == barrier().forks()) {
     // The trampoline pushed this object and is finishing its count: its last store is slot.done, a few
     // instructions away (it never blocks).
     while (attachment->slot.done.load(std::memory_order_acquire) == 0) sched_yield();
@@ -107,7 +113,8 @@ PyMethodDef kAttachmentMethods[] = {
      METH_FASTCALL | METH_KEYWORDS,
      "wait($self, /, timeout=None)\n--\n\n"
      "Block (the GIL released) until CUDA has handed the objects back: True. False when `timeout`\n"
-     "seconds pass first (None: no limit) or once the queue is closed (close(), exit). Any thread but\n"
+     "seconds pass first (None: no limit), once the queue is closed (close(), exit), or at once in a fork\n"
+     "child for an attachment of the parent (CUDA hands it back there only). Any thread but\n"
      "CUDA's callback thread; a signal handler's exception (KeyboardInterrupt) ends the wait."},
     {nullptr, nullptr, 0, nullptr},
 };
@@ -178,9 +185,10 @@ PyObject* py_hand_back_close(PyObject*, PyObject*) {
 
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
   const reclaim::HandBackBarrier::Stats stats = barrier().stats();
-  return Py_BuildValue("{sKsKsisKsKsKsKsO}", "held_0", stats.held[0], "held_1", stats.held[1], "current",
+  return Py_BuildValue("{sKsKsisKsKsKsKsKsO}", "held_0", stats.held[0], "held_1", stats.held[1], "current",
                        stats.current, "started", stats.started, "completed", stats.completed, "futex_wakes",
-                       stats.futex_wakes, "listener_writes", stats.listener_writes, "closed",
+                       stats.futex_wakes, "listener_writes", stats.listener_writes, "forks",
+                       static_cast<unsigned long long>(barrier().forks()), "closed",
                        barrier().is_closed() ? Py_True : Py_False);
 }
 
@@ -217,6 +225,7 @@ Attachment* new_attachment(const char* kind, PyObject* objects) {
   attachment->objects = objects;
   attachment->kind = kind;
   attachment->attached = false;
+  attachment->forks = barrier().forks();
   return attachment;
 }
 

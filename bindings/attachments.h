@@ -8,6 +8,8 @@
 
 #include <Python.h>
 
+#include <cstdint>
+
 #include "graph/keep_alive.h"
 
 namespace reclaim::bindings {
@@ -21,6 +23,7 @@ struct Attachment {
   PyObject* objects;         // what CUDA keeps alive (a reference), or null
   const char* kind;          // "keep_alive", "keep_alive_until", "add_host_node"
   bool attached;             // CUDA took it: deallocation waits for slot.done (the trampoline's last touch)
+  std::uint64_t forks;       // the barrier's forks() when made: in a fork child it never comes back
 };
 
 // A new Attachment of `kind` (a static string) holding a reference to `objects` (may be null), with

@@ -15,7 +15,7 @@ from . import _reclaim
 
 # loop -> list of [grace period, asyncio future]. Guarded by _lock; futures are completed outside it, on
 # their loop's thread.
-_waiters = weakref.WeakKeyDictionary()
+_waiters: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, list[list[object]]]" = weakref.WeakKeyDictionary()
 _lock = _threading.Lock()
 
 

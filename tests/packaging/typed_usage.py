@@ -51,8 +51,12 @@ def hand_over_and_drain() -> None:
 
 def keep_alive_on_cuda(graph: object, stream: int, kernel_args: bytes) -> None:
     try:
-        assert_type(cuda_reclaim.keep_alive(graph, kernel_args, Buffer()), None)
-        assert_type(cuda_reclaim.keep_alive_until(stream, kernel_args), None)
+        attachment = cuda_reclaim.keep_alive(graph, kernel_args, Buffer())
+        assert_type(attachment, cuda_reclaim.Attachment)
+        assert_type(attachment.wait(timeout=1.0), bool)
+        assert_type(cuda_reclaim.keep_alive_until(stream, kernel_args).done(), bool)
+        assert_type(cuda_reclaim.wait_handed_back(0.5), bool)
+        assert_type(cuda_reclaim.flush(), int)
     except cuda_reclaim.DriverError as error:
         assert_type(error, cuda_reclaim.DriverError)
         print(f"no usable CUDA driver: {error}")
@@ -79,6 +83,8 @@ async def await_streams(stream: object) -> int:
     assert_type(await reclaim_asyncio.stream_reached(stream), None)
     result = await reclaim_asyncio.run_when_reached(stream, len, "abc")
     assert_type(result, int)
+    assert_type(await reclaim_asyncio.handed_back(), bool)
+    assert_type(await reclaim_asyncio.flush(), int)
     return result
 
 

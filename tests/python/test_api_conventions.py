@@ -22,7 +22,11 @@ def ids(entries):
 
 
 # Every parameter of a public function that is a timeout or a count, by the function's qualified name.
-TIMEOUTS = {("cuda_reclaim.drain", "timeout")}
+TIMEOUTS = {
+    ("cuda_reclaim.drain", "timeout"),
+    ("cuda_reclaim.flush", "timeout"),
+    ("cuda_reclaim.wait_handed_back", "timeout"),
+}
 COUNTS = {
     ("cuda_reclaim.drain", "max_items"),
     ("cuda_reclaim.asyncio.install", "max_items"),
@@ -137,6 +141,7 @@ def run(coroutine):
 
 # One call per public callable that its own checks refuse: the error must name the function called.
 BAD_CALLS = {
+    "cuda_reclaim.Attachment": None,  # not instantiable: Python's own TypeError names the type
     "cuda_reclaim.DriverError": None,  # an exception class: any arguments
     "cuda_reclaim.NodeHandle": lambda: cuda_reclaim.NodeHandle("0x10"),
     "cuda_reclaim.add_host_node": lambda: cuda_reclaim.add_host_node(None, print),
@@ -145,6 +150,7 @@ BAD_CALLS = {
     "cuda_reclaim.defer_release": lambda: cuda_reclaim.defer_release(),
     "cuda_reclaim.drain": lambda: cuda_reclaim.drain("all"),
     "cuda_reclaim.fileno": lambda: cuda_reclaim.fileno(1),
+    "cuda_reclaim.flush": lambda: cuda_reclaim.flush(-1),
     "cuda_reclaim.get_auto_drain": lambda: cuda_reclaim.get_auto_drain(1),
     "cuda_reclaim.get_include": lambda: cuda_reclaim.get_include(1),
     "cuda_reclaim.is_closed": lambda: cuda_reclaim.is_closed(1),
@@ -155,7 +161,10 @@ BAD_CALLS = {
     "cuda_reclaim.set_auto_drain": lambda: cuda_reclaim.set_auto_drain("sometimes"),
     "cuda_reclaim.stats": lambda: cuda_reclaim.stats(1),
     "cuda_reclaim.trim": lambda: cuda_reclaim.trim(1),
+    "cuda_reclaim.wait_handed_back": lambda: cuda_reclaim.wait_handed_back("1"),
     "cuda_reclaim.asyncio.DrainHandle": lambda: on_new_loop(lambda loop: reclaim_asyncio.DrainHandle(loop, 1, "x")),
+    "cuda_reclaim.asyncio.flush": lambda: run(reclaim_asyncio.flush(1)),
+    "cuda_reclaim.asyncio.handed_back": lambda: run(reclaim_asyncio.handed_back(1)),
     "cuda_reclaim.asyncio.install": lambda: reclaim_asyncio.install("x"),
     "cuda_reclaim.asyncio.run_when_reached": lambda: run(reclaim_asyncio.run_when_reached(None, print)),
     "cuda_reclaim.asyncio.stream_reached": lambda: run(reclaim_asyncio.stream_reached(None)),
