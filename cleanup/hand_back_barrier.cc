@@ -85,20 +85,21 @@ void HandBackBarrier::grace_period_ended() noexcept {
 }
 
 void HandBackBarrier::wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept {
+  futex_wakes_.fetch_add(1, std::memory_order_relaxed);  // counted first, as listener writes are
   generation->fetch_add(1, std::memory_order_seq_cst);
-  futex_wakes_.fetch_add(1, std::memory_order_relaxed);
   (void)syscall(SYS_futex, futex_address(generation), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 void HandBackBarrier::write_listener_fd() noexcept {
   const int fd = listener_fd_.load(std::memory_order_acquire);
   if (fd < 0) return;
+  // Counted first: a listener that wakes on the write and reads the count finds it there.
+  listener_writes_.fetch_add(1, std::memory_order_relaxed);
   const std::uint64_t one = 1;
   ssize_t wrote;
   do {
     wrote = ::write(fd, &one, sizeof one);
   } while (wrote < 0 && errno == EINTR);
-  listener_writes_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void HandBackBarrier::start_locked() noexcept {
@@ -227,6 +228,7 @@ HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
 }
 
 void HandBackBarrier::reset_after_fork() noexcept {
+  forks_.fetch_add(1, std::memory_order_relaxed);
   word_.store(0, std::memory_order_relaxed);
   completed_.store(started_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   closed_.store(false, std::memory_order_relaxed);

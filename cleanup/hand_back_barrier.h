@@ -74,7 +74,8 @@ class HandBackBarrier {
   // As wait(), until `*done` is non-zero (a done cell given to end()).
   WaitResult wait_cell(const std::atomic<std::uint32_t>& done, std::int64_t timeout_ns) noexcept;
 
-  // Closes the barrier: every waiter returns kClosed, now and later. Any thread; never blocks.
+  // Closes the barrier: every waiter whose wait is not over returns kClosed, now and later (a wait whose
+  // grace period or done cell was already reached still returns kReached). Any thread; never blocks.
   void close() noexcept;
   bool is_closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
 
@@ -104,6 +105,10 @@ class HandBackBarrier {
   // Any thread; never blocks.
   Stats stats() const noexcept;
 
+  // How many fork resets this barrier's process has been through: an attachment made under another
+  // number belongs to an ancestor process and is never handed back here. Any thread; never blocks.
+  std::uint64_t forks() const noexcept { return forks_.load(std::memory_order_relaxed); }
+
   // Fork child, single-threaded: no tickets (the parent's attachments are never handed back here), no
   // grace period in progress, open; the listener eventfd is replaced behind the same number.
   void reset_after_fork() noexcept;
@@ -132,6 +137,7 @@ class HandBackBarrier {
   std::atomic<int> listener_fd_{-1};
   std::atomic<std::uint64_t> futex_wakes_{0};
   std::atomic<std::uint64_t> listener_writes_{0};
+  std::atomic<std::uint64_t> forks_{0};
   std::mutex waiters_mutex_;  // serializes grace-period starts and the fd's creation
 };
 
