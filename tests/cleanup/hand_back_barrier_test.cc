@@ -41,10 +41,13 @@ bool blocked_in_futex(long tid) {
   return number == SYS_futex;
 }
 
-// Waits (polling, test side only) until thread `tid` sleeps in a futex; false after about 30 s.
+// Waits (polling, test side only) until thread `tid` sleeps in a futex, seen three times in a row 1 ms
+// apart (so that a passing futex of the thread's start-up is not taken for the wait); false after ~30 s.
 bool until_blocked_in_futex(long tid) {
+  int in_a_row = 0;
   for (int i = 0; i < 30000; ++i) {
-    if (blocked_in_futex(tid)) return true;
+    in_a_row = blocked_in_futex(tid) ? in_a_row + 1 : 0;
+    if (in_a_row == 3) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
