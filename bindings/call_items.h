@@ -75,8 +75,9 @@ struct HostNode {
   HostItemKind kind;  // kNode
   reclaim::graph::HostNodeSlot slot;
   PyObject* fn;
-  PyObject* args;    // tuple
-  PyObject* kwargs;  // dict or null
+  PyObject* args;        // tuple
+  PyObject* kwargs;      // dict or null
+  PyObject* attachment;  // the node's Attachment (bindings/attachments.h): slot.done points into it
 };
 
 // Calls that ran (host calls and host-node firings; an exception counts: the call ran), host calls that

@@ -5,6 +5,9 @@
 
 #include "bindings/driver_functions.h"
 
+#include <cstdio>
+#include <cstring>
+
 #include "bindings/module_state.h"
 
 namespace reclaim::bindings {
@@ -26,10 +29,62 @@ PyObject* py_driver_info(PyObject*, PyObject*) {
                        driver->version, "message", driver->message);
 }
 
+// One device as a dict: ordinal, name, compute capability ("9.0") and total memory in bytes.
+PyObject* device_dict(int ordinal, const graph::DeviceProperties& properties) {
+  const auto length = static_cast<Py_ssize_t>(std::strlen(properties.name));
+  PyObject* name = PyUnicode_DecodeUTF8(properties.name, length, "replace");
+  if (name == nullptr) return nullptr;
+  char capability[32];
+  std::snprintf(capability, sizeof capability, "%d.%d", properties.major, properties.minor);
+  return Py_BuildValue("{s:i,s:N,s:s,s:K}", "ordinal", ordinal, "name", name, "compute_capability",
+                       capability, "total_memory", static_cast<unsigned long long>(properties.total_memory));
+}
+
+PyObject* py_driver_devices(PyObject* module, PyObject*) {
+  const graph::Driver* driver = loaded_driver();
+  int count = 0;
+  graph::DeviceQuery query;
+  Py_BEGIN_ALLOW_THREADS
+  query = graph::device_count(*driver, &count);
+  Py_END_ALLOW_THREADS
+  if (!query.ok) {
+    PyErr_SetString(driver_error(module), query.why);
+    return nullptr;
+  }
+  PyObject* devices = PyList_New(0);
+  if (devices == nullptr) return nullptr;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    graph::DeviceProperties properties;
+    Py_BEGIN_ALLOW_THREADS
+    query = graph::device_properties(*driver, ordinal, &properties);
+    Py_END_ALLOW_THREADS
+    if (!query.ok) {
+      PyErr_SetString(driver_error(module), query.why);
+      Py_DECREF(devices);
+      return nullptr;
+    }
+    PyObject* device = device_dict(ordinal, properties);
+    if (device == nullptr || PyList_Append(devices, device) < 0) {
+      Py_XDECREF(device);
+      Py_DECREF(devices);
+      return nullptr;
+    }
+    Py_DECREF(device);
+  }
+  return devices;
+}
+
 PyMethodDef kDriverMethods[] = {
     {"_driver_info", py_driver_info, METH_NOARGS,
      "_driver_info($module, /)\n--\n\n"
      "Load the CUDA driver if needed; return its status, version and message as a dict."},
+    {"_driver_devices", py_driver_devices, METH_NOARGS,
+     "_driver_devices($module, /)\n--\n\n"
+     "Only for `python -m cuda_reclaim info` and tests: it initializes CUDA in the process (cuInit; no\n"
+     "context is created). Load the CUDA driver if needed and return the devices it sees, one dict each:\n"
+     "ordinal, name, compute_capability (\"9.0\") and total_memory (bytes); [] when it sees none. Raises\n"
+     "DriverError saying why when there is no driver, it lacks an entry point, or a call fails\n"
+     "(e.g. \"cuInit failed: CUDA_ERROR_NO_DEVICE\")."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,5 +1,5 @@
 // bindings/driver_functions.h — the CUDA driver as the extension module sees it: the DriverError
-// exception (kept in the module's state) and _driver_info().
+// exception (kept in the module's state), _driver_info() and _driver_devices().
 
 #pragma once
 
@@ -9,8 +9,9 @@
 
 namespace reclaim::bindings {
 
-// Adds the DriverError exception and _driver_info to the extension module, and keeps the exception in
-// the module's state (bindings/module_state.h). Returns 0, or -1 with an exception set.
+// Adds the DriverError exception, _driver_info and _driver_devices to the extension module, and keeps the
+// exception in the module's state (bindings/module_state.h). Returns 0, or -1 with an exception set.
+// _driver_devices initializes CUDA (cuInit) in the process: only the info command and tests call it.
 // Requires an attached thread state (GIL).
 int add_driver_functions(PyObject* module);
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "bindings/arguments.h"
+#include "bindings/attachments.h"
 #include "bindings/driver_functions.h"
 #include "graph/driver.h"
 #include "graph/keep_alive.h"
@@ -24,8 +25,9 @@ namespace {
 
 enum class Target { kGraph, kCapture, kStream };
 
-// Hands a new reference to `payload` to graph/ for `target`. Returns None, or null with DriverError set;
-// on every failure the reference is given back here or, if CUDA still holds it, left to CUDA's push.
+// Wraps `payload` in an Attachment and hands a reference to it to graph/ for `target`. Returns the
+// Attachment, or null with DriverError set; on every failure the reference is given back here or, if CUDA
+// still holds it, left to CUDA's push.
 PyObject* attach(PyObject* module, Target target, const char* name, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
     PyErr_Format(PyExc_TypeError, "%s() takes exactly 2 arguments (%zd given)", name, nargs);
@@ -34,37 +36,42 @@ PyObject* attach(PyObject* module, Target target, const char* name, PyObject* co
   std::uintptr_t value;
   if (!parse_handle(name, target == Target::kGraph ? "cugraph" : "custream", args[0], &value)) return nullptr;
   void* handle = reinterpret_cast<void*>(value);
-  PyObject* payload = args[1];
   const graph::Driver* driver = usable_driver(module);
   if (driver == nullptr) return nullptr;
+  Attachment* attachment =
+      new_attachment(target == Target::kStream ? "keep_alive_until" : "keep_alive", args[1]);
+  if (attachment == nullptr) return nullptr;
 
-  Py_INCREF(payload);  // the reference CUDA will own
+  Py_INCREF(attachment);  // the reference CUDA will own
   graph::AttachResult result;
   Py_BEGIN_ALLOW_THREADS
   switch (target) {
     case Target::kGraph:
-      result = graph::retain_on_graph(driver->api, static_cast<CUgraph>(handle), payload);
+      result = graph::retain_slot_on_graph(driver->api, static_cast<CUgraph>(handle), &attachment->slot);
       break;
     case Target::kCapture:
-      result = graph::retain_on_capture(driver->api, static_cast<CUstream>(handle), payload);
+      result = graph::retain_slot_on_capture(driver->api, static_cast<CUstream>(handle), &attachment->slot);
       break;
     case Target::kStream:
-      result = graph::retain_until_stream(driver->api, static_cast<CUstream>(handle), payload);
+      result = graph::retain_slot_until_stream(driver->api, static_cast<CUstream>(handle), &attachment->slot);
       break;
   }
   Py_END_ALLOW_THREADS
 
   switch (result.handover) {
     case graph::Handover::kAttached:
-      Py_RETURN_NONE;
+      attachment->attached = true;
+      return reinterpret_cast<PyObject*>(attachment);  // the caller's reference
     case graph::Handover::kReturned:
-      Py_DECREF(payload);  // given back at once: the objects are not kept alive by CUDA
+      Py_DECREF(attachment);  // given back at once: the objects are not kept alive by CUDA
+      Py_DECREF(attachment);
       PyErr_Format(driver_error(module), "%s failed with %s; nothing was attached", result.call,
                    graph::error_name(*driver, result.error));
       return nullptr;
     case graph::Handover::kInFlight:
-      // CUDA still owns the reference and will hand it to the queue; touching it here would release it
-      // twice.
+      // CUDA still owns its reference and will hand it to the queue; only the caller's goes here.
+      attachment->attached = true;
+      Py_DECREF(attachment);
       PyErr_Format(driver_error(module),
                    "%s failed with %s; nothing was attached (CUDA releases the objects through the queue)",
                    result.call, graph::error_name(*driver, result.error));
@@ -90,8 +97,8 @@ PyMethodDef kGraphMethods[] = {
     {"_keep_alive_graph", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_keep_alive_graph)),
      METH_FASTCALL,
      "_keep_alive_graph($module, cugraph, payload, /)\n--\n\n"
-     "Retain payload on the CUgraph as a user object; it is handed to the queue when CUDA destroys the\n"
-     "user object."},
+     "Retain payload on the CUgraph as a user object, in an Attachment (returned) that is handed to the\n"
+     "queue when CUDA destroys the user object."},
     {"_keep_alive_capture",
      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_keep_alive_capture)), METH_FASTCALL,
      "_keep_alive_capture($module, custream, payload, /)\n--\n\n"

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "bindings/arguments.h"
+#include "bindings/attachments.h"
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
 #include "bindings/driver_functions.h"
@@ -101,8 +102,8 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   return nullptr;
 }
 
-// _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn, args: tuple, kwargs: dict | None) -> int
-// (the CUgraphNode)
+// _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn, args: tuple, kwargs: dict | None)
+// -> (the CUgraphNode as an int, the node's Attachment)
 PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
   if (nargs != 5) {
     PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 5 arguments (%zd given)", nargs);
@@ -134,8 +135,11 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
   PyObject* handle = nullptr;
   switch (result.attach.handover) {
     case graph::Handover::kAttached:
+      // The destructor will set the node's done cell: its Attachment waits for that before it goes.
+      reinterpret_cast<Attachment*>(node->attachment)->attached = true;
       if (result.node != nullptr) {
-        handle = PyLong_FromUnsignedLongLong(reinterpret_cast<std::uintptr_t>(result.node));
+        handle = Py_BuildValue("(KO)", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(result.node)),
+                               node->attachment);
       } else {
         PyErr_Format(driver_error(module),
                      "cuGraphAddHostNode failed with %s; no node was added (the function stays attached to "
@@ -169,7 +173,7 @@ PyMethodDef kHostCallMethods[] = {
      METH_FASTCALL,
      "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, /)\n--\n\n"
      "Add a host node that hands one call of fn(*args, **kwargs) to the queue at each firing; returns\n"
-     "the CUgraphNode as an int."},
+     "(the CUgraphNode as an int, the node's Attachment)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

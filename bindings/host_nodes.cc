@@ -9,6 +9,7 @@
 
 #include <new>
 
+#include "bindings/attachments.h"
 #include "bindings/call_items.h"
 #include "bindings/drain.h"
 
@@ -17,14 +18,22 @@ void clear_host_node(HostNode* node) {
   Py_XDECREF(node->fn);
   Py_XDECREF(node->args);
   Py_XDECREF(node->kwargs);
+  Py_XDECREF(node->attachment);
   node->slot.~HostNodeSlot();
 }
 
 HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs) {
+  Attachment* attachment = new_attachment("add_host_node", nullptr);
+  if (attachment == nullptr) return nullptr;
   auto* node = reinterpret_cast<HostNode*>(new_host_item(HostItemKind::kNode));
-  if (node == nullptr) return nullptr;
+  if (node == nullptr) {
+    Py_DECREF(attachment);
+    return nullptr;
+  }
   new (&node->slot) graph::HostNodeSlot();
   node->slot.payload = node;
+  node->slot.done = &attachment->slot.done;
+  node->attachment = reinterpret_cast<PyObject*>(attachment);
   Py_INCREF(fn);
   Py_INCREF(args);
   Py_XINCREF(kwargs);

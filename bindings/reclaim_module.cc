@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "bindings/arguments.h"
+#include "bindings/attachments.h"
 #include "bindings/drain.h"
 #include "bindings/drain_step_aside.h"
 #include "bindings/drain_worker.h"
@@ -262,6 +263,7 @@ int module_exec(PyObject* module) {
   if (reclaim::bindings::add_drain_worker_types(module) < 0) return -1;
   if (reclaim::bindings::add_driver_functions(module) < 0) return -1;
   if (reclaim::bindings::add_host_call_functions(module) < 0) return -1;
+  if (reclaim::bindings::add_attachment_functions(module) < 0) return -1;
   return reclaim::bindings::add_graph_functions(module);
 }
 

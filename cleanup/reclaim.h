@@ -31,6 +31,9 @@ int reclaim_wakeup_fd(void);
 int reclaim_write_report(int fd);
 ptrdiff_t reclaim_drain(ptrdiff_t max_items);
 int reclaim_attach(void);
+int reclaim_hand_back_begin(void);
+void reclaim_hand_back_end(int ticket, uint32_t* done);
+int reclaim_wait_handed_back(double timeout_seconds);
 
 /* Copies all counters into *out (fields an older owner does not have read as 0). Returns 0, or -1 when
  * `out` is NULL. Any thread; never touches Python; never blocks. */

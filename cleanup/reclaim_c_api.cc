@@ -60,11 +60,32 @@ int own_attach() {
   return owner != nullptr ? owner->attach() : 0;
 }
 
+int own_hand_back_begin() { return own().hand_backs().begin(); }
+
+void own_hand_back_end(int ticket, uint32_t* done) {
+  // The table is plain C; the cell is the caller's word, stored to atomically.
+  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a done cell is a plain word");
+  own().hand_backs().end(ticket, reinterpret_cast<std::atomic<uint32_t>*>(done));
+}
+
+int own_wait_handed_back(double timeout_seconds) {
+  reclaim::HandBackBarrier& barrier = own().hand_backs();
+  const std::int64_t timeout_ns = reclaim::timeout_to_ns(timeout_seconds);
+  switch (barrier.wait(barrier.request(), timeout_ns)) {
+    case reclaim::HandBackBarrier::WaitResult::kReached:
+      return 1;
+    case reclaim::HandBackBarrier::WaitResult::kInterrupted:
+      return -1;
+    default:
+      return 0;
+  }
+}
+
 // Constant-initialized and never destroyed (invariant 2): another copy may call through it during exit().
 const reclaim_api kOwnApi = {
     RECLAIM_ABI_VERSION, sizeof(reclaim_api), own_push,      own_host_destructor, own_drain,
     own_get_stats,       own_is_closed,       own_pending,   own_wakeup_fd,       own_write_report,
-    own_attach,
+    own_attach,          own_hand_back_begin, own_hand_back_end, own_wait_handed_back,
 };
 
 // The table in use. Null until the first use (which binds kOwnApi) or reclaim_adopt(); written once,
@@ -101,7 +122,8 @@ namespace {
 bool complete(const reclaim_api& table) {
   return table.push != nullptr && table.host_destructor != nullptr && table.drain != nullptr &&
          table.get_stats != nullptr && table.is_closed != nullptr && table.pending != nullptr &&
-         table.wakeup_fd != nullptr && table.write_report != nullptr && table.attach != nullptr;
+         table.wakeup_fd != nullptr && table.write_report != nullptr && table.attach != nullptr &&
+         table.hand_back_begin != nullptr && table.hand_back_end != nullptr && table.wait_handed_back != nullptr;
 }
 }  // namespace
 
@@ -122,6 +144,12 @@ int reclaim_write_report(int fd) { return api().write_report(fd); }
 ptrdiff_t reclaim_drain(ptrdiff_t max_items) { return api().drain(max_items); }
 
 int reclaim_attach(void) { return api().attach(); }
+
+int reclaim_hand_back_begin(void) { return api().hand_back_begin(); }
+
+void reclaim_hand_back_end(int ticket, uint32_t* done) { api().hand_back_end(ticket, done); }
+
+int reclaim_wait_handed_back(double timeout_seconds) { return api().wait_handed_back(timeout_seconds); }
 
 int reclaim_get_stats(reclaim_stats* out) {
   if (out == nullptr) return -1;

@@ -95,21 +95,25 @@ CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStat
 AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
                                     CUhostFn destructor) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
-  note_attach_begin();
+  if (!taggable(payload)) {
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a payload not aligned to 4 bytes");
+  }
+  const int ticket = note_attach_begin();
+  void* const data = tag(payload, ticket);  // what CUDA passes the destructor, and the withdrawn table holds
   CUuserObject object = nullptr;
-  CUresult result = api.user_object_create(&object, payload, destructor, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
+  CUresult result = api.user_object_create(&object, data, destructor, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
   if (result != CUDA_SUCCESS) {
-    note_attach_end(false);
+    note_attach_end(false, ticket);
     return failed(Handover::kReturned, result, "cuUserObjectCreate");
   }
   // MOVE: the graph takes over our one reference, so no release is needed on success.
   result = api.graph_retain_user_object(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
   if (result != CUDA_SUCCESS) {
-    const Handover handover = withdraw_and_release(api, object, payload);
-    note_attach_end(handover != Handover::kReturned);
+    const Handover handover = withdraw_and_release(api, object, data);
+    note_attach_end(handover != Handover::kReturned, ticket);
     return failed(handover, result, "cuGraphRetainUserObject");
   }
-  note_attach_end(true);
+  note_attach_end(true, ticket);
   return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
 }
 
@@ -123,10 +127,13 @@ AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUho
   if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
     return failed(Handover::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, capturing_message);
   }
-  note_attach_begin();
-  result = api.launch_host_func(stream, function, data);
+  if (!taggable(data)) {
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a payload not aligned to 4 bytes");
+  }
+  const int ticket = note_attach_begin();
+  result = api.launch_host_func(stream, function, tag(data, ticket));
   // A host function that failed to launch never runs: the payload is still the caller's.
-  note_attach_end(result == CUDA_SUCCESS);
+  note_attach_end(result == CUDA_SUCCESS, ticket);
   if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuLaunchHostFunc");
   return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
 }

@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace reclaim {
@@ -39,19 +40,42 @@ GraphCounters graph_counters() noexcept {
   return counters;
 }
 
-void note_attach_begin() noexcept { g_held_by_cuda.fetch_add(1, std::memory_order_relaxed); }
+int note_attach_begin() noexcept {
+  g_held_by_cuda.fetch_add(1, std::memory_order_relaxed);
+  return reclaim_hand_back_begin();
+}
 
-void note_attach_end(bool taken) noexcept {
+void note_attach_end(bool taken, int ticket) noexcept {
   if (taken) {
     g_attached_to_cuda.fetch_add(1, std::memory_order_relaxed);
   } else {
     g_held_by_cuda.fetch_sub(1, std::memory_order_relaxed);
+    reclaim_hand_back_end(ticket, nullptr);
   }
 }
 
-void note_handed_back() noexcept {
+void note_handed_back(int ticket, std::atomic<std::uint32_t>* done) noexcept {
   g_handed_back_by_cuda.fetch_add(1, std::memory_order_relaxed);
   g_held_by_cuda.fetch_sub(1, std::memory_order_relaxed);
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a done cell is a plain word");
+  reclaim_hand_back_end(ticket, reinterpret_cast<std::uint32_t*>(done));
+}
+
+namespace {
+constexpr std::uintptr_t kTagMask = 3;
+}  // namespace
+
+bool taggable(const void* pointer) noexcept { return (reinterpret_cast<std::uintptr_t>(pointer) & kTagMask) == 0; }
+
+void* tag(void* pointer, int ticket) noexcept {
+  const std::uintptr_t bits = ticket == 0 ? 1 : ticket == 1 ? 2 : 0;
+  return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(pointer) | bits);
+}
+
+Untagged untag(void* tagged) noexcept {
+  const std::uintptr_t value = reinterpret_cast<std::uintptr_t>(tagged);
+  const std::uintptr_t bits = value & kTagMask;
+  return Untagged{reinterpret_cast<void*>(value & ~kTagMask), bits == 1 ? 0 : bits == 2 ? 1 : -1};
 }
 
 std::atomic<std::uint64_t> g_trampolines_entered{0};

@@ -16,6 +16,7 @@
 
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -49,18 +50,33 @@ GraphCounters graph_counters() noexcept;
 // --- updates, for graph/'s own attach functions and trampolines -------------------------------------------
 
 // Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
-// before the call returns never makes the gauge negative.
+// before the call returns never makes the gauge negative; returns its hand-back ticket (the queue's
+// barrier, reclaim_hand_back_begin: 0, 1, or -1 when not counted there), which travels with the pointer
+// CUDA gets (tag()).
 // Any thread; never touches Python; never blocks.
-void note_attach_begin() noexcept;
+int note_attach_begin() noexcept;
 
 // After the driver call: `taken` (kAttached or kInFlight) counts the payload as attached; otherwise it is
-// back with the caller and no longer held.
+// back with the caller and no longer held, and its ticket ends here.
 // Any thread; never touches Python; never blocks.
-void note_attach_end(bool taken) noexcept;
+void note_attach_end(bool taken, int ticket) noexcept;
 
-// A trampoline handed its payload back (whatever the queue did with it).
+// A trampoline handed its payload back (whatever the queue did with it): counts it, then ends its ticket
+// and stores 1 into `done` if not null (reclaim_hand_back_end). Call it after the push, so that a waiter
+// that sees the hand-back finds the payload queued.
 // Any thread; never touches Python; never blocks.
-void note_handed_back() noexcept;
+void note_handed_back(int ticket, std::atomic<std::uint32_t>* done = nullptr) noexcept;
+
+// The pointer CUDA gets for `pointer` (4-byte aligned) with its ticket in the two low bits (01: ticket 0,
+// 10: ticket 1, 00: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline
+// by hand), and back. Never blocks.
+void* tag(void* pointer, int ticket) noexcept;
+struct Untagged {
+  void* pointer;
+  int ticket;
+};
+Untagged untag(void* tagged) noexcept;
+bool taggable(const void* pointer) noexcept;  // aligned to 4 bytes
 
 // A trampoline's push and its count by source are in flight between these two (push_payload): entered
 // seq_cst before the push, left (release) after the count. A reader that reads `left` first and

@@ -51,6 +51,57 @@ __attribute__((format(printf, 3, 4))) Driver& fail(Driver& driver, DriverStatus 
   return driver;
 }
 
+// Every entry point of DeviceApi the driver has; the others stay null (device queries then say which).
+void resolve_device_api(const ProcAddress& proc, DeviceApi* devices) {
+  proc.find("cuInit", 2000, &devices->init);
+  proc.find("cuGetErrorName", 6000, &devices->get_error_name);
+  proc.find("cuDeviceGetCount", 2000, &devices->device_get_count);
+  proc.find("cuDeviceGet", 2000, &devices->device_get);
+  proc.find("cuDeviceGetName", 2000, &devices->device_get_name);
+  proc.find("cuDeviceGetAttribute", 2000, &devices->device_get_attribute);
+  proc.find("cuDeviceTotalMem", 3020, &devices->device_total_mem);  // the _v2 ABI (size_t bytes)
+}
+
+__attribute__((format(printf, 2, 3))) DeviceQuery failed_query(DeviceQuery* query, const char* format, ...) {
+  query->ok = false;
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(query->why, sizeof query->why, format, args);
+  va_end(args);
+  return *query;
+}
+
+// Checks that every DeviceApi entry point is there, then calls cuInit(0) (a no-op once it succeeded).
+bool initialized_for_query(const Driver& driver, DeviceQuery* query) {
+  if (driver.status == DriverStatus::kLibraryMissing) {
+    failed_query(query, "no CUDA driver library could be loaded");
+    return false;
+  }
+  const DeviceApi& api = driver.devices;
+  if (api.init == nullptr && api.device_get_count == nullptr) {  // the load stopped before cuGetProcAddress
+    failed_query(query, "the CUDA driver cannot be asked: it is too old or not a CUDA driver");
+    return false;
+  }
+  const char* missing = api.init == nullptr                   ? "cuInit"
+                        : api.get_error_name == nullptr       ? "cuGetErrorName"
+                        : api.device_get_count == nullptr     ? "cuDeviceGetCount"
+                        : api.device_get == nullptr           ? "cuDeviceGet"
+                        : api.device_get_name == nullptr      ? "cuDeviceGetName"
+                        : api.device_get_attribute == nullptr ? "cuDeviceGetAttribute"
+                        : api.device_total_mem == nullptr     ? "cuDeviceTotalMem_v2"
+                                                              : nullptr;
+  if (missing != nullptr) {
+    failed_query(query, "the CUDA driver does not provide %s", missing);
+    return false;
+  }
+  const CUresult result = api.init(0);
+  if (result != CUDA_SUCCESS) {
+    failed_query(query, "cuInit failed: %s", error_name(driver, result));
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Driver load_driver(const char* library) noexcept {
@@ -85,10 +136,12 @@ Driver load_driver(const char* library) noexcept {
                 library);
   }
 
+  resolve_device_api(proc, &driver.devices);
+
   DriverApi& api = driver.api;
-  PFN_cuInit_v2000 init = nullptr;
+  PFN_cuInit_v2000 init = driver.devices.init;
   const char* missing = nullptr;
-  if (!proc.find("cuInit", 2000, &init)) missing = "cuInit";
+  if (init == nullptr) missing = "cuInit";
   if (!proc.find("cuGetErrorName", 6000, &api.get_error_name)) missing = "cuGetErrorName";
   if (!proc.find("cuUserObjectCreate", 11030, &api.user_object_create)) missing = "cuUserObjectCreate";
   if (!proc.find("cuUserObjectRelease", 11030, &api.user_object_release)) missing = "cuUserObjectRelease";
@@ -132,12 +185,62 @@ const Driver& driver() noexcept {
 }
 
 const char* error_name(const Driver& driver, CUresult error) noexcept {
-  const char* name = nullptr;
-  if (driver.api.get_error_name != nullptr && driver.api.get_error_name(error, &name) == CUDA_SUCCESS &&
-      name != nullptr) {
-    return name;
+  // DeviceApi's copy outlives a failed load (DriverApi is cleared then).
+  const PFN_cuGetErrorName_v6000 namers[] = {driver.api.get_error_name, driver.devices.get_error_name};
+  for (PFN_cuGetErrorName_v6000 get_error_name : namers) {
+    const char* name = nullptr;
+    if (get_error_name != nullptr && get_error_name(error, &name) == CUDA_SUCCESS && name != nullptr) {
+      return name;
+    }
   }
   return "an unknown CUDA error";
+}
+
+DeviceQuery device_count(const Driver& driver, int* count) noexcept {
+  DeviceQuery query;
+  *count = 0;
+  if (!initialized_for_query(driver, &query)) return query;
+  int found = 0;
+  const CUresult result = driver.devices.device_get_count(&found);
+  if (result != CUDA_SUCCESS) {
+    return failed_query(&query, "cuDeviceGetCount failed: %s", error_name(driver, result));
+  }
+  *count = found;
+  query.ok = true;
+  return query;
+}
+
+DeviceQuery device_properties(const Driver& driver, int ordinal, DeviceProperties* properties) noexcept {
+  DeviceQuery query;
+  *properties = DeviceProperties();
+  if (!initialized_for_query(driver, &query)) return query;
+  const DeviceApi& api = driver.devices;
+  CUdevice device = 0;
+  const char* call = "cuDeviceGet";
+  CUresult result = api.device_get(&device, ordinal);
+  if (result == CUDA_SUCCESS) {
+    call = "cuDeviceGetName";
+    result = api.device_get_name(properties->name, static_cast<int>(sizeof properties->name - 1), device);
+  }
+  if (result == CUDA_SUCCESS) {
+    call = "cuDeviceGetAttribute";
+    result = api.device_get_attribute(&properties->major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                                      device);
+  }
+  if (result == CUDA_SUCCESS) {
+    result = api.device_get_attribute(&properties->minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                                      device);
+  }
+  if (result == CUDA_SUCCESS) {
+    call = "cuDeviceTotalMem_v2";
+    result = api.device_total_mem(&properties->total_memory, device);
+  }
+  if (result != CUDA_SUCCESS) {
+    *properties = DeviceProperties();
+    return failed_query(&query, "%s failed for device %d: %s", call, ordinal, error_name(driver, result));
+  }
+  query.ok = true;
+  return query;
 }
 
 }  // namespace graph

@@ -19,13 +19,14 @@ AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlo
 }
 
 void host_call_function(void* data) noexcept {
-  auto* slot = static_cast<HostCallSlot*>(data);
+  const Untagged untagged = untag(data);
+  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
   internal::note_host_function_thread();
   CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
   slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
   const int status = internal::push_payload(slot->payload, note_host_call_push);
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
-  note_handed_back();
+  note_handed_back(untagged.ticket);
 }
 
 HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
@@ -46,7 +47,7 @@ HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphN
 }
 
 void host_node_function(void* data) noexcept {
-  auto* slot = static_cast<HostNodeSlot*>(data);
+  auto* slot = static_cast<HostNodeSlot*>(untag(data).pointer);
   internal::note_host_function_thread();
   // The user object holds one reference for as long as the graph can fire, so this never starts from 0.
   slot->native_refs.fetch_add(1, std::memory_order_relaxed);
@@ -57,19 +58,24 @@ void host_node_function(void* data) noexcept {
 }
 
 void host_node_destructor(void* data) noexcept {
-  auto* slot = static_cast<HostNodeSlot*>(data);
   internal::note_destructor_thread();
-  if (internal::consume_withdrawn(slot)) {
+  if (internal::consume_withdrawn(data)) {
     internal::note_withdrawn();  // back with the failed attach's caller
     return;
   }
-  note_handed_back();
+  const Untagged untagged = untag(data);
+  auto* slot = static_cast<HostNodeSlot*>(untagged.pointer);
+  // Read before the count drops: after it, the owner may free the slot (a drain that ran the last call).
+  std::atomic<std::uint32_t>* const done = slot->done;
+  void* const payload = slot->payload;
   // Last: no firing left to run, so nobody else will release the payload. (User objects outlive every
   // launch of the graphs that hold them, so no firing can follow.)
   if (slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-    void* const payload = slot->payload;  // read before the push: after it, the slot may be freed
     (void)internal::push_payload(payload, internal::note_user_object_push);
   }
+  // After the push, so that a waiter that sees the hand-back finds the final entry queued. `done` lives in
+  // memory its owner keeps until it reads 1 there (host_calls.h).
+  note_handed_back(untagged.ticket, done);
 }
 
 bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept {

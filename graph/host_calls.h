@@ -69,6 +69,10 @@ struct HostNodeSlot {
   // call ran, by a firing whose push the queue rejected, and by the user object's destructor. Whoever
   // takes it to zero releases the payload: the owner at once, the destructor by pushing it one last time.
   std::atomic<std::uint64_t> native_refs{1};
+  // Optional: set to 1 by host_node_destructor once the graph handed the node back (its last touch of
+  // anything the owner gave it). The owner keeps the cell's memory alive until it reads 1 there, which
+  // may be after the slot is gone (bindings: in the node's Attachment, which waits for it on dealloc).
+  std::atomic<std::uint32_t>* done = nullptr;
 };
 
 struct HostNodeResult {

@@ -45,41 +45,87 @@ void note_user_object_push() noexcept { g_graph_user_objects.fetch_add(1, std::m
 
 using internal::failed;
 
-void graph_user_object_destructor(void* payload) noexcept {
+namespace {
+// The destructors' common part: `data` is what CUDA passed; `slot` tells a HandBackSlot from a payload.
+void hand_back_from_destructor(void* data, bool slot) noexcept {
   internal::note_destructor_thread();
-  if (internal::consume_withdrawn(payload)) {
+  if (internal::consume_withdrawn(data)) {
     internal::note_withdrawn();  // back with the failed attach's caller, which counts it (not handed back)
     return;
   }
-  (void)internal::push_payload(payload, internal::note_user_object_push);
-  note_handed_back();
+  const Untagged untagged = untag(data);
+  auto* const hand_back = slot ? static_cast<HandBackSlot*>(untagged.pointer) : nullptr;
+  (void)internal::push_payload(slot ? hand_back->payload : untagged.pointer, internal::note_user_object_push);
+  note_handed_back(untagged.ticket, slot ? &hand_back->done : nullptr);  // the slot's last use
 }
 
-namespace {
 void note_stream_host_function_push() noexcept { g_stream_host_functions.fetch_add(1, std::memory_order_relaxed); }
+
+void hand_back_from_host_function(void* data, bool slot) noexcept {
+  internal::note_host_function_thread();
+  const Untagged untagged = untag(data);
+  auto* const hand_back = slot ? static_cast<HandBackSlot*>(untagged.pointer) : nullptr;
+  (void)internal::push_payload(slot ? hand_back->payload : untagged.pointer, note_stream_host_function_push);
+  note_handed_back(untagged.ticket, slot ? &hand_back->done : nullptr);  // the slot's last use
+}
 }  // namespace
 
-void stream_host_function(void* payload) noexcept {
-  internal::note_host_function_thread();
-  (void)internal::push_payload(payload, note_stream_host_function_push);
-  note_handed_back();
-}
+void graph_user_object_destructor(void* payload) noexcept { hand_back_from_destructor(payload, false); }
+
+void slot_user_object_destructor(void* slot) noexcept { hand_back_from_destructor(slot, true); }
+
+void stream_host_function(void* payload) noexcept { hand_back_from_host_function(payload, false); }
+
+void slot_stream_host_function(void* slot) noexcept { hand_back_from_host_function(slot, true); }
 
 AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept {
   return internal::retain_with_destructor(api, graph, payload, graph_user_object_destructor);
 }
 
-AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept {
+AttachResult retain_slot_on_graph(const DriverApi& api, CUgraph graph, HandBackSlot* slot) noexcept {
+  if (slot == nullptr || slot->payload == nullptr) {
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back slot");
+  }
+  return internal::retain_with_destructor(api, graph, slot, slot_user_object_destructor);
+}
+
+namespace {
+// The graph `stream` is capturing into, or the failure that says why there is none.
+AttachResult capture_graph(const DriverApi& api, CUstream stream, CUgraph* graph) noexcept {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUgraph graph = nullptr;
-  const CUresult result = internal::capture_info(api, stream, &status, &graph);
+  const CUresult result = internal::capture_info(api, stream, &status, graph);
   if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuStreamGetCaptureInfo");
-  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || graph == nullptr) {
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || *graph == nullptr) {
     return failed(Handover::kReturned, CUDA_ERROR_ILLEGAL_STATE,
                   status == CU_STREAM_CAPTURE_STATUS_INVALIDATED
                       ? "cuStreamGetCaptureInfo (the capture was invalidated)"
                       : "cuStreamGetCaptureInfo (the stream is not capturing)");
   }
+  return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
+}
+}  // namespace
+
+AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
+  CUgraph graph = nullptr;
+  const AttachResult capture = capture_graph(api, stream, &graph);
+  if (capture.handover != Handover::kAttached) return capture;
+  return retain_slot_on_graph(api, graph, slot);
+}
+
+AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
+  if (slot == nullptr || slot->payload == nullptr) {
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back slot");
+  }
+  return internal::launch_unless_capturing(
+      api, stream, slot_stream_host_function, slot,
+      "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph builder "
+      "instead)");
+}
+
+AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept {
+  CUgraph graph = nullptr;
+  const AttachResult capture = capture_graph(api, stream, &graph);
+  if (capture.handover != Handover::kAttached) return capture;
   return retain_on_graph(api, graph, payload);
 }
 

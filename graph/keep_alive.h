@@ -25,6 +25,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "graph/driver.h"
@@ -65,12 +66,34 @@ AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payl
 // Any thread; never touches Python; blocks only as long as the driver calls do.
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept;
 
+// --- one attachment that its caller can wait for ---------------------------------------------------------
+
+// A payload with a done cell, embedded in the caller's object (bindings' cuda_reclaim.Attachment): the
+// trampoline pushes `payload`, counts the hand-back, then stores 1 into `done` (the queue's hand-back
+// barrier, which also wakes a thread waiting for it). That store is the trampoline's last touch of the
+// slot; the owner must keep the slot's memory alive until it sees `done` (the pushed payload's reference
+// usually does: the slot lives in the payload).
+struct HandBackSlot {
+  void* payload = nullptr;  // pushed on hand-back; never null; 4-byte aligned
+  std::atomic<std::uint32_t> done{0};
+};
+
+// As retain_on_graph / retain_on_capture / retain_until_stream, for a slot: CUDA gets the slot (tagged),
+// and the trampolines below push slot->payload. Same ownership rules for the payload's reference.
+// Any thread; never touches Python; blocks only as long as the driver calls do.
+AttachResult retain_slot_on_graph(const DriverApi& api, CUgraph graph, HandBackSlot* slot) noexcept;
+AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept;
+AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept;
+
 // The CUhostFn trampolines, public so that tests can fire them as CUDA would. Each steals `payload` and
 // pushes it into the queue with reclaim_push() (unless it was withdrawn, see above), counting the push by
 // source and the payload as handed back (graph/counters.h).
 // Any thread; never touches Python; never blocks.
+// The pointer may carry a ticket (counters.h's tag()); an untagged one ends no ticket.
 void graph_user_object_destructor(void* payload) noexcept;
 void stream_host_function(void* payload) noexcept;
+void slot_user_object_destructor(void* slot) noexcept;
+void slot_stream_host_function(void* slot) noexcept;
 
 // Pushes the trampolines made. A push counts when the queue took the pointer (queued, or leaked because
 // the queue was closed); a rejected push is counted by the queue alone.

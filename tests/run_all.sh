@@ -6,7 +6,9 @@
 #      which covers the C++ tests, the pytest suite, the wheel and everything else registered with
 #      Bazel; a missing 3.14 or 3.15 is first assembled from Debian's packages by
 #      third_party/install_python.sh;
-#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan (with strict too).
+#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan (with strict too);
+#   4. the sdist and the zig-built manylinux wheel, and the documentation site (tests/docs_site/build.sh),
+#      each on one interpreter.
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +78,25 @@ if ((${#pythons[@]})); then
     status=1
   fi
 fi
+
+# The documentation site: Sphinx with MyST, warnings as errors, nitpicky, offline, then its checks
+# (tests/docs_site/build.sh). On the newest interpreter of 3.13 or later (Sphinx 9.2 needs one), which also
+# gets tests/requirements-docs.txt; `bazel test //...` has built its wheel already, so this takes seconds
+# (plus the pip install the first time). Counted as one test below.
+docs_python=""
+for python in "${pythons[@]}"; do
+  "$python" -c 'import sys; sys.exit(sys.version_info < (3, 13))' && docs_python="$python"
+done
+echo
+echo "=== documentation site: tests/docs_site/build.sh (${docs_python:-no CPython 3.13 or newer found})"
+docs_start=$SECONDS
+if [[ -n "$docs_python" ]] && bash tests/docs_site/build.sh "$docs_python"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+fi
+echo "documentation site: $((SECONDS - docs_start)) s"
 
 echo
 echo "Pythons: ${pythons[*]}"

@@ -13,6 +13,10 @@ The same path carries calls: :func:`launch_host_func` (a stream host function; r
 :func:`add_host_node` (a graph host node) run Python when CUDA gets there, in a drain, never on CUDA's
 thread; :mod:`cuda_reclaim.asyncio` awaits a stream point on an event loop.
 
+To know when CUDA is done, without polling: :func:`wait_handed_back` blocks until CUDA has handed back
+everything attached before the call, :func:`flush` does that and then drains, and the :class:`Attachment`
+that :func:`keep_alive` returns (also held by a :class:`NodeHandle`) waits for one attachment alone.
+
 Counters (:func:`stats`) obey ``handed_over == released + pending + in_drain + leaked_after_close +
 abandoned_after_fork`` and ``attached_to_cuda == handed_back_by_cuda + held_by_cuda`` (what CUDA still
 holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
@@ -28,15 +32,17 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 """
 
 import os as _os
+import threading as _threading
 
 from . import _auto
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
-from ._reclaim import ABI_VERSION, fileno, is_closed, pending, trim
+from ._reclaim import ABI_VERSION, Attachment, fileno, is_closed, pending, trim
 from ._version import __version__
 
 __all__ = [
     "ABI_VERSION",
+    "Attachment",
     "CALL_KEYS",
     "CONSERVATION_BUCKETS",
     "DriverError",
@@ -51,6 +57,7 @@ __all__ = [
     "defer_release",
     "drain",
     "fileno",
+    "flush",
     "get_auto_drain",
     "get_include",
     "is_closed",
@@ -61,6 +68,7 @@ __all__ = [
     "set_auto_drain",
     "stats",
     "trim",
+    "wait_handed_back",
 ]
 
 # Every key of stats() is defined once, in C (bindings/stats_table.cc), with its group and description.
@@ -88,6 +96,48 @@ CALL_KEYS = _reclaim.CALL_KEYS
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
 drain = _reclaim.drain
+
+
+def wait_handed_back(timeout=None):
+    """Block until CUDA has handed back everything attached before this call; return True.
+
+    "Attached" means: the objects of :func:`keep_alive` and :func:`keep_alive_until`, the calls of
+    :func:`launch_host_func`, the functions of :func:`add_host_node`, and what other extensions count
+    through the C API, whose attaching call returned before this one was entered. Attachments made while
+    it waits do not delay it. For a host call, handed back means CUDA ran its host function (the call is
+    then queued; a drain runs it: :func:`flush` does both). Returns False when ``timeout`` seconds pass
+    first (``None``: no limit) or once the queue is closed (:func:`close`, exit), also while waiting.
+
+    The GIL is released while it waits; it sleeps until the hand-back that ends the wait wakes it (no
+    polling). Any thread but CUDA's callback thread (a callback that waits for CUDA's own hand-backs would
+    wait for itself). A KeyboardInterrupt ends the wait with that exception.
+    """
+    return _reclaim.wait_handed_back(timeout)
+
+
+def flush(timeout=None):
+    """:func:`wait_handed_back`, then :func:`drain` everything queued; return how many this drain released
+    (references released and calls run).
+
+    The call for the end of a test, a benchmark iteration or before a leak check: what was attached
+    before it is released (and run) when it returns, unless ``timeout`` (seconds; ``None``: no limit)
+    passed first or the queue is closed, in which case it still drains what is there (call
+    :func:`wait_handed_back` to know which). What the automatic drain thread took a moment before is
+    released by that thread, and :func:`stats` shows it in ``in_drain`` until it is. Any thread but CUDA's
+    callback thread; the GIL is released while it waits.
+    """
+    _reclaim._checked_seconds("flush", "timeout", timeout)
+    _reclaim.wait_handed_back(timeout)
+    return drain()
+
+
+def _close_hand_backs_at_exit():
+    # threading's exit hooks run before Python joins the threads that are not daemons (and so before the
+    # atexit hooks that close the queue): a thread waiting for CUDA there would otherwise hold the exit.
+    _reclaim._hand_back_close()
+
+
+_threading._register_atexit(_close_hand_backs_at_exit)
 
 
 def defer_release(obj):

@@ -9,6 +9,7 @@ from typing import Any, Callable, Final, Iterable, Literal, TypeAlias, TypeVar
 from . import asyncio as asyncio
 from ._reclaim import (
     ABI_VERSION as ABI_VERSION,
+    Attachment as Attachment,
     DriverError as DriverError,
     drain as drain,
     fileno as fileno,
@@ -19,6 +20,7 @@ from ._reclaim import (
 
 __all__ = [
     "ABI_VERSION",
+    "Attachment",
     "CALL_KEYS",
     "CONSERVATION_BUCKETS",
     "DriverError",
@@ -33,6 +35,7 @@ __all__ = [
     "defer_release",
     "drain",
     "fileno",
+    "flush",
     "get_auto_drain",
     "get_include",
     "is_closed",
@@ -43,6 +46,7 @@ __all__ = [
     "set_auto_drain",
     "stats",
     "trim",
+    "wait_handed_back",
 ]
 
 __version__: Final[str]
@@ -72,17 +76,21 @@ def conserved(counters: Mapping[str, int] | None = None) -> bool: ...
 def get_include() -> str: ...
 def set_auto_drain(mode: _AutoDrainMode) -> _AutoDrainMode: ...
 def get_auto_drain() -> _AutoDrainMode: ...
+def wait_handed_back(timeout: float | None = None) -> bool: ...
+def flush(timeout: float | None = None) -> int: ...
 
 # `graph`: a cuda.core GraphDefinition or GraphBuilder, a cuda.bindings CUgraph, or an int handle;
 # `stream`: a cuda.core Stream, a cuda.bindings CUstream, an object with __cuda_stream__, or an int.
 # Typed as object: neither cuda.core nor cuda.bindings is a dependency of this package.
-def keep_alive(graph: object, *objs: object) -> None: ...
-def keep_alive_until(stream: object, *objs: object) -> None: ...
+def keep_alive(graph: object, *objs: object) -> Attachment: ...
+def keep_alive_until(stream: object, *objs: object) -> Attachment: ...
 # Python calls from CUDA (docs/callbacks.md): `fn` runs in a drain, never on CUDA's thread.
 def launch_host_func(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
 # The CUgraphNode that add_host_node() added: an int, with a repr of its own.
 class NodeHandle(int):
     def __new__(cls, node: int, /) -> NodeHandle: ...
+    def done(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 # `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes, NodeHandles or int handles.
 def add_host_node(

@@ -154,14 +154,19 @@ def keep_alive(graph, *objs):
     are not kept). Starts the automatic drain, lazily. After :func:`close` (at exit) the objects are still
     attached, so that they stay alive for as long as CUDA may use them; when CUDA lets them go they are
     leaked on purpose and counted in ``leaked_after_close``, as everything handed over after the close is.
+
+    Returns an :class:`~cuda_reclaim.Attachment`: ``done()`` / ``wait(timeout)`` tell when CUDA has handed
+    these objects back. It holds the objects until a drain releases it and you no longer hold it: drop it
+    once you are done waiting (ignoring it, as before, changes nothing).
     """
     payload = _payload("keep_alive", objs)
     kind, handle = graph_target(graph, "keep_alive")
     if kind == "capture":
-        _reclaim._keep_alive_capture(handle, payload)
+        attachment = _reclaim._keep_alive_capture(handle, payload)
     else:
-        _reclaim._keep_alive_graph(handle, payload)
+        attachment = _reclaim._keep_alive_graph(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    return attachment
 
 
 def keep_alive_until(stream, *objs):
@@ -172,12 +177,13 @@ def keep_alive_until(stream, *objs):
     ``__cuda_stream__`` or an int handle. A stream that is capturing a graph is refused (use
     :func:`keep_alive` with the graph builder). Raises :class:`DriverError` as :func:`keep_alive` does.
     Starts the automatic drain, lazily. After :func:`close`, as :func:`keep_alive`: kept alive, then leaked
-    on purpose and counted.
+    on purpose and counted. Returns an :class:`~cuda_reclaim.Attachment`, as :func:`keep_alive` does.
     """
     payload = _payload("keep_alive_until", objs)
     handle = stream_handle(stream, "keep_alive_until")
-    _reclaim._keep_alive_stream(handle, payload)
+    attachment = _reclaim._keep_alive_stream(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    return attachment
 
 
 _Future = None
@@ -236,15 +242,40 @@ def launch(function, stream, fn, args, kwargs):
 class NodeHandle(int):
     """The CUgraphNode that :func:`add_host_node` added: an int (``int(node)``, ``operator.index(node)``),
     equal to and hashed as that int, usable wherever a CUgraphNode handle is (a dependency of another
-    node, ``cuda.bindings.driver.CUgraphNode(int(node))``). Immutable. ``repr()`` says what it is."""
+    node, ``cuda.bindings.driver.CUgraphNode(int(node))``). Immutable. ``repr()`` says what it is.
 
-    __slots__ = ()
+    One made by :func:`add_host_node` also tells when CUDA has handed the node's function back (the graph
+    and everything made from it are gone): :meth:`done` and :meth:`wait`, as :class:`Attachment`'s."""
 
     def __new__(cls, node, /):
         return super().__new__(cls, _checked_int(node, "node", "NodeHandle"))
 
+    def __setattr__(self, name, value):
+        raise AttributeError(f"NodeHandle is immutable: cannot set {name!r}")
+
     def __repr__(self):
         return f"<cuda_reclaim.NodeHandle CUgraphNode {int(self):#x}>"
+
+    def _attachment_of(self, method):
+        attachment = self.__dict__.get("_attachment")
+        if attachment is None:
+            raise ValueError(
+                f"NodeHandle.{method}(): this handle was made from an int, not by add_host_node(): it has no "
+                "hand-back to wait for"
+            )
+        return attachment
+
+    def done(self):
+        """True once CUDA has handed the node's function back (its graph and everything made from it are
+        gone). ValueError for a handle not made by :func:`add_host_node`."""
+        return self._attachment_of("done").done()
+
+    def wait(self, timeout=None):
+        """Block (the GIL released) until CUDA has handed the node's function back: True. False when
+        ``timeout`` seconds pass first (``None``: no limit) or once the queue is closed. Any thread but
+        CUDA's callback thread. ValueError for a handle not made by :func:`add_host_node`."""
+        _reclaim._checked_seconds("NodeHandle.wait", "timeout", timeout)
+        return self._attachment_of("wait").wait(timeout)
 
     __str__ = int.__repr__  # str() and format() stay the plain number, as before the type existed
 
@@ -301,7 +332,9 @@ def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
             "the node to a GraphDefinition (while capturing, launch_host_func is refused and cuda.core's "
             "GraphBuilder.callback runs Python on CUDA's thread)"
         )
-    node = _reclaim._add_host_node(handle, nodes, fn, args, kwargs or None)
+    node, attachment = _reclaim._add_host_node(handle, nodes, fn, args, kwargs or None)
     _auto.note_handover()
-    return int.__new__(NodeHandle, node)  # the driver's handle: no check needed
+    handle = int.__new__(NodeHandle, node)  # the driver's handle: no check needed
+    handle.__dict__["_attachment"] = attachment
+    return handle
 

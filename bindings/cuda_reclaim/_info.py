@@ -1,5 +1,6 @@
 """``python -m cuda_reclaim info``: what a bug report needs, read only (no drain thread starts, no
-counter moves, no GPU library is imported); every section catches its own errors and reports them."""
+counter moves, no GPU library is imported; the driver is loaded and initialized with cuInit to list its
+devices, which creates no context); every section catches its own errors and reports them."""
 
 import argparse
 import json
@@ -77,9 +78,30 @@ def _driver():
 
     info = dict(_reclaim._driver_info())
     info["library"] = os.environ.get("CUDA_RECLAIM_LIBCUDA") or "libcuda.so.1"
-    # The extension reports status, version and message only; devices are not queried here.
-    info.setdefault("devices", "not reported")
+    # Always a list, with why it is empty when the driver could not be asked (no driver, cuInit failed, ...).
+    try:
+        info["devices"] = _reclaim._driver_devices()
+        info["devices_error"] = None
+    except _reclaim.DriverError as error:
+        info["devices"] = []
+        info["devices_error"] = str(error)
     return info
+
+
+def _device_lines(values):
+    """The text lines of the driver section's devices: a count and one line each, or none and why."""
+    devices = values["devices"]
+    if not devices:
+        why = values.get("devices_error")
+        return ["  devices: none" + (f" ({why})" if why else "")]
+    lines = [f"  devices: {len(devices)}"]
+    for device in devices:
+        memory = device["total_memory"] / 2**30
+        lines.append(
+            f"    {device['ordinal']}: {device['name']} (compute capability {device['compute_capability']},"
+            f" {memory:.1f} GiB)"
+        )
+    return lines
 
 
 def _libraries():
@@ -131,6 +153,11 @@ def format_text(report):
         if not values:
             lines.append("  (none)")
         for key, value in values.items():
+            if section == "driver" and key == "devices" and isinstance(value, list):
+                lines.extend(_device_lines(values))
+                continue
+            if section == "driver" and key == "devices_error":
+                continue  # said on the devices line
             shown = "not installed" if value is None else str(value).replace("\n", " ")
             lines.append(f"  {key}: {shown}")
     return "\n".join(lines) + "\n"

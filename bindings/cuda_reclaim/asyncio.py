@@ -4,9 +4,9 @@
 arrives (no polling) and drains in bounded batches between its other callbacks. Loops without
 ``add_reader`` (e.g. the Windows proactor) get a periodic timer instead. Works with uvloop.
 
-``await stream_reached(stream)`` resumes once the stream has passed the point where it was called (all
-work enqueued before it is done); ``await run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run
-in a drain once the stream gets there. Both ride on :func:`cuda_reclaim.launch_host_func`: CUDA's thread
+``await handed_back()`` resumes once CUDA has handed back what was attached before it (``flush()`` also
+drains). ``await stream_reached(stream)`` resumes once the stream has passed this point; ``await
+run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run in a drain once it gets there. Both ride on :func:`cuda_reclaim.launch_host_func`: CUDA's thread
 only pushes, a drain completes a ``concurrent.futures.Future``, and the loop learns of it through
 ``call_soon_threadsafe`` (from the drain thread) or at once (from its own reader's drain). No polling, no
 thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
@@ -27,8 +27,9 @@ import weakref
 from . import _auto
 from . import _graph
 from . import _reclaim
+from ._asyncio_barrier import flush, handed_back
 
-__all__ = ["DrainHandle", "install", "run_when_reached", "stream_reached"]
+__all__ = ["DrainHandle", "flush", "handed_back", "install", "run_when_reached", "stream_reached"]
 
 _installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle (which holds its loop weakly: see below)
 # Loops with an await of this module pending, and how many: when the automatic drain thread stops while

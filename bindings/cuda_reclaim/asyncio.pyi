@@ -3,7 +3,7 @@
 import asyncio as _asyncio
 from typing import Any, Callable, Literal, TypeVar
 
-__all__ = ["DrainHandle", "install", "run_when_reached", "stream_reached"]
+__all__ = ["DrainHandle", "flush", "handed_back", "install", "run_when_reached", "stream_reached"]
 
 _T = TypeVar("_T")
 
@@ -22,3 +22,5 @@ def install(
 # `stream`: a cuda.core Stream, a cuda.bindings CUstream, an object with __cuda_stream__, or an int.
 async def stream_reached(stream: object) -> None: ...
 async def run_when_reached(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T: ...
+async def handed_back() -> bool: ...
+async def flush() -> int: ...

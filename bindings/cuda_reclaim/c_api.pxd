@@ -57,6 +57,9 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
         int (*wakeup_fd)() noexcept nogil
         int (*write_report)(int fd) noexcept nogil
         int (*attach)() except -1                                 # GIL required
+        int (*hand_back_begin)() noexcept nogil
+        void (*hand_back_end)(int ticket, uint32_t* done) noexcept nogil
+        int (*wait_handed_back)(double timeout_seconds) noexcept nogil  # blocks: call without the GIL
 
 cdef extern from "cuda_reclaim/cuda_reclaim.h":
     int cuda_reclaim_import(const cuda_reclaim_c_api** api) except -1

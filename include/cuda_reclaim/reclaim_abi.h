@@ -119,6 +119,30 @@ typedef struct reclaim_api {
    * cuda_reclaim_import() calls it. Returns 0, or -1 with the owner's error set (a Python exception).
    * Requires the owner's context (GIL). */
   int (*attach)(void);
+
+  /* --- the hand-back barrier: know when CUDA has given back what was attached, without polling ---------
+   * An attachment is anything a CUDA callback of yours will hand over later (a user object's destructor,
+   * a host function). Count it with hand_back_begin() before the callback can run, and end it in the
+   * callback (after its push), so that wait_handed_back() can wait for it. cuda_reclaim's own attachments
+   * (keep_alive, launch_host_func, host nodes) are counted the same way. */
+
+  /* Counts one attachment; returns its ticket (0 or 1), or -1 when it could not be counted (2^31 - 1
+   * held in one grace period): no wait waits for it, and its end gets -1.
+   * Any thread; never touches Python; never blocks. */
+  int (*hand_back_begin)(void);
+
+  /* Ends the attachment of `ticket` (its hand-back, or the undo of an attachment CUDA never took), then,
+   * when `done` is not NULL, stores 1 into it (an atomic seq_cst store; the caller may wait for it).
+   * Wakes waiters only when this ends a grace period. Any thread (CUDA's); never touches Python; never
+   * blocks. */
+  void (*hand_back_end)(int ticket, uint32_t* done);
+
+  /* Waits until everything whose hand_back_begin() returned before this call has ended: returns 1. Returns
+   * 0 when `timeout_seconds` passed (negative: no limit) or the queue is closed (also while waiting), and
+   * -1 when a signal interrupted the wait (check your signals and call again). Sleeps on a futex that the
+   * ending hand-back wakes: no polling. Never touches Python: release the GIL around it. Not on a CUDA
+   * callback thread (it would wait for itself). */
+  int (*wait_handed_back)(double timeout_seconds);
 } reclaim_api;
 
 #ifdef __cplusplus

@@ -46,17 +46,22 @@ int stand_in_get_stats(reclaim_stats*, size_t) { return 0; }
 int stand_in_int() { return 0; }
 size_t stand_in_pending() { return 0; }
 int stand_in_write_report(int) { return 0; }
+void stand_in_hand_back_end(int, uint32_t*) {}
+int stand_in_wait(double) { return 0; }
 
 TEST(ReclaimCApi, AdoptRefusesATableWithANullEntry) {
   const reclaim_api whole = {RECLAIM_ABI_VERSION, sizeof(reclaim_api), stand_in_push, stand_in_host_destructor,
                              stand_in_drain, stand_in_get_stats, stand_in_int,
-                             stand_in_pending, stand_in_int, stand_in_write_report, stand_in_int};
+                             stand_in_pending, stand_in_int, stand_in_write_report, stand_in_int,
+                             stand_in_int, stand_in_hand_back_end, stand_in_wait};
   const std::vector<void (*)(reclaim_api&)> holes = {
       [](reclaim_api& t) { t.push = nullptr; },      [](reclaim_api& t) { t.host_destructor = nullptr; },
       [](reclaim_api& t) { t.drain = nullptr; },     [](reclaim_api& t) { t.get_stats = nullptr; },
       [](reclaim_api& t) { t.is_closed = nullptr; }, [](reclaim_api& t) { t.pending = nullptr; },
       [](reclaim_api& t) { t.wakeup_fd = nullptr; }, [](reclaim_api& t) { t.write_report = nullptr; },
       [](reclaim_api& t) { t.attach = nullptr; },
+      [](reclaim_api& t) { t.hand_back_begin = nullptr; }, [](reclaim_api& t) { t.hand_back_end = nullptr; },
+      [](reclaim_api& t) { t.wait_handed_back = nullptr; },
   };
   for (std::size_t hole = 0; hole < holes.size(); ++hole) {
     reclaim_api table = whole;

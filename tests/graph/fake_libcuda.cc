@@ -7,6 +7,9 @@
 // environment, read at each cuDriverGetVersion / cuGetProcAddress call: FAKE_CUDA_VERSION (default 13000),
 // FAKE_CUDA_HIDE (one entry point to hide), FAKE_CUDA_INIT_ERROR (a CUresult for cuInit to return),
 // FAKE_CUDA_NO_PROC_ADDRESS_V2=1 (behave as a driver without cuGetProcAddress_v2: the v1 one is used).
+// Devices, read at each call: FAKE_CUDA_DEVICE_COUNT (default 1) devices named "Fake CUDA Device N", of
+// compute capability 9.0 and 80 GiB; FAKE_CUDA_DEVICE_ERROR (a CUresult for cuDeviceGetName to return).
+// As in CUDA, the device calls fail with CUDA_ERROR_NOT_INITIALIZED until a cuInit succeeded.
 //
 // Streams: every handle is a stream with a FIFO of work (host functions, host-node firings of launched
 // executable graphs, "kernels" that only take time). Work runs either when the test says so
@@ -26,7 +29,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -211,8 +216,61 @@ void add_work(CUstream handle, const Work& work) {
   s.changed.notify_all();
 }
 
+std::atomic<bool> g_initialized{false};  // a cuInit succeeded
+
 CUresult CUDAAPI fake_init(unsigned int) {
-  return static_cast<CUresult>(env_int("FAKE_CUDA_INIT_ERROR", CUDA_SUCCESS));
+  const auto result = static_cast<CUresult>(env_int("FAKE_CUDA_INIT_ERROR", CUDA_SUCCESS));
+  if (result == CUDA_SUCCESS) g_initialized = true;
+  return result;
+}
+
+// The devices: CUDA_ERROR_NOT_INITIALIZED before a successful cuInit, CUDA_ERROR_INVALID_DEVICE for an
+// ordinal out of range, else CUDA_SUCCESS.
+CUresult check_device(int ordinal) {
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  return ordinal >= 0 && ordinal < env_int("FAKE_CUDA_DEVICE_COUNT", 1) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+}
+
+CUresult CUDAAPI fake_device_get_count(int* count) {
+  if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!g_initialized) return CUDA_ERROR_NOT_INITIALIZED;
+  *count = env_int("FAKE_CUDA_DEVICE_COUNT", 1);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI fake_device_get(CUdevice* device, int ordinal) {
+  if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult checked = check_device(ordinal);
+  if (checked == CUDA_SUCCESS) *device = ordinal;
+  return checked;
+}
+
+CUresult CUDAAPI fake_device_get_name(char* name, int length, CUdevice device) {
+  if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult checked = check_device(device);
+  if (checked != CUDA_SUCCESS) return checked;
+  const auto injected = static_cast<CUresult>(env_int("FAKE_CUDA_DEVICE_ERROR", CUDA_SUCCESS));
+  if (injected != CUDA_SUCCESS) return injected;
+  std::snprintf(name, static_cast<size_t>(length), "Fake CUDA Device %d", device);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI fake_device_get_attribute(int* value, CUdevice_attribute attribute, CUdevice device) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult checked = check_device(device);
+  if (checked != CUDA_SUCCESS) return checked;
+  switch (attribute) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = 9; return CUDA_SUCCESS;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = 0; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+CUresult CUDAAPI fake_device_total_mem(size_t* bytes, CUdevice device) {
+  if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUresult checked = check_device(device);
+  if (checked == CUDA_SUCCESS) *bytes = size_t{80} << 30;
+  return checked;
 }
 
 CUresult CUDAAPI fake_get_error_name(CUresult error, const char** name) {
@@ -220,6 +278,8 @@ CUresult CUDAAPI fake_get_error_name(CUresult error, const char** name) {
     case CUDA_SUCCESS: *name = "CUDA_SUCCESS"; return CUDA_SUCCESS;
     case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return CUDA_SUCCESS;
     case CUDA_ERROR_NO_DEVICE: *name = "CUDA_ERROR_NO_DEVICE"; return CUDA_SUCCESS;
+    case CUDA_ERROR_NOT_INITIALIZED: *name = "CUDA_ERROR_NOT_INITIALIZED"; return CUDA_SUCCESS;
+    case CUDA_ERROR_INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; return CUDA_SUCCESS;
     case CUDA_ERROR_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; return CUDA_SUCCESS;
     case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return CUDA_SUCCESS;
     default: *name = nullptr; return CUDA_ERROR_INVALID_VALUE;
@@ -320,6 +380,11 @@ void* lookup(const char* symbol, int version) {
       {"cuGraphAddHostNode", 10000, reinterpret_cast<void*>(fake_graph_add_host_node)},
       {"cuStreamGetCaptureInfo", 11030, reinterpret_cast<void*>(fake_capture_info_v2)},
       {"cuStreamGetCaptureInfo", 12030, reinterpret_cast<void*>(fake_capture_info_v3)},
+      {"cuDeviceGetCount", 2000, reinterpret_cast<void*>(fake_device_get_count)},
+      {"cuDeviceGet", 2000, reinterpret_cast<void*>(fake_device_get)},
+      {"cuDeviceGetName", 2000, reinterpret_cast<void*>(fake_device_get_name)},
+      {"cuDeviceGetAttribute", 2000, reinterpret_cast<void*>(fake_device_get_attribute)},
+      {"cuDeviceTotalMem", 3020, reinterpret_cast<void*>(fake_device_total_mem)},
   };
   const int driver_version = env_int("FAKE_CUDA_VERSION", 13000);
   const Entry* best = nullptr;

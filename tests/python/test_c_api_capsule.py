@@ -16,7 +16,7 @@ CAPSULE = b"cuda_reclaim._reclaim._C_API"
 # reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 1: the entries after abi_version and struct_size, in order
 # (later ABIs only append).
 ENTRIES = ("push", "host_destructor", "drain", "get_stats", "is_closed", "pending", "wakeup_fd", "write_report",
-           "attach")
+           "attach", "hand_back_begin", "hand_back_end", "wait_handed_back")
 
 
 def capsule_pointer(capsule, name=CAPSULE):

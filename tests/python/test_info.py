@@ -14,8 +14,8 @@ import fake_cuda
 SECTIONS = ["cuda_reclaim", "python", "platform", "auto_drain", "environment", "driver", "libraries", "stats"]
 
 
-def run_info(*args, libcuda):
-    env = dict(os.environ, CUDA_RECLAIM_LIBCUDA=libcuda, PYTHONPATH=os.pathsep.join(sys.path))
+def run_info(*args, libcuda, **fake_env):
+    env = dict(os.environ, CUDA_RECLAIM_LIBCUDA=libcuda, PYTHONPATH=os.pathsep.join(sys.path), **fake_env)
     return subprocess.run(
         [sys.executable, "-m", "cuda_reclaim", *args], env=env, capture_output=True, text=True, timeout=120
     )
@@ -34,6 +34,10 @@ def test_info_json_with_fake_driver():
     assert report["environment"]["CUDA_RECLAIM_LIBCUDA"] == fake_cuda.PATH
     assert report["driver"]["status"] == "ok"
     assert report["driver"]["library"] == fake_cuda.PATH
+    assert report["driver"]["devices"] == [
+        {"ordinal": 0, "name": "Fake CUDA Device 0", "compute_capability": "9.0", "total_memory": 80 << 30}
+    ]
+    assert report["driver"]["devices_error"] is None
     assert set(report["libraries"]) == set(_info._OTHER_DISTRIBUTIONS)
     assert list(report["stats"]) == list(cuda_reclaim.STATS_DOCS)
     assert all(isinstance(value, int) for value in report["stats"].values())
@@ -45,6 +49,8 @@ def test_info_json_without_driver():
     driver = json.loads(result.stdout)["driver"]
     assert driver["status"] == "library_missing"
     assert driver["library"] == "/nonexistent/libcuda.so.1"
+    assert driver["devices"] == []
+    assert driver["devices_error"] == "no CUDA driver library could be loaded"
 
 
 def test_info_text_has_every_section():
@@ -83,3 +89,93 @@ def test_failing_section_is_reported(monkeypatch):
     report = _info.collect()
     assert report["stats"] == {"error": "RuntimeError: no counters"}
     assert report["python"]["version"] == sys.version
+
+
+def driver_lines(stdout):
+    """The lines of the text report's driver section, without its heading."""
+    lines = stdout.splitlines()
+    start = lines.index("driver:") + 1
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith(" "))
+    return lines[start:end]
+
+
+def test_info_text_lists_each_device():
+    result = run_info("info", libcuda=fake_cuda.PATH, FAKE_CUDA_DEVICE_COUNT="2")
+    assert result.returncode == 0, result.stderr
+    lines = driver_lines(result.stdout)
+    start = lines.index("  devices: 2")
+    assert lines[start + 1 : start + 3] == [
+        "    0: Fake CUDA Device 0 (compute capability 9.0, 80.0 GiB)",
+        "    1: Fake CUDA Device 1 (compute capability 9.0, 80.0 GiB)",
+    ]
+    assert not any("devices_error" in line for line in lines)
+
+
+def test_info_without_device_says_why_and_exits_0():
+    # What a machine with a driver and no GPU gives: cuInit fails with CUDA_ERROR_NO_DEVICE.
+    result = run_info("info", libcuda=fake_cuda.PATH, FAKE_CUDA_INIT_ERROR="100")
+    assert result.returncode == 0, result.stderr
+    assert "  devices: none (cuInit failed: CUDA_ERROR_NO_DEVICE)" in driver_lines(result.stdout)
+    result = run_info("info", "--json", libcuda=fake_cuda.PATH, FAKE_CUDA_INIT_ERROR="100")
+    assert result.returncode == 0, result.stderr
+    driver = json.loads(result.stdout)["driver"]
+    assert driver["status"] == "init_failed"
+    assert driver["devices"] == []
+    assert driver["devices_error"] == "cuInit failed: CUDA_ERROR_NO_DEVICE"
+
+
+def test_info_with_no_driver_an_old_one_or_no_device_entry_point_exits_0():
+    result = run_info("info", libcuda="/nonexistent/libcuda.so.1")
+    assert result.returncode == 0, result.stderr
+    assert "  devices: none (no CUDA driver library could be loaded)" in driver_lines(result.stdout)
+    # A driver that works for keep-alive but cannot name its devices: the report says which call is missing.
+    result = run_info("info", "--json", libcuda=fake_cuda.PATH, FAKE_CUDA_HIDE="cuDeviceGetName")
+    assert result.returncode == 0, result.stderr
+    driver = json.loads(result.stdout)["driver"]
+    assert driver["status"] == "ok"
+    assert driver["devices_error"] == "the CUDA driver does not provide cuDeviceGetName"
+    # A driver older than 11.3 is not asked at all.
+    result = run_info("info", "--json", libcuda=fake_cuda.PATH, FAKE_CUDA_VERSION="11020")
+    assert result.returncode == 0, result.stderr
+    driver = json.loads(result.stdout)["driver"]
+    assert driver["status"] == "driver_too_old"
+    assert driver["devices"] == []
+    assert driver["devices_error"] == "the CUDA driver cannot be asked: it is too old or not a CUDA driver"
+
+
+def test_info_with_zero_devices_or_a_failing_device_call():
+    result = run_info("info", libcuda=fake_cuda.PATH, FAKE_CUDA_DEVICE_COUNT="0")
+    assert result.returncode == 0, result.stderr
+    assert "  devices: none" in driver_lines(result.stdout)
+    result = run_info("info", "--json", libcuda=fake_cuda.PATH, FAKE_CUDA_DEVICE_ERROR="101")
+    assert result.returncode == 0, result.stderr
+    driver = json.loads(result.stdout)["driver"]
+    assert driver["devices"] == []
+    assert driver["devices_error"] == "cuDeviceGetName failed for device 0: CUDA_ERROR_INVALID_DEVICE"
+
+
+def test_driver_devices_in_a_child_with_the_fake():
+    result = fake_cuda.run(
+        """
+devices = _reclaim._driver_devices()
+assert [d["name"] for d in devices] == ["Fake CUDA Device 0", "Fake CUDA Device 1", "Fake CUDA Device 2"]
+assert [d["ordinal"] for d in devices] == [0, 1, 2]
+assert _reclaim._driver_devices() == devices  # asking again (cuInit again) gives the same answer
+print("devices ok")
+""",
+        FAKE_CUDA_DEVICE_COUNT="3",
+    )
+    assert "devices ok" in result.stdout
+
+
+def test_driver_devices_raises_driver_error_when_cuinit_fails():
+    result = fake_cuda.run(
+        """
+try:
+    _reclaim._driver_devices()
+except _reclaim.DriverError as error:
+    print("raised:", error)
+""",
+        FAKE_CUDA_INIT_ERROR="100",
+    )
+    assert "raised: cuInit failed: CUDA_ERROR_NO_DEVICE" in result.stdout

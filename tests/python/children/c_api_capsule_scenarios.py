@@ -13,7 +13,7 @@ import ctypes
 import scenario
 
 CAPSULE = b"cuda_reclaim._reclaim._C_API"
-ENTRIES = 9  # reclaim_api's entries at ABI 1 (cuda_reclaim/reclaim_abi.h)
+ENTRIES = 12  # reclaim_api's entries at ABI 1 (cuda_reclaim/reclaim_abi.h)
 
 
 def new_capsule(address, name):

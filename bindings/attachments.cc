@@ -1,0 +1,230 @@
+// bindings/attachments.cc — see attachments.h.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "bindings/attachments.h"
+
+#include <sched.h>
+#include <time.h>
+
+#include <cstdint>
+#include <new>
+
+#include "bindings/arguments.h"
+#include "bindings/drain.h"
+#include "cleanup/hand_back_barrier.h"
+
+namespace reclaim::bindings {
+namespace {
+
+using WaitResult = reclaim::HandBackBarrier::WaitResult;
+
+PyTypeObject* g_attachment_type = nullptr;  // module init; the module is main-interpreter only
+
+reclaim::HandBackBarrier& barrier() noexcept { return queue().hand_backs(); }
+
+std::int64_t now_ns() noexcept {
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
+}
+
+// Runs `wait(nanoseconds left, or -1)` with the GIL released until it stops for a reason other than a
+// signal; between signals, runs the Python handlers (a KeyboardInterrupt ends the wait with that
+// exception). True/False for reached/not, null with the handler's exception.
+template <class Wait>
+PyObject* wait_releasing_the_gil(int timeout_ms, const Wait& wait) {
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : now_ns() + std::int64_t{timeout_ms} * 1000000;
+  for (;;) {
+    std::int64_t left = -1;
+    if (deadline >= 0) {
+      left = deadline - now_ns();
+      if (left < 0) left = 0;
+    }
+    WaitResult result;
+    Py_BEGIN_ALLOW_THREADS
+    result = wait(left);
+    Py_END_ALLOW_THREADS
+    if (result != WaitResult::kInterrupted) return PyBool_FromLong(result == WaitResult::kReached);
+    if (PyErr_CheckSignals() < 0) return nullptr;
+  }
+}
+
+const char* const kTimeoutNames[] = {"timeout", nullptr};
+
+bool parse_wait_timeout(const char* function, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                        int* timeout_ms) {
+  const Parameters spec = {function, kTimeoutNames, 0, 0};
+  PyObject* timeout = nullptr;
+  if (!parse_arguments(spec, args, nargs, kwnames, &timeout)) return false;
+  return parse_timeout(function, "timeout", timeout, -1, timeout_ms);
+}
+
+// --- cuda_reclaim.Attachment ------------------------------------------------------------------------------
+
+PyObject* attachment_done(PyObject* self, PyObject*) {
+  const auto* attachment = reinterpret_cast<Attachment*>(self);
+  return PyBool_FromLong(attachment->slot.done.load(std::memory_order_acquire) != 0);
+}
+
+PyObject* attachment_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  int timeout_ms;
+  if (!parse_wait_timeout("Attachment.wait", args, nargs, kwnames, &timeout_ms)) return nullptr;
+  auto* attachment = reinterpret_cast<Attachment*>(self);
+  // `self` is referenced by the call for as long as it waits.
+  return wait_releasing_the_gil(timeout_ms, [attachment](std::int64_t left) {
+    return barrier().wait_cell(attachment->slot.done, left);
+  });
+}
+
+PyObject* attachment_repr(PyObject* self) {
+  const auto* attachment = reinterpret_cast<Attachment*>(self);
+  const bool done = attachment->slot.done.load(std::memory_order_acquire) != 0;
+  return PyUnicode_FromFormat("<cuda_reclaim.Attachment %s: %s>", attachment->kind,
+                              done ? "handed back by CUDA" : "held by CUDA");
+}
+
+void attachment_dealloc(PyObject* self) {
+  auto* attachment = reinterpret_cast<Attachment*>(self);
+  PyTypeObject* type = Py_TYPE(self);
+  if (attachment->attached) {
+    // The trampoline pushed this object and is finishing its count: its last store is slot.done, a few
+    // instructions away (it never blocks).
+    while (attachment->slot.done.load(std::memory_order_acquire) == 0) sched_yield();
+  }
+  Py_XDECREF(attachment->objects);
+  attachment->slot.~HandBackSlot();
+  type->tp_free(self);
+  Py_DECREF(type);
+}
+
+PyMethodDef kAttachmentMethods[] = {
+    {"done", attachment_done, METH_NOARGS,
+     "done($self, /)\n--\n\n"
+     "True once CUDA has handed the objects back (they are then queued for the next drain)."},
+    {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(attachment_wait)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "wait($self, /, timeout=None)\n--\n\n"
+     "Block (the GIL released) until CUDA has handed the objects back: True. False when `timeout`\n"
+     "seconds pass first (None: no limit) or once the queue is closed (close(), exit). Any thread but\n"
+     "CUDA's callback thread; a signal handler's exception (KeyboardInterrupt) ends the wait."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyType_Slot kAttachmentSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(attachment_dealloc)},
+    {Py_tp_repr, reinterpret_cast<void*>(attachment_repr)},
+    {Py_tp_methods, kAttachmentMethods},
+    {Py_tp_doc, const_cast<char*>(
+                    "What keep_alive() and keep_alive_until() return (and a NodeHandle holds): one attachment to\n"
+                    "CUDA that can be waited for alone. done() says whether CUDA has handed it back; wait()\n"
+                    "blocks until it has. It holds the objects it keeps alive until it is released: by the drain\n"
+                    "that takes it, once you no longer hold it.")},
+    {0, nullptr},
+};
+
+PyType_Spec kAttachmentSpec = {
+    "cuda_reclaim.Attachment", static_cast<int>(sizeof(Attachment)), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, kAttachmentSlots,
+};
+
+// --- the barrier ------------------------------------------------------------------------------------------
+
+PyObject* py_wait_handed_back(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  int timeout_ms;
+  if (!parse_wait_timeout("wait_handed_back", args, nargs, kwnames, &timeout_ms)) return nullptr;
+  if (barrier().is_closed()) Py_RETURN_FALSE;
+  const std::uint64_t target = barrier().request();
+  return wait_releasing_the_gil(timeout_ms, [target](std::int64_t left) { return barrier().wait(target, left); });
+}
+
+PyObject* py_hand_back_request(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(barrier().request());
+}
+
+PyObject* py_hand_back_advance(PyObject*, PyObject* target) {
+  const unsigned long long value = PyLong_AsUnsignedLongLong(target);
+  if (value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(barrier().advance(value));
+}
+
+PyObject* py_hand_back_listener_fd(PyObject*, PyObject*) {
+  const int fd = barrier().listener_fd();
+  if (fd < 0) return PyErr_SetFromErrno(PyExc_OSError);
+  return PyLong_FromLong(fd);
+}
+
+PyObject* py_hand_back_listen(PyObject*, PyObject* on) {
+  const int listen = PyObject_IsTrue(on);
+  if (listen < 0) return nullptr;
+  if (listen) {
+    barrier().add_listener();
+  } else {
+    barrier().remove_listener();
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* py_hand_back_consume(PyObject*, PyObject*) {
+  barrier().consume_listener_fd();
+  Py_RETURN_NONE;
+}
+
+PyObject* py_hand_back_close(PyObject*, PyObject*) {
+  barrier().close();
+  Py_RETURN_NONE;
+}
+
+PyObject* py_hand_back_stats(PyObject*, PyObject*) {
+  const reclaim::HandBackBarrier::Stats stats = barrier().stats();
+  return Py_BuildValue("{sKsKsisKsKsKsKsO}", "held_0", stats.held[0], "held_1", stats.held[1], "current",
+                       stats.current, "started", stats.started, "completed", stats.completed, "futex_wakes",
+                       stats.futex_wakes, "listener_writes", stats.listener_writes, "closed",
+                       barrier().is_closed() ? Py_True : Py_False);
+}
+
+PyMethodDef kBarrierMethods[] = {
+    {"wait_handed_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_wait_handed_back)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "wait_handed_back($module, /, timeout=None)\n--\n\n"
+     "Block (the GIL released) until CUDA has handed back everything attached before the call."},
+    {"_hand_back_request", py_hand_back_request, METH_NOARGS,
+     "_hand_back_request($module, /)\n--\n\nThe grace period to wait for (private: cuda_reclaim.asyncio)."},
+    {"_hand_back_advance", py_hand_back_advance, METH_O,
+     "_hand_back_advance($module, target, /)\n--\n\nStart `target` if due; True once it ended (private)."},
+    {"_hand_back_listener_fd", py_hand_back_listener_fd, METH_NOARGS,
+     "_hand_back_listener_fd($module, /)\n--\n\nThe eventfd written when a grace period ends (private)."},
+    {"_hand_back_listen", py_hand_back_listen, METH_O,
+     "_hand_back_listen($module, on, /)\n--\n\nRegister (True) or unregister (False) one listener (private)."},
+    {"_hand_back_consume", py_hand_back_consume, METH_NOARGS,
+     "_hand_back_consume($module, /)\n--\n\nEmpty the listener eventfd (private)."},
+    {"_hand_back_close", py_hand_back_close, METH_NOARGS,
+     "_hand_back_close($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
+    {"_hand_back_stats", py_hand_back_stats, METH_NOARGS,
+     "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, grace periods and wake-ups (private)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+}  // namespace
+
+Attachment* new_attachment(const char* kind, PyObject* objects) {
+  auto* attachment = PyObject_New(Attachment, g_attachment_type);
+  if (attachment == nullptr) return nullptr;
+  new (&attachment->slot) graph::HandBackSlot();
+  attachment->slot.payload = attachment;
+  Py_XINCREF(objects);
+  attachment->objects = objects;
+  attachment->kind = kind;
+  attachment->attached = false;
+  return attachment;
+}
+
+int add_attachment_functions(PyObject* module) {
+  g_attachment_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kAttachmentSpec));
+  if (g_attachment_type == nullptr) return -1;
+  if (PyModule_AddObjectRef(module, "Attachment", reinterpret_cast<PyObject*>(g_attachment_type)) < 0) return -1;
+  return PyModule_AddFunctions(module, kBarrierMethods);
+}
+
+}  // namespace reclaim::bindings

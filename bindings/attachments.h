@@ -1,0 +1,34 @@
+// bindings/attachments.h — waiting for CUDA's hand-backs: cuda_reclaim.Attachment (one attachment, as
+// keep_alive() returns it and a host node's NodeHandle holds it) and the barrier builtins over the queue's
+// HandBackBarrier (wait_handed_back, and the pieces cuda_reclaim.asyncio builds handed_back() from).
+//
+// Everything here requires an attached thread state (GIL) except where a function says it releases it.
+
+#pragma once
+
+#include <Python.h>
+
+#include "graph/keep_alive.h"
+
+namespace reclaim::bindings {
+
+// One attachment's handle (cuda_reclaim.Attachment, immutable, not instantiable from Python). For
+// keep_alive, the object itself is the payload CUDA holds (slot.payload == self) and it holds `objects`;
+// for a host node it only carries the node's done cell (objects null).
+struct Attachment {
+  PyObject_HEAD
+  graph::HandBackSlot slot;  // graph/'s part: its trampoline pushes slot.payload, then sets slot.done
+  PyObject* objects;         // what CUDA keeps alive (a reference), or null
+  const char* kind;          // "keep_alive", "keep_alive_until", "add_host_node"
+  bool attached;             // CUDA took it: deallocation waits for slot.done (the trampoline's last touch)
+};
+
+// A new Attachment of `kind` (a static string) holding a reference to `objects` (may be null), with
+// slot.payload pointing to itself, not attached. Null with an exception set on failure. Allocates.
+Attachment* new_attachment(const char* kind, PyObject* objects);
+
+// Adds the Attachment type, wait_handed_back and the private barrier builtins to the module. Returns 0, or
+// -1 with an exception set. Module init.
+int add_attachment_functions(PyObject* module);
+
+}  // namespace reclaim::bindings
