@@ -1,0 +1,430 @@
+"""The pytest plugin (cuda_reclaim.pytest_plugin), run by pytest's own pytester in child processes whose
+driver is the fake libcuda: off unless asked for; --reclaim-check (or the ini) fails a test that leaves
+work behind; the timeout; the marker that allows leftovers; the `reclaim` fixture; a session fixture that
+holds a graph across tests. The entry point itself is checked where the package is installed
+(wheel_install_test.sh, tests/packaging/sdist_install_test.sh)."""
+
+import os
+import sys
+
+import pytest
+
+import fake_cuda
+from conftest import run_child
+
+pytest_plugins = ["pytester"]
+
+# The children's conftest: the fake driver's few controls these tests use, a payload class, no auto drain.
+CHILD_CONFTEST = """
+import ctypes, os, threading
+import pytest
+import cuda_reclaim
+
+cuda_reclaim.set_auto_drain("off")
+fake = ctypes.CDLL(os.environ["CUDA_RECLAIM_LIBCUDA"])
+fake.fake_cuda_graph_create.restype = ctypes.c_void_p
+fake.fake_cuda_graph_destroy.argtypes = [ctypes.c_void_p]
+fake.fake_cuda_stream_hold.argtypes = [ctypes.c_void_p, ctypes.c_int]
+
+class P:
+    pass
+
+def destroy_later(graph, seconds):
+    timer = threading.Timer(seconds, fake.fake_cuda_graph_destroy, (graph,))
+    timer.start()
+    return timer
+"""
+
+LEAKS_A_GRAPH = """
+from conftest import fake, P
+import cuda_reclaim
+
+def test_leaks():
+    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
+"""
+
+
+@pytest.fixture
+def run(pytester, monkeypatch):
+    """run(*args) runs pytest with the plugin (-p, as from a source tree) in a child whose driver is the fake;
+    returns pytester's RunResult."""
+    if not os.path.exists(fake_cuda.PATH):
+        pytest.skip(f"fake driver not built: {fake_cuda.PATH}")
+    monkeypatch.setenv("CUDA_RECLAIM_LIBCUDA", fake_cuda.PATH)
+    # The plugin by -p alone: where the package is installed, its entry point would load it a second time.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("CUDA_RECLAIM_REPORT", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))  # as conftest's children
+    pytester.makeconftest(CHILD_CONFTEST)
+
+    def run(*args):
+        return pytester.runpytest_subprocess(
+            "-p", "cuda_reclaim.pytest_plugin", "-p", "no:cacheprovider", *args, timeout=fake_cuda.HANG_LIMIT
+        )
+
+    return run
+
+
+def test_off_unless_asked_for_it_changes_nothing(pytester, run):
+    # Left held and left pending, and the next test sees both: no flush, no failure, no header line.
+    pytester.makepyfile(
+        LEAKS_A_GRAPH
+        + """
+def test_queues():
+    cuda_reclaim.defer_release(P())
+
+def test_sees_what_the_others_left():
+    assert cuda_reclaim.pending() == 1
+    assert cuda_reclaim.stats()["held_by_cuda"] == 1
+"""
+    )
+    result = run("-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.no_fnmatch_line("*cuda_reclaim: --reclaim-check*")
+
+
+def test_a_test_that_leaves_nothing_behind_passes(pytester, run):
+    # What CUDA hands back within the timeout and what is queued is flushed: neither is left behind.
+    pytester.makepyfile(
+        """
+from conftest import fake, P, destroy_later
+import cuda_reclaim
+
+def test_hands_back_later():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.2)
+
+def test_queues_and_does_not_drain():
+    cuda_reclaim.defer_release(P())
+
+def test_after_them():
+    s = cuda_reclaim.stats()
+    assert s["pending"] == 0 and s["held_by_cuda"] == 0 and s["released"] == 2, s
+"""
+    )
+    result = run("--reclaim-check", "-v")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["cuda_reclaim: --reclaim-check on, flush timeout 5 s"])
+
+
+def test_a_test_that_leaves_a_graph_holding_its_payload_errors_and_says_what(pytester, run):
+    pytester.makepyfile(LEAKS_A_GRAPH)
+    result = run("--reclaim-check", "--reclaim-timeout=0.1")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*ERROR at teardown of test_leaks*",
+            "*cuda_reclaim: *::test_leaks left work behind (after a flush that waited up to 0.1 s):",
+            "*held by CUDA: 1 attached during the test and not handed back*",
+            "*mark the test @pytest.mark.reclaim(allow_held=True)",
+        ]
+    )
+
+
+def test_a_host_call_left_on_a_stream_is_held_and_outstanding(pytester, run):
+    pytester.makepyfile(
+        """
+from conftest import fake
+import cuda_reclaim
+
+def test_leaves_a_call():
+    cuda_reclaim.launch_host_func(0x7300, print)  # no CUDA thread runs the fake's streams here
+"""
+    )
+    result = run("--reclaim-check", "--reclaim-timeout=0")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*held by CUDA: 1 *",
+            "*outstanding: 1 host call(s) of launch_host_func() neither run nor cancelled*",
+            "*@pytest.mark.reclaim(allow_held=True, allow_outstanding=True)",
+        ]
+    )
+
+
+def test_the_ini_file_enables_the_check_and_sets_the_timeout(pytester, run):
+    pytester.makeini("[pytest]\nreclaim_check = true\nreclaim_timeout = 0.1\n")
+    pytester.makepyfile(LEAKS_A_GRAPH)
+    result = run()
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*left work behind (after a flush that waited up to 0.1 s):"])
+
+
+def test_the_timeout_option_is_how_long_the_flush_waits_for_cuda(pytester, run):
+    # The ini says 0.1 s; the option, which wins, leaves CUDA time to hand the payload back.
+    pytester.makeini("[pytest]\nreclaim_check = true\nreclaim_timeout = 0.1\n")
+    pytester.makepyfile(
+        """
+from conftest import fake, P, destroy_later
+import cuda_reclaim
+
+def test_hands_back_later():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.5)
+"""
+    )
+    result = run("--reclaim-timeout=60")
+    result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf"])
+def test_a_bad_timeout_is_a_usage_error_naming_the_option(pytester, run, value):
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run("--reclaim-check", f"--reclaim-timeout={value}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*--reclaim-timeout: a number of seconds >= 0 is needed, not '{value}'"])
+
+
+def test_the_marker_allows_what_the_test_intends_to_leave(pytester, run):
+    pytester.makepyfile(
+        """
+import pytest
+from conftest import fake, P
+import cuda_reclaim
+
+@pytest.mark.reclaim(allow_held=True)
+def test_leaks_on_purpose():
+    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
+
+@pytest.mark.reclaim(allow_held=True, allow_outstanding=True)
+def test_leaves_a_call_on_purpose():
+    cuda_reclaim.launch_host_func(0x7400, print)
+
+@pytest.mark.reclaim(allow_held=True)
+def test_allowed_held_only():
+    cuda_reclaim.launch_host_func(0x7500, print)
+"""
+    )
+    result = run("--reclaim-check", "--reclaim-timeout=0.1", "-rE")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*::test_allowed_held_only left work behind*",
+            "*outstanding: 1 host call(s)*",
+            "*mark the test @pytest.mark.reclaim(allow_outstanding=True)",
+            "ERROR *::test_allowed_held_only*",
+        ]
+    )
+    result.stdout.no_fnmatch_line("*held by CUDA*")
+
+
+def test_what_a_drain_on_another_thread_has_not_finished_is_pending_unless_allowed(pytester, run):
+    # A release that blocks on another thread's drain: in_drain, which the check's flush cannot finish.
+    pytester.makepyfile(
+        """
+import threading
+import pytest
+import cuda_reclaim
+
+release = threading.Event()
+
+class Blocks:
+    def __del__(self):
+        release.wait()
+
+def start_a_blocked_drain():
+    cuda_reclaim.defer_release(Blocks())
+    drainer = threading.Thread(target=cuda_reclaim.drain)
+    drainer.start()
+    while cuda_reclaim.stats()["in_drain"] == 0:
+        pass
+    return drainer
+
+def test_leaves_a_drain_unfinished():
+    test_leaves_a_drain_unfinished.drainer = start_a_blocked_drain()
+
+@pytest.mark.reclaim(allow_pending=True)
+def test_lets_it_finish_and_leaves_another_on_purpose():
+    release.set()
+    test_leaves_a_drain_unfinished.drainer.join()
+    release.clear()
+    test_lets_it_finish_and_leaves_another_on_purpose.drainer = start_a_blocked_drain()
+
+def test_finishes_it():
+    release.set()
+    test_lets_it_finish_and_leaves_another_on_purpose.drainer.join()
+"""
+    )
+    result = run("--reclaim-check", "--reclaim-timeout=0.1", "-rE")
+    result.assert_outcomes(passed=3, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*pending: 1 queued or in a drain, not released*", "ERROR *::test_leaves_a_drain_unfinished*"]
+    )
+
+
+@pytest.mark.parametrize(
+    "marker, message",
+    [
+        ("reclaim(True)", "takes keyword arguments only, not (True,)"),
+        ("reclaim(allow_hold=True)", "unknown keyword allow_hold; it takes allow_held, allow_pending"),
+        ("reclaim(allow_held=1)", "allow_held must be True or False, not 1"),
+        ("reclaim(timeout=-2)", "timeout: a number of seconds >= 0 is needed, not -2"),
+    ],
+)
+def test_a_bad_marker_is_an_error_naming_it(pytester, run, marker, message):
+    pytester.makepyfile(f"import pytest\n\n@pytest.mark.{marker}\ndef test_marked():\n    pass\n")
+    result = run("--reclaim-check")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines([f"*@pytest.mark.reclaim on *::test_marked: {message}*"])
+
+
+def test_the_marker_sets_a_tests_own_timeout(pytester, run):
+    pytester.makepyfile(
+        """
+import pytest
+from conftest import fake, P, destroy_later
+import cuda_reclaim
+
+@pytest.mark.reclaim(timeout=60)
+def test_hands_back_later():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.5)
+"""
+    )
+    run("--reclaim-check", "--reclaim-timeout=0").assert_outcomes(passed=1)
+
+
+def test_a_bad_timeout_is_an_error_with_the_check_off_too(pytester, run):
+    pytester.makeini("[pytest]\nreclaim_timeout = later\n")
+    pytester.makepyfile("def test_nothing():\n    pass\n")
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*reclaim_timeout (ini): a number of seconds >= 0 is needed, not 'later'"])
+
+
+def test_a_session_fixture_holding_a_graph_fails_no_test_and_a_leak_beside_it_is_still_found(pytester, run):
+    pytester.makepyfile(
+        """
+import pytest
+from conftest import fake, P
+import cuda_reclaim
+
+@pytest.fixture(scope="session")
+def session_graph():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    yield graph
+    fake.fake_cuda_graph_destroy(graph)
+
+@pytest.fixture(scope="module")
+def module_graph(session_graph):
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    yield graph
+    fake.fake_cuda_graph_destroy(graph)
+
+@pytest.mark.parametrize("n", range(3))
+def test_uses_them(session_graph, module_graph, n):
+    assert cuda_reclaim.stats()["held_by_cuda"] == 2
+
+def test_leaks_beside_them(session_graph, module_graph):
+    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
+"""
+    )
+    result = run("--reclaim-check", "--reclaim-timeout=0.2", "-rE")
+    result.assert_outcomes(passed=4, errors=1)
+    result.stdout.fnmatch_lines(["*held by CUDA: 1 attached during the test*", "ERROR *::test_leaks_beside_them*"])
+
+
+def test_the_reclaim_fixture_counts_from_the_start_of_the_test(pytester, run):
+    pytester.makepyfile(
+        """
+from conftest import P
+import cuda_reclaim
+
+def test_before():
+    cuda_reclaim.defer_release(P())  # not drained: the fixture's delta of the next test starts after it
+
+def test_fixture(reclaim):
+    assert reclaim.baseline["handed_over"] >= 1
+    for _ in range(2):
+        cuda_reclaim.defer_release(P())
+    delta = reclaim.delta()
+    assert delta["handed_over"] == 2 and delta["direct_pushes"] == 2 and delta["pending"] == 2, delta
+    assert reclaim.flush(0) >= 2
+    delta = reclaim.delta()
+    assert delta["released"] >= 2 and delta["pending"] <= 0, delta
+    assert reclaim.stats()["pending"] == 0
+"""
+    )
+    run().assert_outcomes(passed=2)
+    run("--reclaim-check").assert_outcomes(passed=2)
+
+
+def test_a_law_broken_during_a_test_errors_once(pytester, run):
+    # stats() made to report one reference handed over and in no bucket: the law breaks in the first test
+    # and stays broken; the tests after it did not break it.
+    pytester.makepyfile(
+        """
+import cuda_reclaim
+
+def test_breaks_the_law():
+    real = cuda_reclaim.stats
+    cuda_reclaim.stats = lambda: {**real(), "handed_over": real()["handed_over"] + 1}
+
+def test_after_it():
+    assert not cuda_reclaim.conserved()
+"""
+    )
+    result = run("--reclaim-check", "--reclaim-timeout=0.1")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["*::test_breaks_the_law broke a law of stats() (after a flush*", "*law broken: handed_over == released + pending + *"]
+    )
+
+
+def test_importing_the_plugin_loads_no_cuda_library():
+    if not os.path.exists(fake_cuda.PATH):
+        pytest.skip(f"fake driver not built: {fake_cuda.PATH}")
+    result = run_child(
+        """
+        import sys
+        import cuda_reclaim.pytest_plugin
+        with open("/proc/self/maps") as maps:
+            mapped = [line for line in maps if "libcuda" in line]
+        print([name for name in sys.modules if name == "cuda" or name.startswith("cuda.")], mapped)
+        """,
+        env={"CUDA_RECLAIM_LIBCUDA": fake_cuda.PATH},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] []"
+
+
+def installed_distribution():
+    """The cuda-reclaim distribution whose package is the one imported here, or None (a source tree)."""
+    import importlib.metadata
+
+    import cuda_reclaim
+
+    try:
+        distribution = importlib.metadata.distribution("cuda-reclaim")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    installed_init = str(distribution.locate_file("cuda_reclaim/__init__.py"))
+    if os.path.isfile(installed_init) and os.path.samefile(installed_init, cuda_reclaim.__file__):
+        return distribution
+    return None
+
+
+def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(pytester, monkeypatch):
+    # Where the suite runs against an installed wheel (tests/packaging): no -p, the entry point loads it.
+    distribution = installed_distribution()
+    if distribution is None:
+        pytest.skip("cuda_reclaim runs from the source tree here: no entry point to load it")
+    plugins = [(point.name, point.value) for point in distribution.entry_points if point.group == "pytest11"]
+    assert plugins == [("cuda_reclaim", "cuda_reclaim.pytest_plugin")]
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))
+    pytester.makepyfile("import cuda_reclaim\n\ndef test_queues():\n    cuda_reclaim.defer_release(object())\n")
+    off = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
+    off.assert_outcomes(passed=1)
+    off.stdout.no_fnmatch_line("cuda_reclaim: --reclaim-check*")
+    on = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--reclaim-check")
+    on.assert_outcomes(passed=1)
+    on.stdout.fnmatch_lines(["cuda_reclaim: --reclaim-check on, flush timeout 5 s"])
+    # Blocked by its entry point's name, its option is gone.
+    blocked = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:cuda_reclaim", "--reclaim-check")
+    assert blocked.ret == pytest.ExitCode.USAGE_ERROR
