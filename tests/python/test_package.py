@@ -36,5 +36,5 @@ def test_version_is_the_installed_distribution_version():
 
 def test_typing_markers_ship_with_the_package():
     package = os.path.dirname(cuda_reclaim.__file__)
-    for name in ("py.typed", "__init__.pyi", "_reclaim.pyi", "asyncio.pyi"):
+    for name in ("py.typed", "__init__.pyi", "_reclaim.pyi", "asyncio.pyi", "pytest_plugin.pyi"):
         assert os.path.isfile(os.path.join(package, name)), name
