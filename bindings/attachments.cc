@@ -138,22 +138,61 @@ PyType_Spec kAttachmentSpec = {
 
 // --- the barrier ------------------------------------------------------------------------------------------
 
+const char* const kWaitNames[] = {"timeout", "since", nullptr};
+
+// A `since` argument: null or None → 0 (everything); else an int from hand_back_mark(), not past the
+// current epoch.
+bool parse_since(const char* function, PyObject* value, std::uint64_t* since) {
+  *since = 0;
+  if (value == nullptr || value == Py_None) return true;
+  if (!PyLong_Check(value) || PyBool_Check(value)) {
+    PyErr_Format(PyExc_TypeError, "%s(): since must be a mark from hand_back_mark() or None, not %s", function,
+                 Py_TYPE(value)->tp_name);
+    return false;
+  }
+  const unsigned long long mark = PyLong_AsUnsignedLongLong(value);
+  if (PyErr_Occurred() || mark > barrier().epoch()) {
+    PyErr_Clear();
+    PyErr_Format(PyExc_ValueError, "%s(): since must be a mark from hand_back_mark() (an int from 0 to %llu)",
+                 function, static_cast<unsigned long long>(barrier().epoch()));
+    return false;
+  }
+  *since = mark;
+  return true;
+}
+
 PyObject* py_wait_handed_back(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  const Parameters spec = {"wait_handed_back", kWaitNames, 0, 0};
+  PyObject* values[2] = {nullptr, nullptr};
+  if (!parse_arguments(spec, args, nargs, kwnames, values)) return nullptr;
   int timeout_ms;
-  if (!parse_wait_timeout("wait_handed_back", args, nargs, kwnames, &timeout_ms)) return nullptr;
+  std::uint64_t since;
+  if (!parse_timeout("wait_handed_back", "timeout", values[0], -1, &timeout_ms)) return nullptr;
+  if (!parse_since("wait_handed_back", values[1], &since)) return nullptr;
   if (barrier().is_closed()) Py_RETURN_FALSE;
-  const std::uint64_t target = barrier().request();
-  return wait_releasing_the_gil(timeout_ms, [target](std::int64_t left) { return barrier().wait(target, left); });
+  const reclaim::HandBackBarrier::Span span = barrier().request(since);
+  return wait_releasing_the_gil(timeout_ms, [span](std::int64_t left) { return barrier().wait(span, left); });
 }
 
-PyObject* py_hand_back_request(PyObject*, PyObject*) {
-  return PyLong_FromUnsignedLongLong(barrier().request());
+PyObject* py_hand_back_mark(PyObject*, PyObject*) { return PyLong_FromUnsignedLongLong(barrier().mark()); }
+
+PyObject* py_hand_back_request(PyObject*, PyObject* since_value) {
+  std::uint64_t since;
+  if (!parse_since("handed_back", since_value, &since)) return nullptr;
+  const reclaim::HandBackBarrier::Span span = barrier().request(since);
+  return Py_BuildValue("(KK)", static_cast<unsigned long long>(span.since),
+                       static_cast<unsigned long long>(span.until));
 }
 
-PyObject* py_hand_back_advance(PyObject*, PyObject* target) {
-  const unsigned long long value = PyLong_AsUnsignedLongLong(target);
-  if (value == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return nullptr;
-  return PyBool_FromLong(barrier().advance(value));
+PyObject* py_hand_back_reached(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_hand_back_reached() takes (since, until)");
+    return nullptr;
+  }
+  const unsigned long long since = PyLong_AsUnsignedLongLong(args[0]);
+  const unsigned long long until = PyLong_AsUnsignedLongLong(args[1]);
+  if (PyErr_Occurred()) return nullptr;
+  return PyBool_FromLong(barrier().reached(reclaim::HandBackBarrier::Span{since, until}));
 }
 
 PyObject* py_hand_back_listener_fd(PyObject*, PyObject*) {
@@ -185,9 +224,11 @@ PyObject* py_hand_back_close(PyObject*, PyObject*) {
 
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
   const reclaim::HandBackBarrier::Stats stats = barrier().stats();
-  return Py_BuildValue("{sKsKsisKsKsKsKsKsO}", "held_0", stats.held[0], "held_1", stats.held[1], "current",
-                       stats.current, "started", stats.started, "completed", stats.completed, "futex_wakes",
-                       stats.futex_wakes, "listener_writes", stats.listener_writes, "forks",
+  return Py_BuildValue("{sKsKsisKsIsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch), "held",
+                       static_cast<unsigned long long>(stats.held), "slots_in_use", stats.slots_in_use,
+                       "shared_slots", static_cast<unsigned long long>(stats.shared_slots), "sleepers",
+                       stats.sleepers, "futex_wakes", static_cast<unsigned long long>(stats.futex_wakes),
+                       "listener_writes", static_cast<unsigned long long>(stats.listener_writes), "forks",
                        static_cast<unsigned long long>(barrier().forks()), "closed",
                        barrier().is_closed() ? Py_True : Py_False);
 }
@@ -195,12 +236,18 @@ PyObject* py_hand_back_stats(PyObject*, PyObject*) {
 PyMethodDef kBarrierMethods[] = {
     {"wait_handed_back", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_wait_handed_back)),
      METH_FASTCALL | METH_KEYWORDS,
-     "wait_handed_back($module, /, timeout=None)\n--\n\n"
-     "Block (the GIL released) until CUDA has handed back everything attached before the call."},
-    {"_hand_back_request", py_hand_back_request, METH_NOARGS,
-     "_hand_back_request($module, /)\n--\n\nThe grace period to wait for (private: cuda_reclaim.asyncio)."},
-    {"_hand_back_advance", py_hand_back_advance, METH_O,
-     "_hand_back_advance($module, target, /)\n--\n\nStart `target` if due; True once it ended (private)."},
+     "wait_handed_back($module, /, timeout=None, since=None)\n--\n\n"
+     "Block (the GIL released) until CUDA has handed back everything attached before the call (from the\n"
+     "mark `since` on)."},
+    {"hand_back_mark", py_hand_back_mark, METH_NOARGS,
+     "hand_back_mark($module, /)\n--\n\n"
+     "A mark: what is attached after this call counts from it (pass it as since=)."},
+    {"_hand_back_request", py_hand_back_request, METH_O,
+     "_hand_back_request($module, since, /)\n--\n\n"
+     "(since, until): the epochs to wait for, after a switch (private: cuda_reclaim.asyncio)."},
+    {"_hand_back_reached", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_hand_back_reached)),
+     METH_FASTCALL,
+     "_hand_back_reached($module, since, until, /)\n--\n\nTrue once nothing of those epochs is held (private)."},
     {"_hand_back_listener_fd", py_hand_back_listener_fd, METH_NOARGS,
      "_hand_back_listener_fd($module, /)\n--\n\nThe eventfd written when a grace period ends (private)."},
     {"_hand_back_listen", py_hand_back_listen, METH_O,

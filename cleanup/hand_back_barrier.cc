@@ -16,16 +16,6 @@
 namespace reclaim {
 namespace {
 
-constexpr int kCountBits = 31;
-constexpr std::uint64_t kCountMask = (std::uint64_t{1} << kCountBits) - 1;
-constexpr std::uint64_t kCurrentBit = std::uint64_t{1} << 63;
-
-int current_of(std::uint64_t word) noexcept { return (word & kCurrentBit) != 0 ? 1 : 0; }
-std::uint64_t count_of(std::uint64_t word, int bucket) noexcept {
-  return (word >> (bucket * kCountBits)) & kCountMask;
-}
-std::uint64_t unit_of(int bucket) noexcept { return std::uint64_t{1} << (bucket * kCountBits); }
-
 std::uint32_t* futex_address(std::atomic<std::uint32_t>* word) noexcept {
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex is a plain word");
   return reinterpret_cast<std::uint32_t*>(word);
@@ -45,43 +35,49 @@ std::int64_t timeout_to_ns(double seconds) noexcept {
   return static_cast<std::int64_t>(seconds * 1e9);
 }
 
+HandBackBarrier::HandBackBarrier() noexcept {
+  // Epoch 0 counts in slot 0 (current_ is 0).
+}
+
 HandBackBarrier::~HandBackBarrier() {
   const int fd = listener_fd_.load(std::memory_order_relaxed);
   if (fd >= 0) ::close(fd);
 }
 
 int HandBackBarrier::begin() noexcept {
-  std::uint64_t word = word_.load(std::memory_order_relaxed);
   for (;;) {
-    const int bucket = current_of(word);
-    if (count_of(word, bucket) == kMaxPerBucket) return kUncounted;
-    if (word_.compare_exchange_weak(word, word + unit_of(bucket), std::memory_order_seq_cst,
-                                    std::memory_order_relaxed)) {
-      return bucket;
-    }
+    const std::uint64_t seen = current_.load(std::memory_order_seq_cst);
+    const int slot = static_cast<int>(seen & kSlotMask);
+    counts_[slot].fetch_add(1, std::memory_order_seq_cst);
+    // Still current: a switch that follows sees this count (both sides seq_cst). Otherwise a switch came
+    // in between and may already have looked at the slot: undo, and count in the new epoch.
+    if (current_.load(std::memory_order_seq_cst) == seen) return slot;
+    release(slot);
   }
 }
 
-void HandBackBarrier::end(int ticket, std::atomic<std::uint32_t>* done) noexcept {
-  bool ended = false;
-  if (ticket == 0 || ticket == 1) {
-    const std::uint64_t before = word_.fetch_sub(unit_of(ticket), std::memory_order_seq_cst);
-    // The old bucket (not the current one) emptied: the grace period in progress is over. Nobody can
-    // start another before completed_ is stored below, so started_ still numbers this one.
-    ended = current_of(before) != ticket && count_of(before, ticket) == 1;
-    if (ended) completed_.store(started_.load(std::memory_order_seq_cst), std::memory_order_seq_cst);
+void HandBackBarrier::release(int slot) noexcept {
+  const std::uint64_t before_current = current_.load(std::memory_order_seq_cst);
+  if (counts_[slot].fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  // The slot emptied. No waiter covers it if, all along, it was the current slot holding only the current
+  // epoch (every waiter switches away first and covers older epochs): then no wake-up. Otherwise (an old
+  // epoch, a shared slot, or a switch in between) the waiters look again.
+  const std::uint64_t after_current = current_.load(std::memory_order_seq_cst);
+  if (before_current == after_current && static_cast<int>(after_current & kSlotMask) == slot &&
+      oldest_[slot].load(std::memory_order_relaxed) == (after_current >> kSlotBits)) {
+    return;
   }
+  if (grace_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&grace_generation_);
+  if (listeners_.load(std::memory_order_seq_cst) != 0) write_listener_fd();
+}
+
+void HandBackBarrier::end(int ticket, std::atomic<std::uint32_t>* done) noexcept {
+  if (ticket >= 0 && ticket < kSlots) release(ticket);
   if (done != nullptr) {
     done->store(1, std::memory_order_seq_cst);
     // From here `done` may be freed; only the barrier's own words are touched.
     if (cell_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&cell_generation_);
   }
-  if (ended) grace_period_ended();
-}
-
-void HandBackBarrier::grace_period_ended() noexcept {
-  if (grace_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&grace_generation_);
-  if (listeners_.load(std::memory_order_seq_cst) != 0) write_listener_fd();
 }
 
 void HandBackBarrier::wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept {
@@ -102,51 +98,69 @@ void HandBackBarrier::write_listener_fd() noexcept {
   } while (wrote < 0 && errno == EINTR);
 }
 
-void HandBackBarrier::start_locked() noexcept {
-  const std::uint64_t next = started_.load(std::memory_order_relaxed) + 1;
-  started_.store(next, std::memory_order_seq_cst);
-  const std::uint64_t before = word_.fetch_xor(kCurrentBit, std::memory_order_seq_cst);
-  if (count_of(before, current_of(before)) == 0) {
-    // Nothing was held in the bucket that became old: the period ends as it starts.
-    completed_.store(next, std::memory_order_seq_cst);
-    grace_period_ended();
+void HandBackBarrier::switch_epoch_locked() noexcept {
+  const std::uint64_t now = current_.load(std::memory_order_seq_cst);
+  const std::uint64_t next = (now >> kSlotBits) + 1;
+  const int current = static_cast<int>(now & kSlotMask);
+  int chosen = -1;
+  int youngest = -1;
+  for (int slot = 0; slot < kSlots; ++slot) {
+    if (slot == current) continue;
+    if (counts_[slot].load(std::memory_order_seq_cst) == 0) {
+      chosen = slot;
+      break;
+    }
+    if (youngest < 0 ||
+        newest_[slot].load(std::memory_order_relaxed) > newest_[youngest].load(std::memory_order_relaxed)) {
+      youngest = slot;
+    }
   }
+  if (chosen >= 0) {
+    oldest_[chosen].store(next, std::memory_order_relaxed);
+  } else {
+    // Every other slot still holds an epoch: share the youngest's (its oldest epoch stays).
+    chosen = youngest;
+    shared_slots_.fetch_add(1, std::memory_order_relaxed);
+  }
+  newest_[chosen].store(next, std::memory_order_relaxed);
+  current_.store((next << kSlotBits) | static_cast<std::uint64_t>(chosen), std::memory_order_seq_cst);
 }
 
-std::uint64_t HandBackBarrier::request() noexcept {
+std::uint64_t HandBackBarrier::mark() noexcept {
   std::lock_guard<std::mutex> lock(waiters_mutex_);
-  const std::uint64_t started = started_.load(std::memory_order_seq_cst);
-  if (completed_.load(std::memory_order_seq_cst) == started) {
-    start_locked();
-    return started + 1;
-  }
-  // A period is in progress: what began since it started is in the current bucket, so the next one.
-  return started + 1;
+  switch_epoch_locked();
+  return epoch();
 }
 
-bool HandBackBarrier::advance(std::uint64_t target) noexcept {
-  if (completed_.load(std::memory_order_seq_cst) >= target) return true;
-  const auto due = [&] {
-    const std::uint64_t started = started_.load(std::memory_order_seq_cst);
-    return started < target && completed_.load(std::memory_order_seq_cst) == started;
-  };
-  if (due()) {
-    std::lock_guard<std::mutex> lock(waiters_mutex_);
-    if (due()) start_locked();
+HandBackBarrier::Span HandBackBarrier::request(std::uint64_t since) noexcept {
+  std::lock_guard<std::mutex> lock(waiters_mutex_);
+  const std::uint64_t until = epoch();
+  switch_epoch_locked();
+  return Span{since, until};
+}
+
+bool HandBackBarrier::reached(const Span& span) const noexcept {
+  for (int slot = 0; slot < kSlots; ++slot) {
+    if (counts_[slot].load(std::memory_order_seq_cst) == 0) continue;
+    // The count's acquire ordered the epochs written before the switch that made the slot current.
+    if (oldest_[slot].load(std::memory_order_relaxed) <= span.until &&
+        newest_[slot].load(std::memory_order_relaxed) >= span.since) {
+      return false;
+    }
   }
-  return completed_.load(std::memory_order_seq_cst) >= target;
+  return true;
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* generation,
-                                                   std::atomic<std::uint32_t>* sleepers,
-                                                   const std::atomic<std::uint32_t>* done, std::uint64_t target,
+                                                   const std::atomic<std::uint32_t>* done, const Span& span,
                                                    std::int64_t timeout_ns) noexcept {
+  std::atomic<std::uint32_t>* const sleepers = done != nullptr ? &cell_sleepers_ : &grace_sleepers_;
   const std::int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
-  const auto reached = [&] {
-    return done != nullptr ? done->load(std::memory_order_seq_cst) != 0 : advance(target);
+  const auto is_reached = [&] {
+    return done != nullptr ? done->load(std::memory_order_seq_cst) != 0 : reached(span);
   };
   for (;;) {
-    if (reached()) return WaitResult::kReached;
+    if (is_reached()) return WaitResult::kReached;
     if (is_closed()) return WaitResult::kClosed;
     std::int64_t left = -1;
     if (deadline >= 0) {
@@ -159,9 +173,7 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
     const std::uint32_t seen = generation->load(std::memory_order_seq_cst);
     long result = 0;
     int error = 0;
-    const std::uint64_t started = started_.load(std::memory_order_seq_cst);
-    const bool due = done == nullptr && started < target && completed_.load(std::memory_order_seq_cst) == started;
-    if (!due && !reached() && !is_closed()) {
+    if (!is_reached() && !is_closed()) {
       timespec relative;
       timespec* timeout = nullptr;
       if (left >= 0) {
@@ -174,19 +186,19 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
     }
     sleepers->fetch_sub(1, std::memory_order_seq_cst);
     if (result < 0 && error == EINTR) {
-      if (reached()) return WaitResult::kReached;
+      if (is_reached()) return WaitResult::kReached;
       return WaitResult::kInterrupted;
     }
   }
 }
 
-HandBackBarrier::WaitResult HandBackBarrier::wait(std::uint64_t target, std::int64_t timeout_ns) noexcept {
-  return sleep(&grace_generation_, &grace_sleepers_, nullptr, target, timeout_ns);
+HandBackBarrier::WaitResult HandBackBarrier::wait(const Span& span, std::int64_t timeout_ns) noexcept {
+  return sleep(&grace_generation_, nullptr, span, timeout_ns);
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::wait_cell(const std::atomic<std::uint32_t>& done,
                                                        std::int64_t timeout_ns) noexcept {
-  return sleep(&cell_generation_, &cell_sleepers_, &done, 0, timeout_ns);
+  return sleep(&cell_generation_, &done, Span{0, 0}, timeout_ns);
 }
 
 void HandBackBarrier::close() noexcept {
@@ -215,13 +227,16 @@ void HandBackBarrier::consume_listener_fd() noexcept {
 }
 
 HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
-  Stats stats;
-  const std::uint64_t word = word_.load(std::memory_order_seq_cst);
-  stats.held[0] = count_of(word, 0);
-  stats.held[1] = count_of(word, 1);
-  stats.current = current_of(word);
-  stats.started = started_.load(std::memory_order_seq_cst);
-  stats.completed = completed_.load(std::memory_order_seq_cst);
+  Stats stats{};
+  stats.epoch = epoch();
+  for (const auto& count : counts_) {
+    const std::uint64_t held = count.load(std::memory_order_seq_cst);
+    stats.held += held;
+    if (held != 0) ++stats.slots_in_use;
+  }
+  stats.shared_slots = shared_slots_.load(std::memory_order_relaxed);
+  stats.sleepers =
+      grace_sleepers_.load(std::memory_order_seq_cst) + cell_sleepers_.load(std::memory_order_seq_cst);
   stats.futex_wakes = futex_wakes_.load(std::memory_order_relaxed);
   stats.listener_writes = listener_writes_.load(std::memory_order_relaxed);
   return stats;
@@ -229,8 +244,12 @@ HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
 
 void HandBackBarrier::reset_after_fork() noexcept {
   forks_.fetch_add(1, std::memory_order_relaxed);
-  word_.store(0, std::memory_order_relaxed);
-  completed_.store(started_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  for (auto& count : counts_) count.store(0, std::memory_order_relaxed);
+  // Epochs go on, so that a mark() taken before the fork still means "after it" here; the epoch's slot is 0.
+  const std::uint64_t next = epoch() + 1;
+  oldest_[0].store(next, std::memory_order_relaxed);
+  newest_[0].store(next, std::memory_order_relaxed);
+  current_.store(next << kSlotBits, std::memory_order_relaxed);
   closed_.store(false, std::memory_order_relaxed);
   grace_sleepers_.store(0, std::memory_order_relaxed);
   cell_sleepers_.store(0, std::memory_order_relaxed);

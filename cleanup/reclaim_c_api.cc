@@ -71,7 +71,7 @@ void own_hand_back_end(int ticket, uint32_t* done) {
 int own_wait_handed_back(double timeout_seconds) {
   reclaim::HandBackBarrier& barrier = own().hand_backs();
   const std::int64_t timeout_ns = reclaim::timeout_to_ns(timeout_seconds);
-  switch (barrier.wait(barrier.request(), timeout_ns)) {
+  switch (barrier.wait(barrier.request(0), timeout_ns)) {
     case reclaim::HandBackBarrier::WaitResult::kReached:
       return 1;
     case reclaim::HandBackBarrier::WaitResult::kInterrupted:

@@ -43,7 +43,7 @@ Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* p
 
 // As retain_on_graph, with the user object's destructor given: keep_alive's pushes the payload; a host
 // node's drops the node's native reference. Counts the attach (counters.h); the destructor gets `payload`
-// tagged with its ticket (counters.h's tag(); a payload not aligned to 4 bytes is refused). The attaching thread; blocks
+// tagged with its ticket (counters.h's tag(); a payload not aligned to 8 bytes is refused). The attaching thread; blocks
 // only as long as the driver calls do.
 AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
                                     CUhostFn destructor) noexcept;

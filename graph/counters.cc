@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "cleanup/hand_back_barrier.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 
@@ -62,20 +63,23 @@ void note_handed_back(int ticket, std::atomic<std::uint32_t>* done) noexcept {
 }
 
 namespace {
-constexpr std::uintptr_t kTagMask = 3;
+// Three low bits: 0 for no ticket, else the ticket (a slot of the barrier, fewer than 7) plus one.
+constexpr std::uintptr_t kTagMask = 7;
+static_assert(HandBackBarrier::kSlots <= static_cast<int>(kTagMask), "a ticket fits in the tag");
 }  // namespace
 
 bool taggable(const void* pointer) noexcept { return (reinterpret_cast<std::uintptr_t>(pointer) & kTagMask) == 0; }
 
 void* tag(void* pointer, int ticket) noexcept {
-  const std::uintptr_t bits = ticket == 0 ? 1 : ticket == 1 ? 2 : 0;
+  const std::uintptr_t bits =
+      ticket >= 0 && ticket < HandBackBarrier::kSlots ? static_cast<std::uintptr_t>(ticket) + 1 : 0;
   return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(pointer) | bits);
 }
 
 Untagged untag(void* tagged) noexcept {
   const std::uintptr_t value = reinterpret_cast<std::uintptr_t>(tagged);
   const std::uintptr_t bits = value & kTagMask;
-  return Untagged{reinterpret_cast<void*>(value & ~kTagMask), bits == 1 ? 0 : bits == 2 ? 1 : -1};
+  return Untagged{reinterpret_cast<void*>(value & ~kTagMask), static_cast<int>(bits) - 1};
 }
 
 std::atomic<std::uint64_t> g_trampolines_entered{0};

@@ -51,7 +51,7 @@ GraphCounters graph_counters() noexcept;
 
 // Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
 // before the call returns never makes the gauge negative; returns its hand-back ticket (the queue's
-// barrier, reclaim_hand_back_begin: 0, 1, or -1 when not counted there), which travels with the pointer
+// barrier, reclaim_hand_back_begin: a slot number, or -1 when not counted), which travels with the pointer
 // CUDA gets (tag()).
 // Any thread; never touches Python; never blocks.
 int note_attach_begin() noexcept;
@@ -67,16 +67,16 @@ void note_attach_end(bool taken, int ticket) noexcept;
 // Any thread; never touches Python; never blocks.
 void note_handed_back(int ticket, std::atomic<std::uint32_t>* done = nullptr) noexcept;
 
-// The pointer CUDA gets for `pointer` (4-byte aligned) with its ticket in the two low bits (01: ticket 0,
-// 10: ticket 1, 00: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline
-// by hand), and back. Never blocks.
+// The pointer CUDA gets for `pointer` (8-byte aligned) with its ticket in the three low bits (the ticket
+// plus one; 0: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline by
+// hand), and back. Never blocks.
 void* tag(void* pointer, int ticket) noexcept;
 struct Untagged {
   void* pointer;
-  int ticket;
+  int ticket;  // -1: none
 };
 Untagged untag(void* tagged) noexcept;
-bool taggable(const void* pointer) noexcept;  // aligned to 4 bytes
+bool taggable(const void* pointer) noexcept;  // aligned to 8 bytes
 
 // A trampoline's push and its count by source are in flight between these two (push_payload): entered
 // seq_cst before the push, left (release) after the count. A reader that reads `left` first and

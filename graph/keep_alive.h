@@ -74,7 +74,7 @@ AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* pa
 // slot; the owner must keep the slot's memory alive until it sees `done` (the pushed payload's reference
 // usually does: the slot lives in the payload).
 struct HandBackSlot {
-  void* payload = nullptr;  // pushed on hand-back; never null; 4-byte aligned
+  void* payload = nullptr;  // pushed on hand-back; never null; 8-byte aligned
   std::atomic<std::uint32_t> done{0};
 };
 

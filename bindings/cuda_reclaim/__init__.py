@@ -60,6 +60,7 @@ __all__ = [
     "flush",
     "get_auto_drain",
     "get_include",
+    "hand_back_mark",
     "is_closed",
     "keep_alive",
     "keep_alive_until",
@@ -98,37 +99,48 @@ CALL_KEYS = _reclaim.CALL_KEYS
 drain = _reclaim.drain
 
 
-def wait_handed_back(timeout=None):
+def wait_handed_back(timeout=None, *, since=None):
     """Block until CUDA has handed back everything attached before this call; return True.
 
     "Attached" means: the objects of :func:`keep_alive` and :func:`keep_alive_until`, the calls of
     :func:`launch_host_func`, the functions of :func:`add_host_node`, and what other extensions count
     through the C API, whose attaching call returned before this one was entered. Attachments made while
-    it waits do not delay it. For a host call, handed back means CUDA ran its host function (the call is
-    then queued; a drain runs it: :func:`flush` does both). Returns False when ``timeout`` seconds pass
-    first (``None``: no limit) or once the queue is closed (:func:`close`, exit), also while waiting.
+    it waits never delay it. ``since``: a mark from :func:`hand_back_mark` to wait only for what was
+    attached after the mark (``None``: everything). For a host call, handed back means CUDA ran its host
+    function (the call is then queued; a drain runs it: :func:`flush` does both). Returns False when
+    ``timeout`` seconds pass first (``None``: no limit) or once the queue is closed (:func:`close`, exit),
+    also while waiting.
 
-    The GIL is released while it waits; it sleeps until the hand-back that ends the wait wakes it (no
+    The GIL is released while it waits; it sleeps until a hand-back that may end the wait wakes it (no
     polling). Any thread but CUDA's callback thread (a callback that waits for CUDA's own hand-backs would
     wait for itself). A KeyboardInterrupt ends the wait with that exception.
     """
-    return _reclaim.wait_handed_back(timeout)
+    return _reclaim.wait_handed_back(timeout, since)
 
 
-def flush(timeout=None):
+def flush(timeout=None, *, since=None):
     """:func:`wait_handed_back`, then :func:`drain` everything queued; return how many this drain released
     (references released and calls run).
 
     The call for the end of a test, a benchmark iteration or before a leak check: what was attached
-    before it is released (and run) when it returns, unless ``timeout`` (seconds; ``None``: no limit)
-    passed first or the queue is closed, in which case it still drains what is there (call
-    :func:`wait_handed_back` to know which). What the automatic drain thread took a moment before is
-    released by that thread, and :func:`stats` shows it in ``in_drain`` until it is. Any thread but CUDA's
-    callback thread; the GIL is released while it waits.
+    before it (after the mark ``since``, if given) is released (and run) when it returns, unless
+    ``timeout`` (seconds; ``None``: no limit) passed first or the queue is closed, in which case it still
+    drains what is there (call :func:`wait_handed_back` to know which). What the automatic drain thread took
+    a moment before is released by that thread, and :func:`stats` shows it in ``in_drain`` until it is. Any
+    thread but CUDA's callback thread; the GIL is released while it waits.
     """
     _reclaim._checked_seconds("flush", "timeout", timeout)
-    _reclaim.wait_handed_back(timeout)
+    if since is not None and (not isinstance(since, int) or isinstance(since, bool)):
+        raise TypeError(f"flush(): since must be a mark from hand_back_mark() or None, not {type(since).__name__}")
+    _reclaim.wait_handed_back(timeout, since)
     return drain()
+
+
+def hand_back_mark():
+    """A mark for ``since=`` (:func:`wait_handed_back`, :func:`flush`, ``asyncio.handed_back``): what is
+    attached after this call counts from it, so that a wait given the mark waits for that alone. Marks only
+    grow; a fork child goes on from its parent's. Any thread; never blocks (a brief lock among waiters)."""
+    return _reclaim.hand_back_mark()
 
 
 def _close_hand_backs_at_exit():

@@ -1,8 +1,8 @@
 """cuda_reclaim.asyncio's hand-back barrier: ``await handed_back()`` and ``await flush()``.
 
-A waiter takes a grace period of the queue's barrier (as :func:`cuda_reclaim.wait_handed_back` does) and
-an asyncio future. Each loop with waiters has a reader on the barrier's eventfd, which the hand-back that
-ends a grace period writes while listeners are registered: no timer, no thread. The eventfd is one per
+A waiter takes the epochs to wait for from the queue's barrier (as :func:`cuda_reclaim.wait_handed_back`
+does) and an asyncio future. Each loop with waiters has a reader on the barrier's eventfd, which the
+hand-back that may end a wait writes while listeners are registered: no timer, no thread. The eventfd is one per
 process, so the loop whose reader empties it tells the other loops with waiters to look too.
 """
 
@@ -13,24 +13,24 @@ import weakref
 
 from . import _reclaim
 
-# loop -> list of [grace period, asyncio future]. Guarded by _lock; futures are completed outside it, on
+# loop -> list of [(since, until) epochs, asyncio future]. Guarded by _lock; futures are completed outside it, on
 # their loop's thread.
 _waiters: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, list[list[object]]]" = weakref.WeakKeyDictionary()
 _lock = _threading.Lock()
 
 
 def _settle(loop):
-    """On `loop`'s thread: complete the waiters whose grace period ended (True) or that the close ended
-    (False), start the next grace period where one is due, and drop cancelled ones."""
+    """On `loop`'s thread: complete the waiters whose epochs were handed back (True) or that the close
+    ended (False), and drop cancelled ones."""
     finished = []
     with _lock:
         waiting = _waiters.get(loop, [])
         closed = _reclaim.is_closed()
         for entry in list(waiting):
-            target, future = entry
+            (since, until), future = entry
             if future.done():
                 waiting.remove(entry)
-            elif _reclaim._hand_back_advance(target):
+            elif _reclaim._hand_back_reached(since, until):
                 finished.append((future, True))
             elif closed:
                 finished.append((future, False))
@@ -80,20 +80,20 @@ def _unregister(loop, entry):
             loop.remove_reader(_reclaim._hand_back_listener_fd())
 
 
-async def handed_back():
-    """Resume once CUDA has handed back everything attached before this call: True (as
-    :func:`cuda_reclaim.wait_handed_back`, without blocking the loop). False once the queue is closed
-    (:func:`cuda_reclaim.close`, exit), also while waiting.
+async def handed_back(*, since=None):
+    """Resume once CUDA has handed back everything attached before this call (from the mark ``since`` of
+    :func:`cuda_reclaim.hand_back_mark` on; ``None``: all): True, as :func:`cuda_reclaim.wait_handed_back`
+    without blocking the loop. False once the queue is closed (:func:`cuda_reclaim.close`, exit), also
+    while waiting.
 
     The loop wakes through a reader on the barrier's eventfd, written by the hand-back that ends the wait:
-    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe (the
-    grace period simply ends unobserved). Loops without ``add_reader`` (the Windows proactor) are refused
+    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe. Loops without ``add_reader`` (the Windows proactor) are refused
     with NotImplementedError.
     """
     loop = _asyncio.get_running_loop()
     if _reclaim.is_closed():
         return False
-    entry = [_reclaim._hand_back_request(), loop.create_future()]
+    entry = [_reclaim._hand_back_request(since), loop.create_future()]
     _register(loop, entry)
     try:
         _settle(loop)  # it may be over already (nothing was held)
@@ -102,11 +102,11 @@ async def handed_back():
         _unregister(loop, entry)
 
 
-async def flush():
-    """``await handed_back()``, then :func:`cuda_reclaim.drain` everything queued on the loop's thread
+async def flush(*, since=None):
+    """``await handed_back(since=since)``, then :func:`cuda_reclaim.drain` everything queued on the loop's thread
     (finalizers and host calls run here); return how many that drain released. As
     :func:`cuda_reclaim.flush`, without blocking the loop."""
-    await handed_back()
+    await handed_back(since=since)
     return _reclaim.drain(None)
 
 

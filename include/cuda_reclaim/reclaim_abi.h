@@ -126,15 +126,14 @@ typedef struct reclaim_api {
    * callback (after its push), so that wait_handed_back() can wait for it. cuda_reclaim's own attachments
    * (keep_alive, launch_host_func, host nodes) are counted the same way. */
 
-  /* Counts one attachment; returns its ticket (0 or 1), or -1 when it could not be counted (2^31 - 1
-   * held in one grace period): no wait waits for it, and its end gets -1.
+  /* Counts one attachment; returns its ticket (a small number, 0 to 6), to pass to hand_back_end.
    * Any thread; never touches Python; never blocks. */
   int (*hand_back_begin)(void);
 
   /* Ends the attachment of `ticket` (its hand-back, or the undo of an attachment CUDA never took), then,
    * when `done` is not NULL, stores 1 into it (an atomic seq_cst store; the caller may wait for it).
-   * Wakes waiters only when this ends a grace period. Any thread (CUDA's); never touches Python; never
-   * blocks. */
+   * Wakes waiters only when a wait may be over. Any thread (CUDA's); never touches Python; never blocks.
+   * A ticket of -1 ends nothing (the cell is still set). */
   void (*hand_back_end)(int ticket, uint32_t* done);
 
   /* Waits until everything whose hand_back_begin() returned before this call has ended: returns 1. Returns

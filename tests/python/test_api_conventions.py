@@ -153,6 +153,7 @@ BAD_CALLS = {
     "cuda_reclaim.flush": lambda: cuda_reclaim.flush(-1),
     "cuda_reclaim.get_auto_drain": lambda: cuda_reclaim.get_auto_drain(1),
     "cuda_reclaim.get_include": lambda: cuda_reclaim.get_include(1),
+    "cuda_reclaim.hand_back_mark": lambda: cuda_reclaim.hand_back_mark(1),
     "cuda_reclaim.is_closed": lambda: cuda_reclaim.is_closed(1),
     "cuda_reclaim.keep_alive": lambda: cuda_reclaim.keep_alive(None, 1),
     "cuda_reclaim.keep_alive_until": lambda: cuda_reclaim.keep_alive_until(None, 1),

@@ -13,11 +13,9 @@ class Waiter(threading.Thread):
     def run(self):
         self.started.set()
         self.result = self.wait()
-def sleeping():
-    # The waiter is inside its futex wait once the barrier counts a started grace period that has not
-    # ended; give it a moment to be asleep (what matters below is only that it has not returned).
-    s = _reclaim._hand_back_stats()
-    return s["started"] > s["completed"]
+def sleeping(count=1):
+    # The waiters are inside their futex waits (what matters below is only that they have not returned).
+    return _reclaim._hand_back_stats()["sleepers"] >= count
 """
 
 
@@ -66,8 +64,84 @@ assert cuda_reclaim.flush(timeout=0.05) == 2, "flush waits (for the later one: i
 assert dead_a() is None and dead_b() is None
 fake.fake_cuda_graph_destroy(later)
 assert cuda_reclaim.flush() == 1
-s = _reclaim._hand_back_stats()
-assert s["held_0"] == s["held_1"] == 0, s
+assert _reclaim._hand_back_stats()["held"] == 0
+print("ok")
+"""
+    )
+
+
+def test_a_wait_in_progress_does_not_make_a_later_wait_cover_later_attachments():
+    fake_cuda.run(
+        WAITER
+        + """
+first, second, later = (fake.fake_cuda_graph_create() for _ in range(3))
+cuda_reclaim.keep_alive(first, P())
+early = Waiter(cuda_reclaim.wait_handed_back)  # waits for `first`
+early.start()
+wait_until(sleeping)
+cuda_reclaim.keep_alive(second, P())
+late = Waiter(cuda_reclaim.wait_handed_back)  # waits for `first` and `second`
+late.start()
+wait_until(lambda: sleeping(2))
+cuda_reclaim.keep_alive(later, P())  # after both waits began: delays neither
+fake.fake_cuda_graph_destroy(second)
+fake.fake_cuda_graph_destroy(first)
+early.join(30)
+late.join(30)
+assert early.result is True and late.result is True, (early.result, late.result)
+assert cuda_reclaim.stats()["held_by_cuda"] == 1
+fake.fake_cuda_graph_destroy(later)
+print("ok")
+"""
+    )
+
+
+def test_since_a_mark_waits_only_for_what_was_attached_after_it():
+    fake_cuda.run(
+        """
+import pytest
+session = fake.fake_cuda_graph_create()
+cuda_reclaim.keep_alive(session, P())  # held for good, as a session fixture's graph
+mark = cuda_reclaim.hand_back_mark()
+graph = fake.fake_cuda_graph_create()
+cuda_reclaim.keep_alive(graph, P())
+assert cuda_reclaim.wait_handed_back(0.05, since=mark) is False
+fake.fake_cuda_graph_destroy(graph)
+assert cuda_reclaim.wait_handed_back(since=mark) is True, "the session's graph is not waited for"
+assert cuda_reclaim.flush(since=mark) == 1
+assert cuda_reclaim.wait_handed_back(0.05) is False, "without a mark: everything, the session's too"
+# Marks only grow; a mark from the future or of the wrong type is refused, naming the function.
+assert cuda_reclaim.hand_back_mark() > mark
+with pytest.raises(ValueError, match=r"^wait_handed_back\(\): since must be a mark"):
+    cuda_reclaim.wait_handed_back(0, since=10**12)
+with pytest.raises(TypeError, match=r"^flush\(\): since must be a mark"):
+    cuda_reclaim.flush(0, since="x")
+with pytest.raises(TypeError):
+    cuda_reclaim.wait_handed_back(0, mark)  # keyword only
+print("ok")
+"""
+    )
+
+
+def test_eight_epochs_held_at_once_share_a_slot_and_every_wait_still_ends():
+    # Seven slots: an eighth epoch while seven still hold something shares the youngest slot. Waits stay
+    # correct (they may wait for what shares their slot) and end once everything is back.
+    fake_cuda.run(
+        """
+graphs = []
+for _ in range(9):
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    graphs.append((graph, cuda_reclaim.hand_back_mark()))
+assert _reclaim._hand_back_stats()["shared_slots"] >= 1, _reclaim._hand_back_stats()
+# The first marks' epochs had slots of their own: nothing attached after the last of them is waited for.
+# (Later marks share a slot with an epoch that still holds a graph: a wait covering it waits for that too.)
+assert cuda_reclaim.wait_handed_back(0.01, since=graphs[4][1]) is False, "graphs 5.. came after it"
+assert cuda_reclaim.wait_handed_back(0.01) is False
+for graph, _ in graphs:
+    fake.fake_cuda_graph_destroy(graph)
+assert cuda_reclaim.wait_handed_back(5) is True
+assert cuda_reclaim.flush() == 9 and _reclaim._hand_back_stats()["held"] == 0
 print("ok")
 """
     )
@@ -292,6 +366,17 @@ async def main():
     after = _reclaim._hand_back_stats()
     assert after["listener_writes"] == writes + 1, ("one eventfd write woke the loop", writes, after)
     assert await cuda_reclaim.asyncio.flush() == 1
+    # since=: a graph held for good before the mark is not waited for.
+    session, mine = fake.fake_cuda_graph_create(), fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(session, P())
+    mark = cuda_reclaim.hand_back_mark()
+    cuda_reclaim.keep_alive(mine, P())
+    task = asyncio.ensure_future(cuda_reclaim.asyncio.handed_back(since=mark))
+    await asyncio.sleep(0.01)
+    assert not task.done()
+    threading.Thread(target=fake.fake_cuda_graph_destroy, args=(mine,)).start()
+    assert await asyncio.wait_for(task, 30) is True
+    assert await cuda_reclaim.asyncio.flush(since=mark) == 1
     # Cancelled awaits leave nothing registered; a close ends the rest with False.
     other = fake.fake_cuda_graph_create()
     cuda_reclaim.keep_alive(other, P())
