@@ -57,8 +57,9 @@ class KeepAliveTest : public ::testing::Test {
   FakeCuda fake_;
   SourceCounters before_;
   GraphCounters held_before_;
-  int payload_ = 7;
-  int other_ = 8;
+  // Payloads are 8-byte aligned (graph/ carries the hand-back ticket in a pointer's low bits).
+  alignas(8) int payload_ = 7;
+  alignas(8) int other_ = 8;
 };
 
 TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
@@ -199,7 +200,7 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
   // graphs that hold the same payloads: each handed-over pointer is pushed or returned, never both.
   constexpr int kThreads = 4;
   constexpr int kRounds = 2000;
-  std::vector<int> payloads(kRounds);
+  std::vector<std::int64_t> payloads(kRounds);  // 8-byte aligned, as payloads must be
   std::atomic<int> returned{0};
   std::atomic<int> attached{0};
   std::vector<std::thread> threads;
