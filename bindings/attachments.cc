@@ -35,6 +35,9 @@ std::int64_t now_ns() noexcept {
 // exception). True/False for reached/not, null with the handler's exception.
 template <class Wait>
 PyObject* wait_releasing_the_gil(int timeout_ms, const Wait& wait) {
+  // In a finalizer or call that a drain runs, what the wait is for may be queued behind the caller: look,
+  // never block.
+  if (releasing_on_this_thread()) timeout_ms = 0;
   const std::int64_t deadline = timeout_ms < 0 ? -1 : now_ns() + std::int64_t{timeout_ms} * 1000000;
   for (;;) {
     std::int64_t left = -1;
@@ -91,15 +94,29 @@ PyObject* attachment_repr(PyObject* self) {
                               done ? "handed back by CUDA" : "held by CUDA");
 }
 
+int attachment_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(reinterpret_cast<Attachment*>(self)->objects);
+  Py_VISIT(Py_TYPE(self));
+  return 0;
+}
+
+// A cycle through the objects (buf.attachment = keep_alive(graph, buf)) is collected once CUDA has let go:
+// until then CUDA's reference, from outside the cycle, keeps it alive.
+int attachment_clear(PyObject* self) {
+  Py_CLEAR(reinterpret_cast<Attachment*>(self)->objects);
+  return 0;
+}
+
 void attachment_dealloc(PyObject* self) {
   auto* attachment = reinterpret_cast<Attachment*>(self);
   PyTypeObject* type = Py_TYPE(self);
+  PyObject_GC_UnTrack(self);
   if (attachment->attached && attachment->forks == barrier().forks()) {
     // The trampoline pushed this object and is finishing its count: its last store is slot.done, a few
     // instructions away (it never blocks).
     while (attachment->slot.done.load(std::memory_order_acquire) == 0) sched_yield();
   }
-  Py_XDECREF(attachment->objects);
+  Py_CLEAR(attachment->objects);
   attachment->slot.~HandBackSlot();
   type->tp_free(self);
   Py_DECREF(type);
@@ -121,6 +138,8 @@ PyMethodDef kAttachmentMethods[] = {
 
 PyType_Slot kAttachmentSlots[] = {
     {Py_tp_dealloc, reinterpret_cast<void*>(attachment_dealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(attachment_traverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(attachment_clear)},
     {Py_tp_repr, reinterpret_cast<void*>(attachment_repr)},
     {Py_tp_methods, kAttachmentMethods},
     {Py_tp_doc, const_cast<char*>(
@@ -133,7 +152,8 @@ PyType_Slot kAttachmentSlots[] = {
 
 PyType_Spec kAttachmentSpec = {
     "cuda_reclaim.Attachment", static_cast<int>(sizeof(Attachment)), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, kAttachmentSlots,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE,
+    kAttachmentSlots,
 };
 
 // --- the barrier ------------------------------------------------------------------------------------------
@@ -217,6 +237,8 @@ PyObject* py_hand_back_consume(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_hand_back_closed(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_closed()); }
+
 PyObject* py_hand_back_close(PyObject*, PyObject*) {
   barrier().close();
   Py_RETURN_NONE;
@@ -254,6 +276,8 @@ PyMethodDef kBarrierMethods[] = {
      "_hand_back_listen($module, on, /)\n--\n\nRegister (True) or unregister (False) one listener (private)."},
     {"_hand_back_consume", py_hand_back_consume, METH_NOARGS,
      "_hand_back_consume($module, /)\n--\n\nEmpty the listener eventfd (private)."},
+    {"_hand_back_closed", py_hand_back_closed, METH_NOARGS,
+     "_hand_back_closed($module, /)\n--\n\nTrue once the barrier is closed (close(), exit) (private)."},
     {"_hand_back_close", py_hand_back_close, METH_NOARGS,
      "_hand_back_close($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
     {"_hand_back_stats", py_hand_back_stats, METH_NOARGS,
@@ -264,7 +288,7 @@ PyMethodDef kBarrierMethods[] = {
 }  // namespace
 
 Attachment* new_attachment(const char* kind, PyObject* objects) {
-  auto* attachment = PyObject_New(Attachment, g_attachment_type);
+  auto* attachment = PyObject_GC_New(Attachment, g_attachment_type);
   if (attachment == nullptr) return nullptr;
   new (&attachment->slot) graph::HandBackSlot();
   attachment->slot.payload = attachment;
@@ -273,6 +297,7 @@ Attachment* new_attachment(const char* kind, PyObject* objects) {
   attachment->kind = kind;
   attachment->attached = false;
   attachment->forks = barrier().forks();
+  PyObject_GC_Track(attachment);
   return attachment;
 }
 

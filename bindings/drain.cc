@@ -13,6 +13,16 @@
 namespace reclaim::bindings {
 namespace {
 
+// Releases (drains and closes) in progress on this thread: a finalizer or call they run sees it above 0.
+thread_local int t_releasing = 0;
+
+struct Releasing {
+  Releasing() noexcept { ++t_releasing; }
+  ~Releasing() { --t_releasing; }
+  Releasing(const Releasing&) = delete;
+  Releasing& operator=(const Releasing&) = delete;
+};
+
 // The release action, one batch at a time (bindings/release_loop.h): a plain reference is Py_DECREF'd in
 // the loop; a host call or host-node call runs here (host_calls.h). A finalizer's exception goes to
 // sys.unraisablehook (CPython does that itself for __del__; the loop catches what a C-level dealloc leaves
@@ -102,6 +112,7 @@ bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); 
 
 Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bool>* stop, Calls calls) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
+  const Releasing releasing;
   const SavedException saved = save_exception();
   const QuietDecref quiet{host_item_type()};
   reclaim::ReleaseBatchFn action = release_references;
@@ -119,6 +130,8 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bo
 
 bool calls_closed() noexcept { return g_calls_closed; }
 
+bool releasing_on_this_thread() noexcept { return t_releasing > 0; }
+
 void reopen_calls_after_fork() noexcept { g_calls_closed = false; }
 
 void close_without_release_if_open() noexcept {
@@ -132,6 +145,7 @@ Py_ssize_t close_safely() {
     queue().close_without_release();
     return 0;
   }
+  const Releasing releasing;
   const SavedException saved = save_exception();
   const std::size_t released = queue().close(release_references, nullptr, kObjects);
   // What was queued before the close has run; the calls CUDA has not handed back never will run now, nor

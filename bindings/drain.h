@@ -49,6 +49,11 @@ enum class Calls {
 Py_ssize_t drain_safely(std::size_t max_items, bool linger = false, const std::atomic<bool>* stop = nullptr,
                         Calls calls = Calls::kRun);
 
+// True while this thread is inside drain_safely() or close_safely(): in a finalizer or call that a drain
+// runs. A wait for CUDA there must not block (what it waits for may be queued behind the caller).
+// Any thread; never touches Python; never blocks.
+bool releasing_on_this_thread() noexcept;
+
 // True once close_safely() ran its final drain: no call may run any more (until a fork child reopens).
 // Requires the GIL.
 bool calls_closed() noexcept;

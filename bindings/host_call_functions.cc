@@ -153,6 +153,8 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
                    graph::error_name(*driver, result.attach.error));
       break;
     case graph::Handover::kInFlight:
+      // CUDA will still run the destructor, which sets the done cell: the Attachment must wait for it.
+      reinterpret_cast<Attachment*>(node->attachment)->attached = true;
       PyErr_Format(driver_error(module),
                    "%s failed with %s; no node was added (CUDA releases the function through the queue)",
                    result.attach.call, graph::error_name(*driver, result.attach.error));

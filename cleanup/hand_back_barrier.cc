@@ -58,7 +58,14 @@ int HandBackBarrier::begin() noexcept {
 
 void HandBackBarrier::release(int slot) noexcept {
   const std::uint64_t before_current = current_.load(std::memory_order_seq_cst);
-  if (counts_[slot].fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  // Never below zero: in a fork child a ticket of the parent may still be ended (by a C API user's own
+  // callback, or a driver that runs the parent's), after the reset emptied every slot.
+  std::uint64_t count = counts_[slot].load(std::memory_order_relaxed);
+  do {
+    if (count == 0) return;
+  } while (!counts_[slot].compare_exchange_weak(count, count - 1, std::memory_order_seq_cst,
+                                                std::memory_order_relaxed));
+  if (count != 1) return;
   // The slot emptied. No waiter covers it if, all along, it was the current slot holding only the current
   // epoch (every waiter switches away first and covers older epochs): then no wake-up. Otherwise (an old
   // epoch, a shared slot, or a switch in between) the waiters look again.

@@ -55,7 +55,8 @@ class HandBackBarrier {
   // hand-back. Retries if a waiter switches epochs meanwhile; never blocks.
   int begin() noexcept;
 
-  // The hand-back of `ticket` (or the undo of an attachment that CUDA never took). Stores 1 into `done`
+  // The hand-back of `ticket` (or the undo of an attachment that CUDA never took); a slot already at zero
+  // stays there (a fork child's parent ticket). Stores 1 into `done`
   // (may be null) after the count, so that a thread that sees it also sees the count. The caller must not
   // touch `done`'s memory afterwards if the store may let it be freed. Wakes sleepers only when this end()
   // empties a slot other than the current one (or stores a done cell that someone waits for): one futex

@@ -32,9 +32,9 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 """
 
 import os as _os
-import threading as _threading
 
 from . import _auto
+from . import _hand_back
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, Attachment, fileno, is_closed, pending, trim
@@ -113,8 +113,11 @@ def wait_handed_back(timeout=None, *, since=None):
 
     The GIL is released while it waits; it sleeps until a hand-back that may end the wait wakes it (no
     polling). Any thread but CUDA's callback thread (a callback that waits for CUDA's own hand-backs would
-    wait for itself). A KeyboardInterrupt ends the wait with that exception.
+    wait for itself). In a finalizer or call that a drain runs it does not block (what it waits for may be
+    queued behind the caller): it says whether the wait is already over. A KeyboardInterrupt ends the wait
+    with that exception.
     """
+    _hand_back.keep_exit_hook_first()
     return _reclaim.wait_handed_back(timeout, since)
 
 
@@ -132,6 +135,7 @@ def flush(timeout=None, *, since=None):
     _reclaim._checked_seconds("flush", "timeout", timeout)
     if since is not None and (not isinstance(since, int) or isinstance(since, bool)):
         raise TypeError(f"flush(): since must be a mark from hand_back_mark() or None, not {type(since).__name__}")
+    _hand_back.keep_exit_hook_first()
     _reclaim.wait_handed_back(timeout, since)
     return drain()
 
@@ -143,13 +147,7 @@ def hand_back_mark():
     return _reclaim.hand_back_mark()
 
 
-def _close_hand_backs_at_exit():
-    # threading's exit hooks run before Python joins the threads that are not daemons (and so before the
-    # atexit hooks that close the queue): a thread waiting for CUDA there would otherwise hold the exit.
-    _reclaim._hand_back_close()
-
-
-_threading._register_atexit(_close_hand_backs_at_exit)
+_hand_back.keep_exit_hook_first()
 
 
 def defer_release(obj):

@@ -11,12 +11,15 @@ import os as _os
 import threading as _threading
 import weakref
 
+from . import _hand_back
 from . import _reclaim
 
 # loop -> list of [(since, until) epochs, asyncio future]. Guarded by _lock; futures are completed outside it, on
 # their loop's thread.
 _waiters: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, list[list[object]]]" = weakref.WeakKeyDictionary()
 _lock = _threading.Lock()
+# Loops whose reader is added and whose listener is registered with the barrier (one each). Guarded by _lock.
+_listening: "weakref.WeakSet[_asyncio.AbstractEventLoop]" = weakref.WeakSet()
 
 
 def _settle(loop):
@@ -25,7 +28,7 @@ def _settle(loop):
     finished = []
     with _lock:
         waiting = _waiters.get(loop, [])
-        closed = _reclaim.is_closed()
+        closed = _reclaim._hand_back_closed()
         for entry in list(waiting):
             (since, until), future = entry
             if future.done():
@@ -43,6 +46,14 @@ def _on_readable(loop):
     _reclaim._hand_back_consume()
     with _lock:
         loops = [other for other, waiting in _waiters.items() if waiting and other is not loop]
+        # A loop closed with a wait pending (never cancelled) waits for nothing any more: forget it.
+        closed = [other for other in loops if other.is_closed()]
+        for other in closed:
+            _waiters.pop(other, None)
+            loops.remove(other)
+            if other in _listening:
+                _listening.discard(other)
+                _reclaim._hand_back_listen(False)
     _settle(loop)
     for other in loops:  # the eventfd is shared: a loop whose reader did not get to it first looks too
         try:
@@ -53,28 +64,28 @@ def _on_readable(loop):
 
 def _register(loop, entry):
     with _lock:
-        waiting = _waiters.setdefault(loop, [])
-        first = not waiting
-        waiting.append(entry)
-    if first:
+        _waiters.setdefault(loop, []).append(entry)
+        start = loop not in _listening
+        if start:
+            _listening.add(loop)
+    if start:
         # Listen before the first look (_settle): an end() after the look then writes the fd.
         _reclaim._hand_back_listen(True)
-        try:
-            loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
-        except BaseException:
-            _unregister(loop, entry)
-            raise
+        loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
 
 
 def _unregister(loop, entry):
+    """Idempotent: the entry goes, and with the loop's last entry its reader and listener."""
     with _lock:
-        waiting = _waiters.get(loop, [])
-        if entry in waiting:
+        waiting = _waiters.get(loop)
+        if waiting is not None and entry in waiting:
             waiting.remove(entry)
-        last = not waiting
-        if last:
+        if not waiting:
             _waiters.pop(loop, None)
-    if last:
+        stop = not waiting and loop in _listening
+        if stop:
+            _listening.discard(loop)
+    if stop:
         _reclaim._hand_back_listen(False)
         if not loop.is_closed():
             loop.remove_reader(_reclaim._hand_back_listener_fd())
@@ -91,11 +102,12 @@ async def handed_back(*, since=None):
     with NotImplementedError.
     """
     loop = _asyncio.get_running_loop()
-    if _reclaim.is_closed():
+    if _reclaim._hand_back_closed():
         return False
+    _hand_back.keep_exit_hook_first()
     entry = [_reclaim._hand_back_request(since), loop.create_future()]
-    _register(loop, entry)
     try:
+        _register(loop, entry)
         _settle(loop)  # it may be over already (nothing was held)
         return await entry[1]
     finally:
@@ -113,11 +125,16 @@ async def flush(*, since=None):
 def _after_fork_in_child():
     # The barrier starts afresh in the child (no tickets, no listener): what the parent's loops waited for
     # is over here. Restore one listener per loop still waiting, and have the loops look again (the forking
-    # thread is the only one: call_soon is safe where it runs a loop).
+    # thread is the only one: call_soon is safe where it runs a loop). Another parent thread may have held
+    # the lock at the fork: the child's is new.
+    global _lock
+    _lock = _threading.Lock()
     with _lock:
+        listening = list(_listening)
         loops = [loop for loop, waiting in _waiters.items() if waiting]
-    for loop in loops:
+    for _ in listening:
         _reclaim._hand_back_listen(True)
+    for loop in loops:
         if not loop.is_closed():
             loop.call_soon(_settle, loop)
 

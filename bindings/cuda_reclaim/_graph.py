@@ -16,6 +16,7 @@ and :func:`add_host_node` (a graph host node); the call runs in a drain, never o
 import sys
 
 from . import _auto
+from . import _hand_back
 from . import _reclaim
 
 DriverError = _reclaim.DriverError
@@ -166,6 +167,7 @@ def keep_alive(graph, *objs):
     else:
         attachment = _reclaim._keep_alive_graph(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    _hand_back.keep_exit_hook_first()  # its wait() must not hold the exit
     return attachment
 
 
@@ -183,6 +185,7 @@ def keep_alive_until(stream, *objs):
     handle = stream_handle(stream, "keep_alive_until")
     attachment = _reclaim._keep_alive_stream(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    _hand_back.keep_exit_hook_first()  # its wait() must not hold the exit
     return attachment
 
 
@@ -275,7 +278,13 @@ class NodeHandle(int):
         ``timeout`` seconds pass first (``None``: no limit) or once the queue is closed. Any thread but
         CUDA's callback thread. ValueError for a handle not made by :func:`add_host_node`."""
         _reclaim._checked_seconds("NodeHandle.wait", "timeout", timeout)
-        return self._attachment_of("wait").wait(timeout)
+        attachment = self._attachment_of("wait")
+        _hand_back.keep_exit_hook_first()
+        return attachment.wait(timeout)
+
+    def __reduce__(self):
+        # The node's number travels (copy, pickle); its hand-back, which only this process sees, does not.
+        return (NodeHandle, (int(self),))
 
     __str__ = int.__repr__  # str() and format() stay the plain number, as before the type existed
 
