@@ -5,16 +5,17 @@
 //     what:   pair       begin() + end(), an attachment and its hand-back
 //             pair_cell  the same with a done cell given to end() (a host node's)
 //             end        end() alone (the tickets are taken outside the timed part, in batches)
-//     waiter: none       no grace period in progress, nobody waits
-//             asleep     one waiter thread asleep in wait() on a grace period in progress (one ticket
-//                        of the old bucket stays held, the measured ones count in the current bucket)
+//     waiter: none       no wait in progress, nobody waits
+//             asleep     one waiter thread asleep in wait() on the span of an older epoch (one ticket of
+//                        that epoch's slot stays held; the measured ones count in the current epoch's slot,
+//                        whose emptying wakes nobody)
 //   BM_FormerCounters/<what>      the baseline: the graph counters before the barrier, relaxed fetch_add /
 //                                 fetch_sub on separate atomics (pair: held +1 at attach, then handed back
 //                                 +1 and held -1; end: the last two).
 //
 // Then a table of wake latency, p50 / p99 in µs, printed after the benchmarks:
-//   barrier      a waiter thread sleeps in wait(request()); another thread reads the clock and calls end()
-//                on the last ticket; the waiter reads the clock when wait() returned.
+//   barrier      a waiter thread sleeps in wait(request(0)); another thread reads the clock and calls end()
+//                on the last ticket of the old epoch; the waiter reads the clock when wait() returned.
 //   futex        the floor: a bare futex wait on one word, woken by FUTEX_WAKE after the word was set.
 //   poll 1 ms    the anchor: a waiter checks an atomic flag and sleeps 1 ms between checks; the other
 //                thread sets the flag at a random moment and reads the clock.
@@ -59,20 +60,20 @@ bool blocked_in_futex(long tid) {
   return (file >> number) && number == SYS_futex;
 }
 
-// A thread asleep in barrier.wait() on a grace period held open by one ticket, for the life of the object.
+// A thread asleep in barrier.wait() on a span held open by one ticket, for the life of the object.
 class SleepingWaiter {
  public:
   explicit SleepingWaiter(HandBackBarrier& barrier) : barrier_(barrier), held_(barrier.begin()) {
-    const std::uint64_t target = barrier.request();
-    thread_ = std::thread([this, target] {
+    const HandBackBarrier::Span span = barrier.request(0);
+    thread_ = std::thread([this, span] {
       tid_.store(thread_id());
-      (void)barrier_.wait(target, -1);
+      (void)barrier_.wait(span, -1);
     });
     while (tid_.load() == 0) std::this_thread::yield();
     while (!blocked_in_futex(tid_.load())) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   ~SleepingWaiter() {
-    barrier_.end(held_, nullptr);  // ends the period: the waiter returns
+    barrier_.end(held_, nullptr);  // empties the old slot: the waiter returns
     thread_.join();
   }
 
@@ -162,7 +163,7 @@ Percentiles percentiles(std::vector<double> samples) {
 // The ender (this thread) and the waiter meet once per round; the waiter reports when it returned.
 std::vector<double> barrier_latency(int rounds) {
   HandBackBarrier barrier;
-  std::atomic<std::uint64_t> target{0};      // published per round; 0: none yet
+  std::atomic<std::uint64_t> target{0};      // the round's span's until + 1, published per round; 0: none yet
   std::atomic<long> woke_ns{-1};             // the waiter's clock at return, per round
   std::atomic<bool> stop{false};
   std::atomic<long> tid{0};
@@ -174,7 +175,7 @@ std::vector<double> barrier_latency(int rounds) {
       while ((t = target.load()) == seen && !stop.load()) std::this_thread::yield();
       if (stop.load()) return;
       seen = t;
-      (void)barrier.wait(t, -1);
+      (void)barrier.wait(HandBackBarrier::Span{0, t - 1}, -1);
       woke_ns.store(static_cast<long>(Clock::now().time_since_epoch().count()));
     }
   });
@@ -184,7 +185,7 @@ std::vector<double> barrier_latency(int rounds) {
   for (int round = 0; round < rounds; ++round) {
     const int ticket = barrier.begin();
     woke_ns.store(-1);
-    target.store(barrier.request());
+    target.store(barrier.request(0).until + 1);
     while (!blocked_in_futex(tid.load())) std::this_thread::sleep_for(std::chrono::microseconds(50));
     const Clock::time_point ended = Clock::now();
     barrier.end(ticket, nullptr);
@@ -274,7 +275,7 @@ void print_latency_table(int rounds) {
   const Percentiles polling = percentiles(polling_latency(rounds));
   std::printf("\nWake latency, hand-back -> waiter returned (%d rounds each)\n\n", rounds);
   std::printf("| waiter | p50 | p99 | max |\n|---|---|---|---|\n");
-  std::printf("| barrier: wait(request()), woken by end() | %.1f µs | %.1f µs | %.1f µs |\n", barrier.p50,
+  std::printf("| barrier: wait(request(0)), woken by end() | %.1f µs | %.1f µs | %.1f µs |\n", barrier.p50,
               barrier.p99, barrier.max);
   std::printf("| floor: a bare futex wait, woken by FUTEX_WAKE | %.1f µs | %.1f µs | %.1f µs |\n", futex.p50,
               futex.p99, futex.max);

@@ -1,6 +1,7 @@
-// tests/cleanup/hand_back_barrier_test.cc — reclaim::HandBackBarrier: grace periods over tickets taken with
-// begin() and given back with end() in any order, the waits on them (futex), the listener eventfd, close()
-// and the fork reset, and a stress run that checks the barrier's promise under concurrency.
+// tests/cleanup/hand_back_barrier_test.cc — reclaim::HandBackBarrier: epochs counted in slots, tickets taken
+// with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
+// (futex), which end() wakes whom, slots shared when all are taken, the listener eventfd, close() and the
+// fork reset, and a stress run that checks the barrier's promise under concurrency.
 
 #include "cleanup/hand_back_barrier.h"
 
@@ -26,6 +27,7 @@ namespace {
 
 using reclaim::HandBackBarrier;
 using WaitResult = HandBackBarrier::WaitResult;
+using Span = HandBackBarrier::Span;
 
 constexpr std::int64_t kNoLimit = -1;
 constexpr std::int64_t kLongEnough = std::int64_t{30} * 1000 * 1000 * 1000;  // a hang, not a slow machine
@@ -85,97 +87,314 @@ class Waiter {
 
 TEST(HandBackBarrier, NothingHeldIsReachedAtOnce) {
   HandBackBarrier barrier;
-  const std::uint64_t target = barrier.request();
-  EXPECT_EQ(target, 1u);
-  EXPECT_TRUE(barrier.advance(target));
-  EXPECT_EQ(barrier.wait(target, 0), WaitResult::kReached);
+  EXPECT_EQ(barrier.epoch(), 0u);
+  const Span span = barrier.request(0);
+  EXPECT_EQ(span.since, 0u);
+  EXPECT_EQ(span.until, 0u);  // the epoch current when it came
+  EXPECT_EQ(barrier.epoch(), 1u);  // request() switched
+  EXPECT_TRUE(barrier.reached(span));
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
   const HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.started, 1u);
-  EXPECT_EQ(stats.completed, 1u);
-  EXPECT_EQ(stats.held[0], 0u);
-  EXPECT_EQ(stats.held[1], 0u);
+  EXPECT_EQ(stats.epoch, 1u);
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.shared_slots, 0u);
+  EXPECT_EQ(stats.sleepers, 0u);
+  EXPECT_EQ(stats.futex_wakes, 0u);
+  EXPECT_EQ(stats.listener_writes, 0u);
 }
 
 TEST(HandBackBarrier, EndsOutOfOrderReachOnlyWithTheLast) {
   HandBackBarrier barrier;
   const int first = barrier.begin();
   const int second = barrier.begin();
-  ASSERT_EQ(first, 0);
+  ASSERT_EQ(first, 0);  // epoch 0 counts in slot 0
   ASSERT_EQ(second, 0);
-  EXPECT_EQ(barrier.stats().held[0], 2u);
-  const std::uint64_t target = barrier.request();
-  EXPECT_FALSE(barrier.advance(target));
-  EXPECT_EQ(barrier.stats().current, 1);
+  EXPECT_EQ(barrier.stats().held, 2u);
+  EXPECT_EQ(barrier.stats().slots_in_use, 1);
+  const Span span = barrier.request(0);
+  EXPECT_FALSE(barrier.reached(span));
 
   barrier.end(second, nullptr);
-  EXPECT_FALSE(barrier.advance(target));
-  EXPECT_EQ(barrier.wait(target, 0), WaitResult::kTimedOut);
-  EXPECT_EQ(barrier.stats().held[0], 1u);
+  EXPECT_FALSE(barrier.reached(span));
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kTimedOut);
+  EXPECT_EQ(barrier.stats().held, 1u);
 
   barrier.end(first, nullptr);
-  EXPECT_TRUE(barrier.advance(target));
-  EXPECT_EQ(barrier.wait(target, 0), WaitResult::kReached);
-  EXPECT_EQ(barrier.stats().held[0], 0u);
+  EXPECT_TRUE(barrier.reached(span));
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().held, 0u);
+  EXPECT_EQ(barrier.stats().slots_in_use, 0);
 }
 
 TEST(HandBackBarrier, BeginAfterRequestDoesNotDelayIt) {
   HandBackBarrier barrier;
   const int before = barrier.begin();
-  const std::uint64_t target = barrier.request();
+  const Span span = barrier.request(0);
   const int after = barrier.begin();
-  EXPECT_NE(before, after);  // the new bucket
+  EXPECT_NE(before, after);  // the new epoch's slot
+  EXPECT_EQ(barrier.stats().slots_in_use, 2);
   barrier.end(before, nullptr);
-  EXPECT_TRUE(barrier.advance(target));  // `after` is still held
-  EXPECT_EQ(barrier.stats().held[after], 1u);
+  EXPECT_TRUE(barrier.reached(span));  // `after` is still held
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().held, 1u);
   barrier.end(after, nullptr);
+  EXPECT_EQ(barrier.stats().held, 0u);
 }
 
-TEST(HandBackBarrier, RequestDuringAPeriodIsTheNextOneStartedByAdvance) {
+// A wait begun while another one is in progress covers what was attached before it began, and nothing
+// attached after: two waiters asleep on spans requested at different times, an attachment after the
+// second request, and both reach while it is still held.
+TEST(HandBackBarrier, AWaitBegunDuringAnotherDoesNotCoverLaterAttachments) {
   HandBackBarrier barrier;
   const int first = barrier.begin();
-  const std::uint64_t target = barrier.request();
-  const int second = barrier.begin();  // after the first request: in the new bucket
-  const std::uint64_t next = barrier.request();
-  EXPECT_EQ(next, target + 1);
-  EXPECT_EQ(barrier.stats().started, target);  // the next one is not started yet
+  const Span early = barrier.request(0);
+  const int second = barrier.begin();
+  const Span late = barrier.request(0);
+  const int third = barrier.begin();  // after both requests
+  EXPECT_EQ(late.until, early.until + 1);
+  EXPECT_EQ(barrier.stats().slots_in_use, 3);
+
+  Waiter early_waiter([&] { return barrier.wait(early, kLongEnough); });
+  Waiter late_waiter([&] { return barrier.wait(late, kLongEnough); });
+  ASSERT_TRUE(early_waiter.until_asleep());
+  ASSERT_TRUE(late_waiter.until_asleep());
 
   barrier.end(first, nullptr);
-  EXPECT_TRUE(barrier.advance(target));
-  EXPECT_EQ(barrier.stats().started, target);
-  EXPECT_FALSE(barrier.advance(next));  // starts it: `second` began before the second request
-  EXPECT_EQ(barrier.stats().started, next);
+  EXPECT_EQ(early_waiter.join(), WaitResult::kReached);
+  EXPECT_FALSE(barrier.reached(late));  // `second` began before the late request
+  EXPECT_FALSE(late_waiter.returned());
 
-  const int third = barrier.begin();  // after the next period started: does not delay it
   barrier.end(second, nullptr);
-  EXPECT_TRUE(barrier.advance(next));
-  EXPECT_EQ(barrier.stats().completed, next);
+  EXPECT_EQ(late_waiter.join(), WaitResult::kReached);
+  EXPECT_TRUE(barrier.reached(early));
+  EXPECT_TRUE(barrier.reached(late));
+  EXPECT_EQ(barrier.stats().held, 1u);  // `third`, which neither waited for
   barrier.end(third, nullptr);
+}
+
+// since = mark(): a span that waits only for what was attached after the mark.
+TEST(HandBackBarrier, SinceAMarkExcludesEarlierAttachments) {
+  HandBackBarrier barrier;
+  const int kept = barrier.begin();  // held for good
+  const std::uint64_t since = barrier.mark();
+  EXPECT_EQ(since, barrier.epoch());
+  EXPECT_EQ(since, 1u);
+  const int after = barrier.begin();
+  EXPECT_NE(after, kept);
+  const Span span = barrier.request(since);
+  EXPECT_EQ(span.since, since);
+  EXPECT_EQ(span.until, since);
+  const Span everything = barrier.request(0);
+  EXPECT_FALSE(barrier.reached(span));
+
+  Waiter waiter([&] { return barrier.wait(span, kLongEnough); });
+  ASSERT_TRUE(waiter.until_asleep());
+  barrier.end(after, nullptr);
+  EXPECT_EQ(waiter.join(), WaitResult::kReached);
+  EXPECT_TRUE(barrier.reached(span));
+  EXPECT_FALSE(barrier.reached(everything));  // `kept` is still held
+  EXPECT_EQ(barrier.wait(everything, 0), WaitResult::kTimedOut);
+  EXPECT_EQ(barrier.stats().held, 1u);
+}
+
+// Each epoch holds a ticket, eight of them in seven slots: an epoch shares a slot, and every wait still
+// ends once everything has ended.
+TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlot) {
+  constexpr int kEpochs = 8;
+  static_assert(kEpochs > HandBackBarrier::kSlots, "more epochs than slots");
+  HandBackBarrier barrier;
+  int tickets[kEpochs];
+  Span spans[kEpochs];
+  for (int i = 0; i < kEpochs; ++i) {
+    tickets[i] = barrier.begin();
+    spans[i] = barrier.request(0);
+  }
+  const HandBackBarrier::Stats stats = barrier.stats();
+  EXPECT_GE(stats.shared_slots, 1u);
+  EXPECT_EQ(stats.slots_in_use, HandBackBarrier::kSlots);
+  EXPECT_EQ(stats.held, static_cast<std::uint64_t>(kEpochs));
+  for (int i = 0; i < kEpochs; ++i) {
+    EXPECT_GE(tickets[i], 0);
+    EXPECT_LT(tickets[i], HandBackBarrier::kSlots);
+    EXPECT_FALSE(barrier.reached(spans[i]));
+  }
+
+  Waiter waiter([&] { return barrier.wait(spans[kEpochs - 1], kLongEnough); });
+  ASSERT_TRUE(waiter.until_asleep());
+  for (int i = kEpochs - 1; i >= 0; --i) barrier.end(tickets[i], nullptr);
+  EXPECT_EQ(waiter.join(), WaitResult::kReached);
+  for (int i = 0; i < kEpochs; ++i) EXPECT_EQ(barrier.wait(spans[i], kLongEnough), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().held, 0u);
+  EXPECT_EQ(barrier.stats().slots_in_use, 0);
+
+  // With the slots free again, a new epoch takes a slot of its own.
+  const std::uint64_t shared = barrier.stats().shared_slots;
+  const int ticket = barrier.begin();
+  const Span span = barrier.request(0);
+  EXPECT_EQ(barrier.stats().shared_slots, shared);
+  barrier.end(ticket, nullptr);
+  EXPECT_TRUE(barrier.reached(span));
+}
+
+// A slot shared by two epochs holds a span that covers either of them until both have ended: reached() is
+// false for an epoch in the span while a ticket of the shared slot is held, even one of an epoch outside it.
+TEST(HandBackBarrier, ReachedIsFalseWhileATicketOfASharedSlotIsHeld) {
+  HandBackBarrier barrier;
+  constexpr int kFull = HandBackBarrier::kSlots;
+  int tickets[kFull];
+  Span spans[kFull];
+  for (int i = 0; i < kFull; ++i) {
+    tickets[i] = barrier.begin();  // epoch i in slot i
+    spans[i] = barrier.request(i);  // that epoch alone
+    EXPECT_EQ(spans[i].since, static_cast<std::uint64_t>(i));
+    EXPECT_EQ(spans[i].until, static_cast<std::uint64_t>(i));
+  }
+  EXPECT_EQ(barrier.stats().shared_slots, 1u);  // the last request found every slot taken
+  const std::uint64_t shared_epoch = barrier.epoch();
+  const int shared = barrier.begin();
+  const int sharing = [&] {
+    for (int i = 0; i < kFull; ++i) {
+      if (tickets[i] == shared) return i;
+    }
+    return -1;
+  }();
+  ASSERT_GE(sharing, 0);  // the new epoch counts in a slot that still holds an older one
+  // The slot after it ends first, so that the next switch finds a free slot and nothing else is shared.
+  const int last = kFull - 1;
+  ASSERT_NE(sharing, last);
+  barrier.end(tickets[last], nullptr);
+  const Span span = barrier.request(shared_epoch);
+  EXPECT_EQ(barrier.stats().shared_slots, 1u);
+  EXPECT_EQ(span.since, shared_epoch);
+  EXPECT_EQ(span.until, shared_epoch);
+
+  barrier.end(shared, nullptr);  // the span's only attachment
+  EXPECT_FALSE(barrier.reached(span));  // the older epoch's ticket still holds the shared slot
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kTimedOut);
+  EXPECT_FALSE(barrier.reached(spans[sharing]));
+
+  barrier.end(tickets[sharing], nullptr);
+  EXPECT_TRUE(barrier.reached(span));
+  EXPECT_TRUE(barrier.reached(spans[sharing]));
+  for (int i = 0; i < kFull; ++i) {
+    if (i == sharing || i == last) continue;
+    EXPECT_FALSE(barrier.reached(spans[i]));
+    barrier.end(tickets[i], nullptr);
+    EXPECT_TRUE(barrier.reached(spans[i]));
+  }
+  EXPECT_EQ(barrier.stats().held, 0u);
+  EXPECT_TRUE(barrier.reached(spans[last]));
+}
+
+// The end() that empties the current slot, which holds only the current epoch, wakes nobody: every waiter
+// covers older epochs only. A sleeper on an old epoch sees no wake while tickets of the current epoch come
+// and go, and one when its own ticket ends.
+TEST(HandBackBarrier, NoWakeWhenTheCurrentSlotEmpties) {
+  HandBackBarrier barrier;
+  const int fd = barrier.listener_fd();
+  ASSERT_GE(fd, 0);
+  barrier.add_listener();
+  const int old = barrier.begin();
+  const Span span = barrier.request(0);
+  Waiter waiter([&] { return barrier.wait(span, kLongEnough); });
+  ASSERT_TRUE(waiter.until_asleep());
+  const HandBackBarrier::Stats before = barrier.stats();
+  EXPECT_EQ(before.sleepers, 1u);
+
+  for (int i = 0; i < 100; ++i) {
+    const int ticket = barrier.begin();
+    EXPECT_NE(ticket, old);
+    barrier.end(ticket, nullptr);
+  }
+  int tickets[3];
+  for (int& ticket : tickets) ticket = barrier.begin();
+  for (const int ticket : tickets) barrier.end(ticket, nullptr);
+
+  const HandBackBarrier::Stats after = barrier.stats();
+  EXPECT_EQ(after.futex_wakes, before.futex_wakes);
+  EXPECT_EQ(after.listener_writes, before.listener_writes);
+  EXPECT_EQ(after.epoch, before.epoch);
+  EXPECT_FALSE(reclaim_test::readable(fd));
+  EXPECT_FALSE(waiter.returned());
+
+  barrier.end(old, nullptr);  // empties an old slot: one wake, one listener write
+  EXPECT_EQ(waiter.join(), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().futex_wakes, before.futex_wakes + 1);
+  EXPECT_EQ(barrier.stats().listener_writes, before.listener_writes + 1);
+  EXPECT_TRUE(reclaim_test::readable(fd));
+  barrier.remove_listener();
+}
+
+// The case that the rule above must not catch: a waiter sleeps on slot A's old epoch, switches choose A
+// again as the current slot (every slot taken, so the new epoch shares A), and then A's last ticket, of
+// the old epoch, ends while A is current. That end() empties the current slot, but not one that held only
+// the current epoch: the waiter must wake.
+TEST(HandBackBarrier, ASleeperOnAnOldEpochWakesWhenItsSlotIsCurrentAgain) {
+  HandBackBarrier barrier;
+  constexpr int kFull = HandBackBarrier::kSlots;
+  // Epochs 0 .. kFull - 2, a ticket each, in slots of their own; the youngest of them is A's.
+  int tickets[kFull];
+  for (int i = 0; i + 1 < kFull; ++i) {
+    tickets[i] = barrier.begin();
+    if (i + 2 < kFull) barrier.mark();
+  }
+  const int a = tickets[kFull - 2];
+  const std::uint64_t a_epoch = barrier.epoch();
+  const Span span = barrier.request(a_epoch);  // A's epoch alone
+  EXPECT_EQ(span.until, a_epoch);
+  tickets[kFull - 1] = barrier.begin();  // the last free slot
+  EXPECT_NE(tickets[kFull - 1], a);
+  EXPECT_EQ(barrier.stats().slots_in_use, kFull);
+
+  Waiter waiter([&] { return barrier.wait(span, kLongEnough); });
+  ASSERT_TRUE(waiter.until_asleep());
+  const std::uint64_t wakes = barrier.stats().futex_wakes;
+
+  barrier.mark();  // every slot taken: the new epoch shares the youngest other slot, A
+  EXPECT_EQ(barrier.stats().shared_slots, 1u);
+  const int probe = barrier.begin();
+  ASSERT_EQ(probe, a);  // A is the current slot again
+  barrier.end(probe, nullptr);
+  EXPECT_FALSE(waiter.returned());
+
+  barrier.end(a, nullptr);  // A's last ticket, of the old epoch, while A is current
+  EXPECT_EQ(waiter.join(), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().futex_wakes, wakes + 1);
+  for (int i = 0; i < kFull; ++i) {
+    if (tickets[i] != a) barrier.end(tickets[i], nullptr);
+  }
+  EXPECT_EQ(barrier.stats().held, 0u);
 }
 
 TEST(HandBackBarrier, WaitTimesOut) {
   HandBackBarrier barrier;
   const int ticket = barrier.begin();
-  const std::uint64_t target = barrier.request();
-  EXPECT_EQ(barrier.wait(target, 0), WaitResult::kTimedOut);
-  EXPECT_EQ(barrier.wait(target, 20 * 1000 * 1000), WaitResult::kTimedOut);  // 20 ms, through the futex
+  const Span span = barrier.request(0);
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kTimedOut);
+  EXPECT_EQ(barrier.wait(span, 20 * 1000 * 1000), WaitResult::kTimedOut);  // 20 ms, through the futex
   barrier.end(ticket, nullptr);
-  EXPECT_EQ(barrier.wait(target, 0), WaitResult::kReached);
+  EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
 }
 
 TEST(HandBackBarrier, CloseWakesAWaiterWithClosed) {
   HandBackBarrier barrier;
+  const Span empty = barrier.request(0);  // reached before the close
   const int ticket = barrier.begin();
-  const std::uint64_t target = barrier.request();
-  Waiter waiter([&] { return barrier.wait(target, kNoLimit); });
+  const Span span = barrier.request(0);
+  Waiter waiter([&] { return barrier.wait(span, kNoLimit); });
   ASSERT_TRUE(waiter.until_asleep());
   EXPECT_FALSE(waiter.returned());
   barrier.close();
   EXPECT_EQ(waiter.join(), WaitResult::kClosed);
   EXPECT_TRUE(barrier.is_closed());
-  EXPECT_EQ(barrier.wait(target, kNoLimit), WaitResult::kClosed);  // later waits too
+  EXPECT_EQ(barrier.wait(span, kNoLimit), WaitResult::kClosed);  // later waits too
   std::atomic<std::uint32_t> cell{0};
   EXPECT_EQ(barrier.wait_cell(cell, kNoLimit), WaitResult::kClosed);
-  barrier.end(ticket, nullptr);
+  EXPECT_EQ(barrier.wait(empty, kNoLimit), WaitResult::kReached);  // already reached: still reached
+  barrier.end(ticket, &cell);
+  EXPECT_EQ(barrier.wait(span, kNoLimit), WaitResult::kReached);
+  EXPECT_EQ(barrier.wait_cell(cell, kNoLimit), WaitResult::kReached);
 }
 
 TEST(HandBackBarrier, WaitCellReturnsWhenEndStoresTheCell) {
@@ -188,7 +407,7 @@ TEST(HandBackBarrier, WaitCellReturnsWhenEndStoresTheCell) {
   barrier.end(ticket, &done);
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   EXPECT_EQ(done.load(), 1u);
-  EXPECT_EQ(barrier.stats().futex_wakes, 1u);  // the cell's sleeper; no grace period ended
+  EXPECT_EQ(barrier.stats().futex_wakes, 1u);  // the cell's sleeper; the current slot emptied
   EXPECT_EQ(barrier.wait_cell(done, 0), WaitResult::kReached);
 }
 
@@ -196,28 +415,31 @@ TEST(HandBackBarrier, NoFutexWakeWithoutASleeper) {
   HandBackBarrier barrier;
   std::atomic<std::uint32_t> done{0};
   const int ticket = barrier.begin();
-  const std::uint64_t target = barrier.request();
-  barrier.end(ticket, &done);
-  EXPECT_TRUE(barrier.advance(target));
+  const Span span = barrier.request(0);
+  barrier.end(ticket, &done);  // empties an old slot, but nobody sleeps or listens
+  EXPECT_TRUE(barrier.reached(span));
+  EXPECT_EQ(done.load(), 1u);
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_EQ(stats.futex_wakes, 0u);
   EXPECT_EQ(stats.listener_writes, 0u);
-  EXPECT_EQ(stats.started, 1u);
-  EXPECT_EQ(stats.completed, 1u);
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.epoch, 1u);
 }
 
 TEST(HandBackBarrier, OneSleeperGetsExactlyOneWake) {
   HandBackBarrier barrier;
   const int ticket = barrier.begin();
-  const std::uint64_t target = barrier.request();
-  Waiter waiter([&] { return barrier.wait(target, kLongEnough); });
+  const Span span = barrier.request(0);
+  Waiter waiter([&] { return barrier.wait(span, kLongEnough); });
   ASSERT_TRUE(waiter.until_asleep());
+  EXPECT_EQ(barrier.stats().sleepers, 1u);
   barrier.end(ticket, nullptr);
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_EQ(stats.futex_wakes, 1u);
-  EXPECT_EQ(stats.completed, 1u);
   EXPECT_EQ(stats.listener_writes, 0u);
+  EXPECT_EQ(stats.sleepers, 0u);
+  EXPECT_EQ(stats.held, 0u);
 }
 
 TEST(HandBackBarrier, ListenerFdIsWrittenOnlyWithAListener) {
@@ -226,22 +448,22 @@ TEST(HandBackBarrier, ListenerFdIsWrittenOnlyWithAListener) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ(barrier.listener_fd(), fd);  // stable
 
-  // No listener registered: a period ends, the fd stays quiet.
+  // No listener registered: an old slot empties, the fd stays quiet.
   int ticket = barrier.begin();
-  std::uint64_t target = barrier.request();
+  Span span = barrier.request(0);
   barrier.end(ticket, nullptr);
-  EXPECT_TRUE(barrier.advance(target));
+  EXPECT_TRUE(barrier.reached(span));
   EXPECT_FALSE(reclaim_test::readable(fd));
   EXPECT_EQ(barrier.stats().listener_writes, 0u);
 
-  // One listener: readable once the period ends, not before.
+  // One listener: readable once the old slot empties, not before.
   barrier.add_listener();
   ticket = barrier.begin();
-  target = barrier.request();
+  span = barrier.request(0);
   EXPECT_FALSE(reclaim_test::readable(fd));
   barrier.end(ticket, nullptr);
   EXPECT_TRUE(reclaim_test::readable(fd));
-  EXPECT_TRUE(barrier.advance(target));
+  EXPECT_TRUE(barrier.reached(span));
   EXPECT_EQ(barrier.stats().listener_writes, 1u);
   barrier.consume_listener_fd();
   EXPECT_FALSE(reclaim_test::readable(fd));
@@ -249,10 +471,11 @@ TEST(HandBackBarrier, ListenerFdIsWrittenOnlyWithAListener) {
 
   // Unregistered again: quiet again.
   ticket = barrier.begin();
-  target = barrier.request();
+  span = barrier.request(0);
   barrier.end(ticket, nullptr);
-  EXPECT_TRUE(barrier.advance(target));
+  EXPECT_TRUE(barrier.reached(span));
   EXPECT_FALSE(reclaim_test::readable(fd));
+  EXPECT_EQ(barrier.stats().listener_writes, 1u);
 }
 
 TEST(HandBackBarrier, ResetAfterForkLeavesNoTicketsAndAnOpenBarrier) {
@@ -262,30 +485,37 @@ TEST(HandBackBarrier, ResetAfterForkLeavesNoTicketsAndAnOpenBarrier) {
   barrier.add_listener();
   barrier.begin();
   barrier.begin();
-  const std::uint64_t target = barrier.request();
-  barrier.begin();  // in the other bucket
+  const Span span = barrier.request(0);
+  barrier.begin();  // in the new epoch's slot
+  const std::uint64_t since = barrier.mark();  // taken before the fork, used after it
   barrier.close();
   EXPECT_TRUE(reclaim_test::readable(fd));  // close() wrote it
+  EXPECT_EQ(barrier.forks(), 0u);
 
   barrier.reset_after_fork();  // called directly: this process stands in for the child
 
   const HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.held[0], 0u);
-  EXPECT_EQ(stats.held[1], 0u);
-  EXPECT_EQ(stats.completed, stats.started);  // no period in progress
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.sleepers, 0u);
+  EXPECT_GT(stats.epoch, since);  // epochs go on from the parent's
+  EXPECT_EQ(barrier.forks(), 1u);
   EXPECT_FALSE(barrier.is_closed());
-  EXPECT_EQ(barrier.listener_fd(), fd);        // same number
-  EXPECT_FALSE(reclaim_test::readable(fd));    // a fresh eventfd behind it
-  EXPECT_TRUE(barrier.advance(target));
-  const std::uint64_t next = barrier.request();
-  EXPECT_TRUE(barrier.advance(next));
+  EXPECT_EQ(barrier.listener_fd(), fd);      // same number
+  EXPECT_FALSE(reclaim_test::readable(fd));  // a fresh eventfd behind it
+  EXPECT_TRUE(barrier.reached(span));
+  const Span next = barrier.request(0);
+  EXPECT_TRUE(barrier.reached(next));
   EXPECT_EQ(barrier.wait(next, 0), WaitResult::kReached);
-  // The barrier still works: a new ticket holds a new period.
+  // The barrier still works: a new ticket holds a new span, also one since the parent's mark.
   const int ticket = barrier.begin();
-  const std::uint64_t held = barrier.request();
-  EXPECT_FALSE(barrier.advance(held));
+  const Span held = barrier.request(0);
+  const Span since_mark = barrier.request(since);
+  EXPECT_FALSE(barrier.reached(held));
+  EXPECT_FALSE(barrier.reached(since_mark));
   barrier.end(ticket, nullptr);
-  EXPECT_TRUE(barrier.advance(held));
+  EXPECT_TRUE(barrier.reached(held));
+  EXPECT_TRUE(barrier.reached(since_mark));
 }
 
 TEST(HandBackBarrier, TimeoutToNs) {
@@ -299,6 +529,8 @@ TEST(HandBackBarrier, TimeoutToNs) {
 // Several threads begin and end tickets in random order while a waiter requests and waits: every wait
 // that returns kReached must come after the end() of every ticket whose begin() returned before its
 // request(). A ticket's number is taken after its begin() returned and its flag is set before its end().
+// The waiter also marks now and then and waits since the mark: then every ticket whose begin() was called
+// after the mark returned (the producer saw the mark's count first) must have ended.
 TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 25000;
@@ -306,7 +538,10 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   HandBackBarrier barrier;
   std::unique_ptr<std::atomic<bool>[]> ended(new std::atomic<bool>[kTickets]);
   for (int i = 0; i < kTickets; ++i) ended[i].store(false);
+  std::unique_ptr<std::atomic<int>[]> marks_seen(new std::atomic<int>[kTickets]);
+  for (int i = 0; i < kTickets; ++i) marks_seen[i].store(-1);  // -1: not written yet
   std::atomic<int> numbered{0};
+  std::atomic<int> marks{0};  // marks that returned
   std::atomic<int> producers_left{kThreads};
 
   std::vector<std::thread> producers;
@@ -319,8 +554,11 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
       };
       std::vector<Held> held;
       for (int i = 0; i < kPerThread; ++i) {
+        const int seen = marks.load();
         const int ticket = barrier.begin();
-        held.push_back({ticket, numbered.fetch_add(1)});
+        const int number = numbered.fetch_add(1);
+        marks_seen[number].store(seen);
+        held.push_back({ticket, number});
         // Give back a random held ticket now and then, so that ends come in any order.
         while (!held.empty() && random() % 3 != 0) {
           const std::size_t pick = random() % held.size();
@@ -346,13 +584,22 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   int not_reached = 0;
   std::minstd_rand random(99);
   while (producers_left.load() != 0) {
+    // Now and then a span since a mark: it covers the tickets begun after the mark returned; the ones
+    // begun before it may still be held.
+    const bool since_mark = random() % 4 == 0;
+    std::uint64_t since = 0;
+    int mark = 0;
+    if (since_mark) {
+      since = barrier.mark();
+      mark = marks.fetch_add(1) + 1;
+    }
     const int before = numbered.load();
-    const std::uint64_t target = barrier.request();
+    const Span span = barrier.request(since);
     WaitResult result;
     if (random() % 2 == 0) {
-      result = barrier.wait(target, kLongEnough);
+      result = barrier.wait(span, kLongEnough);
     } else {
-      while (!barrier.advance(target)) std::this_thread::yield();
+      while (!barrier.reached(span)) std::this_thread::yield();
       result = WaitResult::kReached;
     }
     if (result != WaitResult::kReached) {
@@ -362,7 +609,9 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
     ++reached;
     while (verified < before && ended[verified].load()) ++verified;
     for (int i = verified; i < before; ++i) {
-      if (!ended[i].load()) ++violations;
+      if (ended[i].load()) continue;
+      if (since_mark && marks_seen[i].load() < mark) continue;  // begun before the mark, or not known
+      ++violations;
     }
   }
   for (std::thread& producer : producers) producer.join();
@@ -371,9 +620,10 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   EXPECT_EQ(violations, 0);
   EXPECT_GT(reached, 0);
   const HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.held[0], 0u);
-  EXPECT_EQ(stats.held[1], 0u);
-  const std::uint64_t last = barrier.request();
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.sleepers, 0u);
+  const Span last = barrier.request(0);
   EXPECT_EQ(barrier.wait(last, kLongEnough), WaitResult::kReached);
 }
 
