@@ -52,11 +52,13 @@ int HandBackBarrier::begin() noexcept {
     // Still current: a switch that follows sees this count (both sides seq_cst). Otherwise a switch came
     // in between and may already have looked at the slot: undo, and count in the new epoch.
     if (current_.load(std::memory_order_seq_cst) == seen) return slot;
-    release(slot);
+    // An undo always lets the waiters look again: a switch may have given the slot to a new epoch, and a
+    // waiter that saw this brief count beside the slot's older epochs would otherwise sleep on.
+    release(slot, /*undo=*/true);
   }
 }
 
-void HandBackBarrier::release(int slot) noexcept {
+void HandBackBarrier::release(int slot, bool undo) noexcept {
   const std::uint64_t before_current = current_.load(std::memory_order_seq_cst);
   // Never below zero: in a fork child a ticket of the parent may still be ended (by a C API user's own
   // callback, or a driver that runs the parent's), after the reset emptied every slot.
@@ -70,7 +72,7 @@ void HandBackBarrier::release(int slot) noexcept {
   // epoch (every waiter switches away first and covers older epochs): then no wake-up. Otherwise (an old
   // epoch, a shared slot, or a switch in between) the waiters look again.
   const std::uint64_t after_current = current_.load(std::memory_order_seq_cst);
-  if (before_current == after_current && static_cast<int>(after_current & kSlotMask) == slot &&
+  if (!undo && before_current == after_current && static_cast<int>(after_current & kSlotMask) == slot &&
       oldest_[slot].load(std::memory_order_relaxed) == (after_current >> kSlotBits)) {
     return;
   }
@@ -79,7 +81,7 @@ void HandBackBarrier::release(int slot) noexcept {
 }
 
 void HandBackBarrier::end(int ticket, std::atomic<std::uint32_t>* done) noexcept {
-  if (ticket >= 0 && ticket < kSlots) release(ticket);
+  if (ticket >= 0 && ticket < kSlots) release(ticket, /*undo=*/false);
   if (done != nullptr) {
     done->store(1, std::memory_order_seq_cst);
     // From here `done` may be freed; only the barrier's own words are touched.

@@ -134,7 +134,9 @@ class HandBackBarrier {
   static constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
 
   void switch_epoch_locked() noexcept;  // the waiters' mutex held
-  void release(int slot) noexcept;      // one ticket of `slot` ended; wakes if it emptied an old slot
+  // One ticket of `slot` ended (or, `undo`, a begin() that lost a race took its count back); wakes the
+  // waiters if that emptied the slot, unless the slot was the current one holding only the current epoch.
+  void release(int slot, bool undo) noexcept;
   void wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept;
   void write_listener_fd() noexcept;
   WaitResult sleep(std::atomic<std::uint32_t>* generation, const std::atomic<std::uint32_t>* done,
