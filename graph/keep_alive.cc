@@ -103,38 +103,44 @@ AttachResult capture_graph(const DriverApi& api, CUstream stream, CUgraph* graph
   }
   return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
 }
-}  // namespace
 
-AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
+// As retain_on_graph (`retain(graph)`), on the graph `stream` is capturing into.
+template <class Retain>
+AttachResult on_the_captured_graph(const DriverApi& api, CUstream stream, const Retain& retain) noexcept {
   CUgraph graph = nullptr;
   const AttachResult capture = capture_graph(api, stream, &graph);
   if (capture.handover != Handover::kAttached) return capture;
-  return retain_slot_on_graph(api, graph, slot);
+  return retain(graph);
+}
+
+// cuLaunchHostFunc(stream, function, data), refused on a capturing stream.
+AttachResult until_the_stream_gets_here(const DriverApi& api, CUstream stream, CUhostFn function,
+                                        void* data) noexcept {
+  return internal::launch_unless_capturing(
+      api, stream, function, data,
+      "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph builder "
+      "instead)");
+}
+}  // namespace
+
+AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
+  return on_the_captured_graph(api, stream, [&](CUgraph graph) { return retain_slot_on_graph(api, graph, slot); });
 }
 
 AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
   if (slot == nullptr || slot->payload == nullptr) {
     return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back slot");
   }
-  return internal::launch_unless_capturing(
-      api, stream, slot_stream_host_function, slot,
-      "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph builder "
-      "instead)");
+  return until_the_stream_gets_here(api, stream, slot_stream_host_function, slot);
 }
 
 AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept {
-  CUgraph graph = nullptr;
-  const AttachResult capture = capture_graph(api, stream, &graph);
-  if (capture.handover != Handover::kAttached) return capture;
-  return retain_on_graph(api, graph, payload);
+  return on_the_captured_graph(api, stream, [&](CUgraph graph) { return retain_on_graph(api, graph, payload); });
 }
 
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
-  return internal::launch_unless_capturing(
-      api, stream, stream_host_function, payload,
-      "cuLaunchHostFunc (the stream is capturing a graph: keep objects alive with the graph builder "
-      "instead)");
+  return until_the_stream_gets_here(api, stream, stream_host_function, payload);
 }
 
 SourceCounters source_counters() noexcept {
