@@ -31,9 +31,9 @@ int push_payload(void* payload, void (*count_source)() noexcept) noexcept;
 // True for a push the queue took (queued, or counted as leaked because it was closed).
 bool accepted(int status) noexcept;
 
-// A destructor's first step, given the (tagged) pointer CUDA passed: true if `payload` was being withdrawn after a failed retain (keep_alive.h);
-// the entry is then marked consumed, and the destructor must neither push nor count the payload as handed
-// back. One acquire load when no withdrawal is in progress. Any thread; never blocks.
+// A destructor's first step, given the (tagged) pointer CUDA passed: true if `payload` was being withdrawn
+// after a failed retain (keep_alive.h); the entry is then marked consumed, and the destructor must neither
+// push nor count the payload as handed back. One acquire load when no withdrawal is in progress. Any thread; never blocks.
 bool consume_withdrawn(void* payload) noexcept;
 
 // Releases our reference to `object` (whose destructor would hand `payload` back) after a failed retain,
@@ -43,13 +43,13 @@ Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* p
 
 // As retain_on_graph, with the user object's destructor given: keep_alive's pushes the payload; a host
 // node's drops the node's native reference. Counts the attach (counters.h); the destructor gets `payload`
-// tagged with its ticket (counters.h's tag(); a payload not aligned to 8 bytes is refused). The attaching thread; blocks
-// only as long as the driver calls do.
+// tagged with its ticket (counters.h's tag(); a payload not aligned to 8 bytes is refused). The attaching
+// thread; blocks only as long as the driver calls do.
 AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
                                     CUhostFn destructor) noexcept;
 
-// cuLaunchHostFunc(stream, function, data tagged with its ticket), refused (kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
-// `capturing_message`) on a capturing stream. Counts the attach. The attaching thread; blocks only as long
+// cuLaunchHostFunc(stream, function, data tagged with its ticket), refused (kReturned,
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, `capturing_message`) on a capturing stream. Counts the attach. The attaching thread; blocks only as long
 // as the driver calls do.
 AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUhostFn function, void* data,
                                      const char* capturing_message) noexcept;

@@ -133,8 +133,7 @@ def flush(timeout=None, *, since=None):
     thread but CUDA's callback thread; the GIL is released while it waits.
     """
     _reclaim._checked_seconds("flush", "timeout", timeout)
-    if since is not None and (not isinstance(since, int) or isinstance(since, bool)):
-        raise TypeError(f"flush(): since must be a mark from hand_back_mark() or None, not {type(since).__name__}")
+    _hand_back.checked_since("flush", since)
     _hand_back.keep_exit_hook_first()
     _reclaim.wait_handed_back(timeout, since)
     return drain()

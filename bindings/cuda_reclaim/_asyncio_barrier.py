@@ -98,8 +98,8 @@ async def handed_back(*, since=None):
     while waiting.
 
     The loop wakes through a reader on the barrier's eventfd, written by the hand-back that ends the wait:
-    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe. Loops without ``add_reader`` (the Windows proactor) are refused
-    with NotImplementedError.
+    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe. Loops
+    without ``add_reader`` (the Windows proactor) are refused with NotImplementedError.
     """
     loop = _asyncio.get_running_loop()
     if _reclaim._hand_back_closed():
@@ -118,7 +118,7 @@ async def flush(*, since=None):
     """``await handed_back(since=since)``, then :func:`cuda_reclaim.drain` everything queued on the loop's thread
     (finalizers and host calls run here); return how many that drain released. As
     :func:`cuda_reclaim.flush`, without blocking the loop."""
-    await handed_back(since=since)
+    await handed_back(since=_hand_back.checked_since("flush", since))
     return _reclaim.drain(None)
 
 

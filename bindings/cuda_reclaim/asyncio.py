@@ -6,11 +6,11 @@ arrives (no polling) and drains in bounded batches between its other callbacks. 
 
 ``await handed_back()`` resumes once CUDA has handed back what was attached before it (``flush()`` also
 drains). ``await stream_reached(stream)`` resumes once the stream has passed this point; ``await
-run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run in a drain once it gets there. Both ride on :func:`cuda_reclaim.launch_host_func`: CUDA's thread
-only pushes, a drain completes a ``concurrent.futures.Future``, and the loop learns of it through
-``call_soon_threadsafe`` (from the drain thread) or at once (from its own reader's drain). No polling, no
-thread per wait. Cancelling the await cancels the call if it has not run (it then never runs); its
-references go when CUDA hands the call back, or at close.
+run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run in a drain once it gets there. Both ride on
+:func:`cuda_reclaim.launch_host_func`: CUDA's thread only pushes, a drain completes a
+``concurrent.futures.Future``, and the loop learns of it through ``call_soon_threadsafe`` (from the drain
+thread) or at once (from its own reader's drain). No polling, no thread per wait. Cancelling the await cancels
+the call if it has not run (it then never runs); its references go when CUDA hands the call back, or at close.
 
 Fork: in a fork child an asyncio epoll loop gets a poller of its own before its reader is installed again;
 a uvloop loop whose poller the parent shares drains on a timer (docs/callbacks.md, "Close, exit, fork").

@@ -116,6 +116,13 @@ with pytest.raises(ValueError, match=r"^wait_handed_back\(\): since must be a ma
     cuda_reclaim.wait_handed_back(0, since=10**12)
 with pytest.raises(TypeError, match=r"^flush\(\): since must be a mark"):
     cuda_reclaim.flush(0, since="x")
+with pytest.raises(ValueError, match=r"^flush\(\): since must be a mark"):
+    cuda_reclaim.flush(0, since=-1)
+import asyncio
+with pytest.raises(ValueError, match=r"^flush\(\): since must be a mark"):
+    asyncio.run(cuda_reclaim.asyncio.flush(since=10**12))
+with pytest.raises(TypeError, match=r"^handed_back\(\): since must be a mark"):
+    asyncio.run(cuda_reclaim.asyncio.handed_back(since=1.5))
 with pytest.raises(TypeError):
     cuda_reclaim.wait_handed_back(0, mark)  # keyword only
 print("ok")
