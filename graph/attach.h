@@ -33,7 +33,8 @@ bool accepted(int status) noexcept;
 
 // A destructor's first step, given the (tagged) pointer CUDA passed: true if `payload` was being withdrawn
 // after a failed retain (keep_alive.h); the entry is then marked consumed, and the destructor must neither
-// push nor count the payload as handed back. One acquire load when no withdrawal is in progress. Any thread; never blocks.
+// push nor count the payload as handed back. One acquire load when no withdrawal is in progress.
+// Any thread; never blocks.
 bool consume_withdrawn(void* payload) noexcept;
 
 // Releases our reference to `object` (whose destructor would hand `payload` back) after a failed retain,
@@ -49,8 +50,8 @@ AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* p
                                     CUhostFn destructor) noexcept;
 
 // cuLaunchHostFunc(stream, function, data tagged with its ticket), refused (kReturned,
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, `capturing_message`) on a capturing stream. Counts the attach. The attaching thread; blocks only as long
-// as the driver calls do.
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, `capturing_message`) on a capturing stream. Counts the attach.
+// The attaching thread; blocks only as long as the driver calls do.
 AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUhostFn function, void* data,
                                      const char* capturing_message) noexcept;
 
