@@ -242,6 +242,12 @@ def launch(function, stream, fn, args, kwargs):
     return future
 
 
+# The Attachment of each NodeHandle that add_host_node() made, by the handle's id(); its __del__ drops the
+# entry. Kept here rather than on the instance: an int subclass with a __dict__ changes int's layout before
+# 3.12, and the class stays slot-less and immutable as it was.
+_node_attachments: "dict[int, _reclaim.Attachment]" = {}
+
+
 class NodeHandle(int):
     """The CUgraphNode that :func:`add_host_node` added: an int (``int(node)``, ``operator.index(node)``),
     equal to and hashed as that int, usable wherever a CUgraphNode handle is (a dependency of another
@@ -250,17 +256,21 @@ class NodeHandle(int):
     One made by :func:`add_host_node` also tells when CUDA has handed the node's function back (the graph
     and everything made from it are gone): :meth:`done` and :meth:`wait`, as :class:`Attachment`'s."""
 
+    __slots__ = ()
+
     def __new__(cls, node, /):
         return super().__new__(cls, _checked_int(node, "node", "NodeHandle"))
 
-    def __setattr__(self, name, value):
-        raise AttributeError(f"NodeHandle is immutable: cannot set {name!r}")
+    def __del__(self):
+        attachments = _node_attachments
+        if attachments is not None:  # None only very late in an interpreter's teardown
+            attachments.pop(id(self), None)
 
     def __repr__(self):
         return f"<cuda_reclaim.NodeHandle CUgraphNode {int(self):#x}>"
 
     def _attachment_of(self, method):
-        attachment = self.__dict__.get("_attachment")
+        attachment = _node_attachments.get(id(self))
         if attachment is None:
             raise ValueError(
                 f"NodeHandle.{method}(): this handle was made from an int, not by add_host_node(): it has no "
@@ -344,6 +354,6 @@ def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
     node, attachment = _reclaim._add_host_node(handle, nodes, fn, args, kwargs or None)
     _auto.note_handover()
     handle = int.__new__(NodeHandle, node)  # the driver's handle: no check needed
-    handle.__dict__["_attachment"] = attachment
+    _node_attachments[id(handle)] = attachment
     return handle
 

@@ -179,7 +179,7 @@ assert future.result(timeout=0) == "ran"
 import pytest
 with pytest.raises(ValueError, match=r"^NodeHandle.wait\\(\\): this handle was made from an int"):
     cuda_reclaim.NodeHandle(5).wait()
-with pytest.raises(AttributeError, match="immutable"):
+with pytest.raises(AttributeError):
     node.x = 1
 print("ok")
 """
