@@ -122,7 +122,14 @@ def exit_while_a_finalizer_on_the_drain_thread_waits_for_the_main_thread():
             waiting.set()
             held.acquire()
 
-    cuda_reclaim.defer_release(WaitsForTheMainThread())
+    # The queue's reference must be the last one, or the finalizer could run on this thread (which holds
+    # the lock) when it drops its own: hand it over with the drain thread off, drop ours, then start it.
+    previous = cuda_reclaim.set_auto_drain("off")
+    waits = WaitsForTheMainThread()
+    cuda_reclaim.defer_release(waits)
+    del waits
+    cuda_reclaim.set_auto_drain(previous)
+    assert previous == "thread"
     assert waiting.wait(30), "the drain thread runs the finalizer"
     print("result", {"exiting": True}, flush=True)
 
