@@ -19,6 +19,10 @@ def _close_at_threading_exit():
 def keep_exit_hook_first():
     """Make the barrier's exit hook the next one threading runs; close the barrier at once if threading is
     already shutting down (no hook can be registered then). Any thread; never blocks."""
+    if getattr(_threading, "_SHUTTING_DOWN", False):
+        # threading is running its hooks (maybe iterating the list now): leave the list alone.
+        _reclaim._hand_back_close()
+        return
     hooks = getattr(_threading, "_threading_atexits", None)
     if hooks is not None and hooks and getattr(hooks[-1], "func", None) is _close_at_threading_exit:
         return
