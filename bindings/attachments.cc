@@ -6,7 +6,6 @@
 #include "bindings/attachments.h"
 
 #include <sched.h>
-#include <time.h>
 
 #include <cstdint>
 #include <new>
@@ -24,12 +23,6 @@ PyTypeObject* g_attachment_type = nullptr;  // module init; the module is main-i
 
 reclaim::HandBackBarrier& barrier() noexcept { return queue().hand_backs(); }
 
-std::int64_t now_ns() noexcept {
-  timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
-}
-
 // Runs `wait(nanoseconds left, or -1)` with the GIL released until it stops for a reason other than a
 // signal; between signals, runs the Python handlers (a KeyboardInterrupt ends the wait with that
 // exception). True/False for reached/not, null with the handler's exception.
@@ -38,11 +31,11 @@ PyObject* wait_releasing_the_gil(int timeout_ms, const Wait& wait) {
   // In a finalizer or call that a drain runs, what the wait is for may be queued behind the caller: look,
   // never block.
   if (releasing_on_this_thread()) timeout_ms = 0;
-  const std::int64_t deadline = timeout_ms < 0 ? -1 : now_ns() + std::int64_t{timeout_ms} * 1000000;
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : reclaim::monotonic_ns() + std::int64_t{timeout_ms} * 1000000;
   for (;;) {
     std::int64_t left = -1;
     if (deadline >= 0) {
-      left = deadline - now_ns();
+      left = deadline - reclaim::monotonic_ns();
       if (left < 0) left = 0;
     }
     WaitResult result;
@@ -194,6 +187,18 @@ PyObject* py_wait_handed_back(PyObject*, PyObject* const* args, Py_ssize_t nargs
   return wait_releasing_the_gil(timeout_ms, [span](std::int64_t left) { return barrier().wait(span, left); });
 }
 
+// _checked_since(function, value) -> int | None: the since rule above for the package's Python functions.
+PyObject* py_checked_since(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 2 || !PyUnicode_Check(args[0])) {
+    PyErr_SetString(PyExc_TypeError, "_checked_since() takes (function: str, value)");
+    return nullptr;
+  }
+  std::uint64_t since;
+  if (!parse_since(PyUnicode_AsUTF8(args[0]), args[1], &since)) return nullptr;
+  if (args[1] == Py_None) Py_RETURN_NONE;
+  return PyLong_FromUnsignedLongLong(since);
+}
+
 PyObject* py_hand_back_mark(PyObject*, PyObject*) { return PyLong_FromUnsignedLongLong(barrier().mark()); }
 
 PyObject* py_hand_back_request(PyObject*, PyObject* since_value) {
@@ -261,6 +266,10 @@ PyMethodDef kBarrierMethods[] = {
      "wait_handed_back($module, /, timeout=None, since=None)\n--\n\n"
      "Block (the GIL released) until CUDA has handed back everything attached before the call (from the\n"
      "mark `since` on)."},
+    {"_checked_since", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_checked_since)),
+     METH_FASTCALL,
+     "_checked_since($module, function, value, /)\n--\n\n"
+     "value if it is None or a mark from hand_back_mark(); else the error, naming function (private)."},
     {"hand_back_mark", py_hand_back_mark, METH_NOARGS,
      "hand_back_mark($module, /)\n--\n\n"
      "A mark: what is attached after this call counts from it (pass it as since=)."},

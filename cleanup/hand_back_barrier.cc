@@ -21,13 +21,13 @@ std::uint32_t* futex_address(std::atomic<std::uint32_t>* word) noexcept {
   return reinterpret_cast<std::uint32_t*>(word);
 }
 
-std::int64_t now_ns() noexcept {
+}  // namespace
+
+std::int64_t monotonic_ns() noexcept {
   timespec now;
   clock_gettime(CLOCK_MONOTONIC, &now);
   return static_cast<std::int64_t>(now.tv_sec) * 1000000000 + now.tv_nsec;
 }
-
-}  // namespace
 
 std::int64_t timeout_to_ns(double seconds) noexcept {
   if (!(seconds >= 0)) return -1;  // negative or NaN
@@ -164,7 +164,7 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
                                                    const std::atomic<std::uint32_t>* done, const Span& span,
                                                    std::int64_t timeout_ns) noexcept {
   std::atomic<std::uint32_t>* const sleepers = done != nullptr ? &cell_sleepers_ : &grace_sleepers_;
-  const std::int64_t deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+  const std::int64_t deadline = timeout_ns < 0 ? -1 : monotonic_ns() + timeout_ns;
   const auto is_reached = [&] {
     return done != nullptr ? done->load(std::memory_order_seq_cst) != 0 : reached(span);
   };
@@ -173,7 +173,7 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
     if (is_closed()) return WaitResult::kClosed;
     std::int64_t left = -1;
     if (deadline >= 0) {
-      left = deadline - now_ns();
+      left = deadline - monotonic_ns();
       if (left <= 0) return WaitResult::kTimedOut;
     }
     // Announce the sleep, then read the generation, then look again: an end() that comes after the look

@@ -29,6 +29,9 @@ namespace reclaim {
 // Never blocks.
 std::int64_t timeout_to_ns(double seconds) noexcept;
 
+// CLOCK_MONOTONIC in nanoseconds: the clock of every barrier deadline. Any thread; never blocks.
+std::int64_t monotonic_ns() noexcept;
+
 class HandBackBarrier {
  public:
   // Tickets are slot numbers 0 .. kSlots - 1 (three bits with "none": graph/ carries them in a pointer's

@@ -133,7 +133,7 @@ def flush(timeout=None, *, since=None):
     thread but CUDA's callback thread; the GIL is released while it waits.
     """
     _reclaim._checked_seconds("flush", "timeout", timeout)
-    _hand_back.checked_since("flush", since)
+    _reclaim._checked_since("flush", since)
     _hand_back.keep_exit_hook_first()
     _reclaim.wait_handed_back(timeout, since)
     return drain()

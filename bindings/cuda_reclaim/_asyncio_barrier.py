@@ -118,7 +118,7 @@ async def flush(*, since=None):
     """``await handed_back(since=since)``, then :func:`cuda_reclaim.drain` everything queued on the loop's thread
     (finalizers and host calls run here); return how many that drain released. As
     :func:`cuda_reclaim.flush`, without blocking the loop."""
-    await handed_back(since=_hand_back.checked_since("flush", since))
+    await handed_back(since=_reclaim._checked_since("flush", since))
     return _reclaim.drain(None)
 
 

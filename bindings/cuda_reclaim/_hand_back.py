@@ -34,16 +34,3 @@ def keep_exit_hook_first():
     except RuntimeError:  # "can't register atexit after shutdown": this is the exit
         _reclaim._hand_back_close()
 
-
-def checked_since(function, since):
-    """`since` for `function` (its name in the error): None, or a mark from hand_back_mark() (an int from 0
-    to the current epoch). Returns it; TypeError or ValueError naming the function otherwise."""
-    if since is None:
-        return None
-    if not isinstance(since, int) or isinstance(since, bool):
-        kind = type(since).__name__
-        raise TypeError(f"{function}(): since must be a mark from hand_back_mark() or None, not {kind}")
-    epoch = _reclaim._hand_back_stats()["epoch"]
-    if not 0 <= since <= epoch:
-        raise ValueError(f"{function}(): since must be a mark from hand_back_mark() (an int from 0 to {epoch})")
-    return since
