@@ -91,6 +91,8 @@ class Tracked:
 
 
 def pytest_configure(config):
+    # An invalid escape in a test's source (often inside a child's program text) is an error, not a note.
+    config.addinivalue_line("filterwarnings", "error::SyntaxWarning")
     config.addinivalue_line(
         "markers",
         "gpu: needs an NVIDIA GPU, its driver and cuda.core (skipped with the reason where absent); "

@@ -98,7 +98,7 @@ print("ok")
 
 def test_since_a_mark_waits_only_for_what_was_attached_after_it():
     fake_cuda.run(
-        """
+        r"""
 import pytest
 session = fake.fake_cuda_graph_create()
 cuda_reclaim.keep_alive(session, P())  # held for good, as a session fixture's graph

@@ -74,8 +74,9 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
     # while the stopped one is still inside the release: that one starts its successor as it leaves.
     blocker = Blocks()
     entered, go = blocker.entered, blocker.go
-    cuda_reclaim.defer_release(blocker)
-    del blocker
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(blocker)
+        del blocker
     assert entered.wait(30)
     cuda_reclaim.set_auto_drain("off")  # returns after its bound: the thread is still in the finalizer
     cuda_reclaim.set_auto_drain("thread")
@@ -114,7 +115,8 @@ def toggles_from_a_finalizer_on_the_drain_thread():
                 cuda_reclaim.set_auto_drain("thread")
             counts.append(len(drain_threads()))
 
-    cuda_reclaim.defer_release(Toggles())
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(Toggles())
     assert wait_until(lambda: counts)
     print("threads right after the toggles:", counts[0])
     assert hand_over_marker().wait(30)
@@ -128,8 +130,9 @@ def fork_while_the_drain_thread_is_inside_a_release():
     # not start a second one next to it.
     blocker = Blocks()
     entered, go = blocker.entered, blocker.go
-    cuda_reclaim.defer_release(blocker)
-    del blocker
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(blocker)
+        del blocker
     assert entered.wait(30)
     pid = os.fork()
     if pid == 0:
@@ -150,12 +153,12 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     main_ident = threading.main_thread().ident
 
     def main_thread_waits_in_close():
+        names = set()
         frame = sys._current_frames().get(main_ident)
         while frame is not None:
-            if frame.f_code.co_name == "_join_retired":
-                return True
+            names.add(frame.f_code.co_name)
             frame = frame.f_back
-        return False
+        return {"stop_for_good", "_join_retired"} <= names  # close()'s wait, not set_auto_drain()'s
 
     entered = threading.Event()
 
@@ -166,7 +169,8 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
             signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
             time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
 
-    cuda_reclaim.defer_release(Slow())
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(Slow())
     assert entered.wait(30)  # the drain thread is inside the release: close() will wait for it
     try:
         cuda_reclaim.close()

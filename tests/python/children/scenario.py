@@ -1,6 +1,7 @@
 """How the scenario programs of children/ run: `python children/FILE.py NAME [ARG...]` calls the scenario
 function NAME of FILE with the remaining arguments (as strings)."""
 
+import contextlib
 import sys
 
 
@@ -10,3 +11,18 @@ def run(*scenarios):
     if len(sys.argv) < 2 or sys.argv[1] not in by_name:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(by_name)}}} [ARG...]")
     by_name[sys.argv[1]](*sys.argv[2:])
+
+
+@contextlib.contextmanager
+def auto_drain_off():
+    """The automatic drain off inside the block, as it was after it. Hand an object over inside the block
+    and drop your own references there, so that the queue holds the only one: a drain thread quick enough
+    would otherwise release the queue's reference before the caller lets go of its own, and the finalizer
+    would run on the caller's thread. Entering stops a running drain thread (the exit starts another)."""
+    import cuda_reclaim
+
+    previous = cuda_reclaim.set_auto_drain("off")
+    try:
+        yield
+    finally:
+        cuda_reclaim.set_auto_drain(previous)
