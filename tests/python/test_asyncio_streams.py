@@ -263,7 +263,10 @@ class SwitchesOff:
 async def main():
     task = asyncio.ensure_future(reclaim_asyncio.run_when_reached(stream, int, 7))
     await asyncio.sleep(0.05)
-    cuda_reclaim.defer_release(SwitchesOff())  # released by the drain thread
+    # Handed over with the drain thread off: the queue holds the only reference, so the drain thread runs it.
+    previous = cuda_reclaim.set_auto_drain("off")
+    cuda_reclaim.defer_release(SwitchesOff())
+    cuda_reclaim.set_auto_drain(previous)  # before the loop runs again: the await stays the drain thread's
     for _ in range(600):
         if cuda_reclaim.get_auto_drain() == "off":
             break

@@ -49,7 +49,8 @@ def finalizer_on_the_drain_thread_switches_the_auto_drain_off():
             cuda_reclaim.set_auto_drain("off")  # runs on the drain thread itself
             done.set()
 
-    cuda_reclaim.defer_release(SwitchesOff())
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(SwitchesOff())
     assert done.wait(30), "the drain thread released the object"
     deadline = time.monotonic() + 30
     while _auto.is_thread_running() and time.monotonic() < deadline:

@@ -2,7 +2,7 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import os, threading, time, cuda_reclaim
+import os, threading, time, cuda_reclaim, scenario
 from cuda_reclaim import _auto
 forked = threading.Event()
 child_pid = []
@@ -24,7 +24,8 @@ class Forks:
             os._exit(0 if ok else 3)
         child_pid.append(pid)
         forked.set()
-cuda_reclaim.defer_release(Forks())
+with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+    cuda_reclaim.defer_release(Forks())
 assert forked.wait(30)
 _, status = os.waitpid(child_pid[0], 0)
 assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

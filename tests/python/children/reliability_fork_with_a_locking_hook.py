@@ -2,7 +2,7 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import os, threading, time, cuda_reclaim
+import os, threading, time, cuda_reclaim, scenario
 entered = threading.Event()
 lock = threading.Lock()
 os.register_at_fork(before=lock.acquire, after_in_parent=lock.release, after_in_child=lock.release)
@@ -12,7 +12,8 @@ class NeedsTheLock:
         time.sleep(0.2)            # the main thread forks meanwhile
         with lock:
             pass
-cuda_reclaim.defer_release(NeedsTheLock())
+with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+    cuda_reclaim.defer_release(NeedsTheLock())
 assert entered.wait(30)
 pid = os.fork()
 if pid == 0:

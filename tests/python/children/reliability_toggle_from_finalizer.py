@@ -2,7 +2,7 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import threading, time, cuda_reclaim
+import threading, time, cuda_reclaim, scenario
 from cuda_reclaim import _auto
 toggled = threading.Event()
 class Toggles:
@@ -10,7 +10,8 @@ class Toggles:
         cuda_reclaim.set_auto_drain("off")
         cuda_reclaim.set_auto_drain("thread")
         toggled.set()
-cuda_reclaim.defer_release(Toggles())
+with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+    cuda_reclaim.defer_release(Toggles())
 assert toggled.wait(30)
 def drain_threads():
     return [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]

@@ -2,7 +2,7 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import select, threading, time, cuda_reclaim, _native_producers
+import select, threading, time, cuda_reclaim, _native_producers, scenario
 from cuda_reclaim import _auto
 stopped = threading.Event()
 class SwitchesOff:
@@ -10,9 +10,10 @@ class SwitchesOff:
         cuda_reclaim.set_auto_drain("off")
         stopped.set()
 # Enough work that the drain thread lingers (keeps the signal set) right before it stops.
-for _ in range(100):
-    cuda_reclaim.defer_release(object())
-cuda_reclaim.defer_release(SwitchesOff())
+with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+    for _ in range(100):
+        cuda_reclaim.defer_release(object())
+    cuda_reclaim.defer_release(SwitchesOff())
 assert stopped.wait(30)
 deadline = time.monotonic() + 30
 while _auto.is_thread_running() and time.monotonic() < deadline:
