@@ -162,6 +162,10 @@ PyObject* py_report_at_finalize(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_releasing_on_this_thread(PyObject*, PyObject*) {
+  return PyBool_FromLong(reclaim::bindings::releasing_on_this_thread());
+}
+
 PyObject* py_set_attach_hook(PyObject*, PyObject* hook) {
   if (!check_callable("_set_attach_hook", "hook", hook)) return nullptr;
   Py_XSETREF(g_attach_hook, Py_NewRef(hook));
@@ -222,6 +226,9 @@ PyMethodDef kMethods[] = {
      "_report_at_finalize($module, /)\n--\n\n"
      "Internal (the atexit hook): this exit skips the C exit handlers (an unhandled KeyboardInterrupt\n"
      "makes CPython end by SIGINT after finalizing), so write the exit report when finalization ends."},
+    {"_releasing_on_this_thread", py_releasing_on_this_thread, METH_NOARGS,
+     "_releasing_on_this_thread($module, /)\n--\n\n"
+     "Internal (the package): True inside a finalizer or call that a drain on this thread runs."},
     {"_set_attach_hook", py_set_attach_hook, METH_O,
      "_set_attach_hook($module, hook, /)\n--\n\n"
      "Internal (the package, at import): what to call when a C API user attaches."},

@@ -257,6 +257,14 @@ def test_a_fork_that_could_not_wait_for_the_drain_thread_leaves_the_parent_one_d
     assert "threads in the end: 1" in lines, lines
 
 
+def test_finalizers_that_a_drain_runs_switch_and_close_without_waiting_for_the_stopped_drain_thread():
+    lines = run_lifecycle("finalizers_that_a_drain_runs_do_not_wait_for_the_stopped_drain_thread")
+    assert "switches run by the main thread: 6" in lines, lines
+    assert "joins while the lock was held: 0" in lines, lines
+    assert "closed: True" in lines, lines
+    assert "the stopped thread left: True" in lines, lines
+
+
 def test_ctrl_c_while_close_waits_for_the_drain_thread_still_closes_the_queue():
     lines = run_lifecycle("ctrl_c_while_close_waits_for_the_drain_thread")
     assert lines[:3] == ["interrupted", "closed: True", "hand-over accepted: False"], lines

@@ -181,6 +181,51 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     print("done", flush=True)
 
 
+def finalizers_that_a_drain_runs_do_not_wait_for_the_stopped_drain_thread():
+    # The drain thread is inside a release that needs a lock the main thread holds (as a fork there needs
+    # the import lock that a gc-mode drain inside an import holds). Finalizers that the main thread's own
+    # drain runs switch the mode and close: none may wait for the stopped thread, or each would wait the
+    # join limit for what their caller holds.
+    lock = threading.Lock()
+    entered = threading.Event()
+    ran = []
+
+    class NeedsTheLock:
+        def __del__(self):
+            entered.set()
+            with lock:
+                pass
+
+    class Switches:
+        def __init__(self, mode):
+            self.mode = mode
+
+        def __del__(self):
+            ran.append(self.mode)
+            if self.mode == "close":
+                cuda_reclaim.close()
+            else:
+                cuda_reclaim.set_auto_drain(self.mode)
+
+    lock.acquire()
+    with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
+        cuda_reclaim.defer_release(NeedsTheLock())
+    assert entered.wait(30)
+    joins = []
+    for thread in drain_threads():
+        real_join = thread.join
+        thread.join = lambda timeout=None, real_join=real_join: (joins.append(timeout), real_join(timeout))[1]
+    for mode in ("off", "thread", "gc", "off", "thread", "close"):
+        cuda_reclaim.defer_release(Switches(mode))
+    cuda_reclaim.drain()  # the main thread runs the switches and the close
+    print("switches run by the main thread:", len(ran))
+    print("joins while the lock was held:", len(joins))
+    print("closed:", cuda_reclaim.is_closed())
+    lock.release()
+    print("the stopped thread left:", wait_until(lambda: not _auto.is_thread_running()))
+    print("done", flush=True)
+
+
 def a_drain_thread_that_cannot_start(limit_text):
     # Thread.start() fails as it does under a memory or pids limit; a later hand-over, once it can, starts
     # the thread. `limit_text`: how many starts fail.
@@ -299,6 +344,7 @@ scenario.run(
     toggles_from_a_finalizer_on_the_drain_thread,
     fork_while_the_drain_thread_is_inside_a_release,
     ctrl_c_while_close_waits_for_the_drain_thread,
+    finalizers_that_a_drain_runs_do_not_wait_for_the_stopped_drain_thread,
     a_drain_thread_that_cannot_start,
     launch_from_a_finalizer_during_finalization,
     first_launch_at_exit,
