@@ -2,8 +2,9 @@
 
 A run passes when the process ends within the limit, with the exit status its ending gives (0, 1 for an
 exception, SIGINT for a KeyboardInterrupt), with exactly one exit report that says conserved=yes, and
-without a STRESS-FAILURE line (a fork child that found the law broken). Prints one line per failure and a
-closing "N passed, N failed" line; exits 1 if any run failed.
+without a STRESS-FAILURE line (a fork child that found the law broken). Prints one line per failure (for a
+hang, every thread's stack: the run is ended by SIGABRT under faulthandler) and a closing "N passed, N
+failed" line; exits 1 if any run failed.
 
     python finalizer_stress.py --runs 300 --jobs 2 [--first-seed 0] [--timeout 60]
 """
@@ -44,14 +45,37 @@ def exit_report_problem(stderr):
 
 
 def run_one(seed, timeout):
-    env = dict(os.environ, CUDA_RECLAIM_REPORT="1", PYTHONWARNINGS="ignore::DeprecationWarning")
+    # faulthandler: a hung run is ended by SIGABRT, which makes it print every thread's stack.
+    env = dict(
+        os.environ, CUDA_RECLAIM_REPORT="1", PYTHONWARNINGS="ignore::DeprecationWarning", PYTHONFAULTHANDLER="1"
+    )
     started = time.monotonic()
+    # Its own process group: a hung run's fork children are ended with it (they hold its pipes open).
+    child = subprocess.Popen(
+        [sys.executable, CHILD, str(seed)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        result = subprocess.run(
-            [sys.executable, CHILD, str(seed)], env=env, capture_output=True, text=True, timeout=timeout
-        )
+        stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        return seed, f"hang: no exit within {timeout} s", time.monotonic() - started
+        stderr = ""
+        for ending in (signal.SIGABRT, signal.SIGKILL):
+            try:
+                os.killpg(child.pid, ending)
+            except ProcessLookupError:
+                pass
+            try:
+                _, stderr = child.communicate(timeout=10)
+                break
+            except subprocess.TimeoutExpired as late:
+                stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else ""
+        stacks = "\n".join(stderr.strip().splitlines()[-80:]).replace("\n", "\n    ")
+        return seed, f"hang: no exit within {timeout} s; its stacks:\n    {stacks}", time.monotonic() - started
+    result = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     ending = re.search(r"ending=(\w+)", result.stdout)
     problem = None
     if ending is None:
