@@ -4,6 +4,7 @@ Nothing here holds state of the automatic drain: ``_auto`` owns which thread run
 thread runs one ``_reclaim._DrainWorker``, then calls the ``on_leave`` it was made with, on itself.
 """
 
+import _imp
 import os
 import sys
 import threading
@@ -134,6 +135,18 @@ def wait_for_os_thread_exit(thread, limit=1.0):
 
 
 def _gc_callback(phase, info):
-    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread."""
-    if phase == "stop":
+    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread, unless
+    the collection began inside CPython's import or thread bookkeeping (then the next collection drains)."""
+    if phase == "stop" and not _inside_interpreter_bookkeeping():
         _reclaim._drain_references()  # references only: calls wait for a drain that runs calls
+
+
+def _inside_interpreter_bookkeeping():
+    """True while the import lock or threading's shutdown-locks lock (3.10-3.12) is held, by any thread.
+
+    A collection starts at any allocation, also under these locks; a finalizer run there that forks leaves
+    the child a lock held for ever (3.11's child takes the shutdown-locks lock before it resets it), and
+    one on another thread that forks waits for the import lock that the draining thread holds.
+    """
+    shutdown_locks_lock = getattr(threading, "_shutdown_locks_lock", None)  # rebound in a fork child
+    return _imp.lock_held() or (shutdown_locks_lock is not None and shutdown_locks_lock.locked())
