@@ -93,12 +93,12 @@ def set_auto_drain(mode):
 
     Switching away from ``"thread"`` stops the drain thread and, unless called on that thread, from a
     finalizer that a drain runs or from one that interrupted cuda_reclaim on this thread, waits up to 2 s
-    for it to leave, holding nothing a finalizer needs (a finalizer may hold what the thread waits for). Past 2 s (a finalizer on it is blocked, e.g. on a lock this caller holds) the call
-    returns anyway; the thread, already told to stop, leaves when that release returns, and no drain
-    thread starts until it has left (the one leaving starts its successor if the mode is "thread" again
-    by then): there is never more than one. If the thread cannot be started, a RuntimeWarning says why,
-    :func:`get_auto_drain` says ``"off"`` and every later hand-over tries again; meanwhile only explicit
-    drains, event-loop drains and the final drain at exit release anything.
+    for it to leave, holding nothing a finalizer needs. Past 2 s (a finalizer on it is blocked, e.g. on a
+    lock this caller holds) the call returns anyway; the thread, already told to stop, leaves when that
+    release returns, and no drain thread starts until it has left (the one leaving starts its successor
+    if the mode is "thread" again by then): there is never more than one. If the thread cannot be
+    started, a RuntimeWarning says why, :func:`get_auto_drain` says ``"off"`` and every later hand-over
+    tries again; meanwhile only explicit, event-loop and exit drains release anything.
     Safe from a finalizer, on any thread; blocks at most the 2 s above.
     """
     global _mode
@@ -249,23 +249,19 @@ _JOIN_LIMIT_SECONDS = 2.0
 
 
 def _join_retired(limit=_JOIN_LIMIT_SECONDS):
-    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), nor
-    does a finalizer that a drain runs (below), nor a thread that holds _lock: a finalizer can run inside
-    a section that holds it (the garbage collector runs finalizers at any allocation, e.g. inside
-    note_handover()), and the thread it would join may be waiting for _lock in a finalizer of its own.
+    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), nor a
+    finalizer that a drain runs (it may hold what the thread needs, and each one would wait again), nor a
+    thread that holds _lock: a finalizer can run inside a section that holds it (the garbage collector
+    runs finalizers at any allocation, e.g. inside note_handover()), and the thread it would join may be
+    waiting for _lock in a finalizer of its own.
 
     Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
     retired and is joined by a later call. Returns True when none is left.
     """
     if current_drain_thread() is not None:
         return True
-    if _reclaim._releasing_on_this_thread():
-        # A finalizer that a drain runs may hold what the thread needs (the gc mode drains wherever a
-        # collection starts, e.g. inside an import, holding the import lock that a fork there waits for),
-        # and each such finalizer would wait the limit again. The stopped thread takes no more items.
-        return not _retired
-    if sys.is_finalizing():
-        return not _retired  # no other thread runs Python again: waiting could only time out
+    if sys.is_finalizing() or _reclaim._releasing_on_this_thread():
+        return not _retired  # finalizing: no other thread runs Python again; a stopped one takes no more
     if _lock.is_owned():
         return not _retired
     deadline = None if limit is None else time.monotonic() + limit
