@@ -164,7 +164,7 @@ def close():
     ``leaked_after_close`` and never touched. Idempotent.
 
     Stops the automatic drain for good first (waiting up to 2 s for the drain thread to leave, unless called
-    on that thread or from a finalizer that a drain runs; past that the close goes ahead and the thread,
+    on that thread, and only once for a thread from finalizers that a drain runs; past that the close goes ahead and the thread,
     already stopped, leaves when its release returns). The close comes before the final drain so that a
     reference handed over while it runs ends in exactly one place: queued before the close (released here) or
     after (counted).

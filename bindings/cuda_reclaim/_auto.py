@@ -91,9 +91,9 @@ def set_auto_drain(mode):
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
     Returns the previous mode, as :func:`get_auto_drain` reported it.
 
-    Switching away from ``"thread"`` stops the drain thread and, unless called on that thread, from a
-    finalizer that a drain runs or from one that interrupted cuda_reclaim on this thread, waits up to 2 s
-    for it to leave, holding nothing a finalizer needs. Past 2 s (a finalizer on it is blocked, e.g. on a
+    Switching away from ``"thread"`` stops the drain thread and, unless called on that thread or from a
+    finalizer that interrupted cuda_reclaim on this one, waits up to 2 s for it to leave, holding nothing
+    a finalizer needs (finalizers that a drain runs wait so for a thread only once). Past 2 s (a finalizer on it is blocked, e.g. on a
     lock this caller holds) the call returns anyway; the thread, already told to stop, leaves when that
     release returns, and no drain thread starts until it has left (the one leaving starts its successor
     if the mode is "thread" again by then): there is never more than one. If the thread cannot be
@@ -249,30 +249,30 @@ _JOIN_LIMIT_SECONDS = 2.0
 
 
 def _join_retired(limit=_JOIN_LIMIT_SECONDS):
-    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), nor a
-    finalizer that a drain runs (it may hold what the thread needs, and each one would wait again), nor a
-    thread that holds _lock: a finalizer can run inside a section that holds it (the garbage collector
-    runs finalizers at any allocation, e.g. inside note_handover()), and the thread it would join may be
-    waiting for _lock in a finalizer of its own.
+    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
+    neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
+    garbage collector runs finalizers at any allocation, e.g. inside note_handover()), and the thread it
+    would join may be waiting for _lock in a finalizer of its own. Finalizers that a drain runs wait for
+    a thread once: one they gave up on (it may wait for what their caller holds) they leave alone.
 
     Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
     retired and is joined by a later call. Returns True when none is left.
     """
     if current_drain_thread() is not None:
         return True
-    if sys.is_finalizing() or _reclaim._releasing_on_this_thread():
-        return not _retired  # finalizing: no other thread runs Python again; a stopped one takes no more
-    if _lock.is_owned():
-        return not _retired
+    if sys.is_finalizing() or _lock.is_owned():
+        return not _retired  # finalizing: no other thread runs Python again, waiting could only time out
+    in_drain = _reclaim._releasing_on_this_thread()
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         with _lock.held():
-            waiting = list(_retired)
+            waiting = [thread for thread in _retired if not (in_drain and thread.given_up)]
         if not waiting:
-            return True
+            return not _retired
         for thread in waiting:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
+                thread.given_up = thread.given_up or in_drain
                 return False
             wait_for_os_thread_exit(thread)
         with _lock.held():

@@ -78,6 +78,8 @@ def _run_drain_loop(thread, on_leave):
 class _DrainThread(threading.Thread):
     """A thread running one DrainWorker (drain threads never join each other)."""
 
+    given_up = False  # a finalizer that a drain runs waited past the limit: no such finalizer waits again
+
     def __init__(self, worker, on_leave):
         super().__init__(name="cuda-reclaim-drain", daemon=True)
         self.worker = worker
@@ -94,10 +96,11 @@ class _NativeDrainThread:
     hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
     PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
     hook joins it (with the GIL released, bounded) before it closes the queue. Same interface as the
-    threading one where _auto uses it: start, join, is_alive, worker, native_id."""
+    threading one where _auto uses it: start, join, is_alive, worker, native_id, given_up."""
 
     name = "cuda-reclaim-drain"
     native_id = None  # nothing to wait for in /proc: fork is no concern at exit
+    given_up = False
 
     def __init__(self, worker, on_leave):
         self.worker = worker
@@ -135,8 +138,8 @@ def wait_for_os_thread_exit(thread, limit=1.0):
 
 
 def _gc_callback(phase, info):
-    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread, unless
-    the collection began inside CPython's import or thread bookkeeping (then the next collection drains)."""
+    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread, unless a
+    thread is inside CPython's import or thread bookkeeping as it ends (then the next collection drains)."""
     if phase == "stop" and not _inside_interpreter_bookkeeping():
         _reclaim._drain_references()  # references only: calls wait for a drain that runs calls
 

@@ -78,6 +78,7 @@ def test_gc_mode_does_not_drain_inside_the_import_or_thread_bookkeeping(drained)
     cuda_reclaim.set_auto_drain("gc")
     try:
         for acquire, release in held:
+            gc.collect()  # no earlier garbage's finalizer runs under the lock below
             obj = Payload()
             ref = weakref.ref(obj)
             cuda_reclaim.defer_release(obj)

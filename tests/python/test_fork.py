@@ -30,3 +30,12 @@ def test_a_fork_child_of_a_c_api_user_drains_its_native_hand_overs():
                               env={"PYTHONWARNINGS": "ignore::DeprecationWarning"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_a_fork_from_a_finalizer_that_a_drain_runs_waits_for_the_idle_drain_thread():
+    args = ("-W", "error::DeprecationWarning") if sys.version_info >= (3, 12) else ()
+    result = run_child_script(SCENARIOS, "a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded", args=args)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "released by the main thread: 1" in lines, result.stdout + result.stderr
+    assert "threads at the fork: [1]" in lines, result.stdout + result.stderr

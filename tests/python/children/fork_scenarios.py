@@ -114,9 +114,42 @@ def work_queued_at_a_raw_fork_is_abandoned_in_the_child():
     print("parent ok", flush=True)
 
 
+def a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded():
+    # The drain thread is idle; a finalizer that the main thread's drain() runs forks: the fork hook stops
+    # the thread and waits for it (the first such wait of a finalizer that a drain runs), so the process
+    # forks with one thread. This hook, registered first, runs after the package's.
+    import sys
+
+    threads_at_fork = []
+    os.register_at_fork(before=lambda: threads_at_fork.append(len(os.listdir("/proc/self/task"))))
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    cuda_reclaim.defer_release(object())  # the drain thread starts, drains it, then sleeps on the fd
+    deadline = time.monotonic() + 30
+    while (not _auto.is_thread_running() or cuda_reclaim.pending()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # past its linger
+
+    class Forks:
+        def __del__(self):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+    sys.setswitchinterval(30)  # the main thread keeps the GIL: its drain() takes the object, not the thread
+    cuda_reclaim.defer_release(Forks())
+    released = cuda_reclaim.drain()
+    sys.setswitchinterval(0.005)
+    print("released by the main thread:", released)
+    print("threads at the fork:", threads_at_fork)
+
+
 if __name__ == "__main__":
     scenario.run(
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
         a_child_drains_what_a_c_api_users_native_threads_hand_over,
         work_queued_at_a_raw_fork_is_abandoned_in_the_child,
+        a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded,
     )

@@ -181,11 +181,10 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     print("done", flush=True)
 
 
-def finalizers_that_a_drain_runs_do_not_wait_for_the_stopped_drain_thread():
-    # The drain thread is inside a release that needs a lock the main thread holds (as a fork there needs
-    # the import lock that a gc-mode drain inside an import holds). Finalizers that the main thread's own
-    # drain runs switch the mode and close: none may wait for the stopped thread, or each would wait the
-    # join limit for what their caller holds.
+def finalizers_that_a_drain_runs_wait_for_the_stopped_drain_thread_once():
+    # The drain thread is inside a release that needs a lock the main thread holds around its drain().
+    # Finalizers that this drain runs switch the mode and close: the first waits the join limit for the
+    # stopped thread and gives up; the others must not wait again for what their caller holds.
     lock = threading.Lock()
     entered = threading.Event()
     ran = []
@@ -344,7 +343,7 @@ scenario.run(
     toggles_from_a_finalizer_on_the_drain_thread,
     fork_while_the_drain_thread_is_inside_a_release,
     ctrl_c_while_close_waits_for_the_drain_thread,
-    finalizers_that_a_drain_runs_do_not_wait_for_the_stopped_drain_thread,
+    finalizers_that_a_drain_runs_wait_for_the_stopped_drain_thread_once,
     a_drain_thread_that_cannot_start,
     launch_from_a_finalizer_during_finalization,
     first_launch_at_exit,
