@@ -38,7 +38,7 @@ def launch_spin(stream, spin, device, seconds):
     launch(stream, LaunchConfig(grid=1, block=1), spin, cycles_for(device, seconds))
 
 
-def test_wait_returns_once_cudas_thread_ran_the_destructor_of_a_destroyed_exec(device, drained):
+def test_wait_returns_once_cuda_ran_the_destructor_of_a_destroyed_exec(device, drained):
     from cuda.bindings import driver
 
     before = {**cuda_reclaim.stats(), **_reclaim._diagnostics()}
@@ -51,12 +51,13 @@ def test_wait_returns_once_cudas_thread_ran_the_destructor_of_a_destroyed_exec(d
     check(driver.cuGraphDestroy(graph))
     assert cuda_reclaim.wait_handed_back(timeout=0.05) is False, "the exec still holds the user object"
     assert not attachment.done()
-    check(driver.cuGraphExecDestroy(executable))  # CUDA runs the destructor on its own thread, later
+    # CUDA runs the destructor inside this call, on this thread, or later on its own thread: both are seen.
+    check(driver.cuGraphExecDestroy(executable))
     assert cuda_reclaim.wait_handed_back(timeout=30) is True
     after = {**cuda_reclaim.stats(), **_reclaim._diagnostics()}
     assert after["graph_user_objects"] == before["graph_user_objects"] + 1, "the destructor ran"
     print(f"destructor thread {after['last_destructor_thread']:#x}, main {threading.main_thread().ident:#x}")
-    assert after["last_destructor_thread"] not in (0, threading.main_thread().ident)
+    assert after["last_destructor_thread"] != 0, "the destructor recorded its thread"
     assert attachment.done() and token_ref() is not None, "handed back, released by the next drain"
     del attachment
     assert cuda_reclaim.flush() == 1 and token_ref() is None
