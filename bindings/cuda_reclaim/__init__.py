@@ -164,10 +164,10 @@ def close():
     ``leaked_after_close`` and never touched. Idempotent.
 
     Stops the automatic drain for good first (waiting up to 2 s for the drain thread to leave, unless called
-    on that thread, and only once for a thread from finalizers that a drain runs; past that the close goes ahead and the thread,
-    already stopped, leaves when its release returns). The close comes before the final drain so that a
-    reference handed over while it runs ends in exactly one place: queued before the close (released here) or
-    after (counted).
+    on that thread, and only once for a thread from finalizers that a drain runs; past that the close goes
+    ahead and the thread, already stopped, leaves when its release returns). The close comes before the final
+    drain so that a reference handed over while it runs ends in exactly one place: queued before the close
+    (released here) or after (counted).
     Returns the number of references released by this call. The atexit hook calls it for you.
     All or nothing: a KeyboardInterrupt during the wait still closes the queue, then propagates.
     Safe from a finalizer, on any thread; blocks at most the 2 s above plus the final drain.

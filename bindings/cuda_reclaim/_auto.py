@@ -92,13 +92,13 @@ def set_auto_drain(mode):
     Returns the previous mode, as :func:`get_auto_drain` reported it.
 
     Switching away from ``"thread"`` stops the drain thread and, unless called on that thread or from a
-    finalizer that interrupted cuda_reclaim on this one, waits up to 2 s for it to leave, holding nothing
-    a finalizer needs (finalizers that a drain runs wait so for a thread only once). Past 2 s (a finalizer on it is blocked, e.g. on a
-    lock this caller holds) the call returns anyway; the thread, already told to stop, leaves when that
-    release returns, and no drain thread starts until it has left (the one leaving starts its successor
-    if the mode is "thread" again by then): there is never more than one. If the thread cannot be
-    started, a RuntimeWarning says why, :func:`get_auto_drain` says ``"off"`` and every later hand-over
-    tries again; meanwhile only explicit, event-loop and exit drains release anything.
+    finalizer that interrupted cuda_reclaim on this one, waits up to 2 s for it to leave, holding nothing a
+    finalizer needs (finalizers that a drain runs wait so for a thread only once). Past 2 s (a finalizer on it
+    is blocked, e.g. on a lock this caller holds) the call returns anyway; the thread, already told to stop,
+    leaves when that release returns, and no drain thread starts until it has left (the one leaving starts its
+    successor if the mode is "thread" again by then): there is never more than one. If the thread cannot be
+    started, a RuntimeWarning says why, :func:`get_auto_drain` says ``"off"`` and every later hand-over tries
+    again; meanwhile only explicit, event-loop and exit drains release anything.
     Safe from a finalizer, on any thread; blocks at most the 2 s above.
     """
     global _mode
