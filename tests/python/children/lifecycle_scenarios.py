@@ -21,14 +21,9 @@ def drain_threads():
 def working_drain_threads():
     """Drain threads that may still drain: not past their loop, not handing over to a successor (the one
     leaving starts it, so both exist for that instant)."""
-    frames = sys._current_frames()
     working = 0
     for thread in drain_threads():
-        names = set()
-        frame = frames.get(thread.ident)
-        while frame is not None:
-            names.add(frame.f_code.co_name)
-            frame = frame.f_back
+        names = scenario.frame_names(thread.ident)
         if "run" in names and "_drain_thread_leaves" not in names:
             working += 1
     return working
@@ -153,12 +148,8 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     main_ident = threading.main_thread().ident
 
     def main_thread_waits_in_close():
-        names = set()
-        frame = sys._current_frames().get(main_ident)
-        while frame is not None:
-            names.add(frame.f_code.co_name)
-            frame = frame.f_back
-        return {"stop_for_good", "_join_retired"} <= names  # close()'s wait, not set_auto_drain()'s
+        # close()'s wait, not set_auto_drain()'s
+        return {"stop_for_good", "_join_retired"} <= scenario.frame_names(main_ident)
 
     entered = threading.Event()
 

@@ -6,7 +6,6 @@ Prints "done" at the end of the main program; the test reads the exit report."""
 
 import os
 import signal
-import sys
 import time
 
 import _native_producers
@@ -15,12 +14,8 @@ import scenario
 
 
 def main_thread_waits_in_the_exit_hook():
-    names = set()
-    frame = sys._current_frames().get(main_ident)
-    while frame is not None:
-        names.add(frame.f_code.co_name)
-        frame = frame.f_back
-    return {"close_at_exit", "_join_retired"} <= names  # the exit hook's wait, not set_auto_drain()'s
+    # the exit hook's wait, not set_auto_drain()'s
+    return {"close_at_exit", "_join_retired"} <= scenario.frame_names(main_ident)
 
 
 class Slow:

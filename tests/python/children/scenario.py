@@ -5,6 +5,16 @@ import contextlib
 import sys
 
 
+def frame_names(thread_ident):
+    """The function names on the stack of the thread `thread_ident` now (empty once it has ended)."""
+    names = set()
+    frame = sys._current_frames().get(thread_ident)
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
+
+
 def run(*scenarios):
     """Runs the scenario that sys.argv[1] names, among `scenarios` (functions), with sys.argv[2:]."""
     by_name = {scenario.__name__: scenario for scenario in scenarios}
