@@ -73,23 +73,27 @@ def run_one(seed, timeout):
                 break
             except subprocess.TimeoutExpired as late:
                 stderr = late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else ""
-        stacks = "\n".join(stderr.strip().splitlines()[-80:]).replace("\n", "\n    ")
-        return seed, f"hang: no exit within {timeout} s; its stacks:\n    {stacks}", time.monotonic() - started
-    result = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
-    ending = re.search(r"ending=(\w+)", result.stdout)
+        problem = f"hang: no exit within {timeout} s; its stacks:\n    {indented_tail(stderr, 80)}"
+        return seed, problem, time.monotonic() - started
+    status = child.returncode
+    ending = re.search(r"ending=(\w+)", stdout)
     problem = None
     if ending is None:
-        problem = f"did not reach its ending (status {result.returncode})"
-    elif result.returncode not in EXPECTED_STATUS[ending.group(1)]:
-        problem = f"status {result.returncode} for ending {ending.group(1)}"
-    elif (report_problem := exit_report_problem(result.stderr)) is not None:
+        problem = f"did not reach its ending (status {status})"
+    elif status not in EXPECTED_STATUS[ending.group(1)]:
+        problem = f"status {status} for ending {ending.group(1)}"
+    elif (report_problem := exit_report_problem(stderr)) is not None:
         problem = report_problem
-    elif "STRESS-FAILURE" in result.stderr:
+    elif "STRESS-FAILURE" in stderr:
         problem = "a check inside the run failed"
     if problem is not None:
-        tail = "\n".join(result.stderr.strip().splitlines()[-8:])
-        problem = f"{problem}\n    stderr tail:\n    " + tail.replace("\n", "\n    ")
+        problem = f"{problem}\n    stderr tail:\n    {indented_tail(stderr, 8)}"
     return seed, problem, time.monotonic() - started
+
+
+def indented_tail(text, lines):
+    """The last `lines` lines of `text`, joined for a failure line (indented by four after the first)."""
+    return "\n".join(text.strip().splitlines()[-lines:]).replace("\n", "\n    ")
 
 
 def main():
