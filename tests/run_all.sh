@@ -30,7 +30,8 @@ fi
 for python in "${pythons[@]}"; do ensure_requirements "$python" || exit 1; done
 
 log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
+failures="$(mktemp)"  # each failed target's name and log tail, printed again at the end where CI shows it
+trap 'rm -f "$log" "$failures"' EXIT
 passed=0
 failed=0
 status=0
@@ -46,6 +47,20 @@ run_bazel_tests() {
   f=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
   passed=$((passed + p))
   failed=$((failed + f))
+  local target dir test_log
+  for target in $(grep -oE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log" |
+                  cut -d' ' -f1); do
+    dir="${target#//}"
+    dir="${dir/://}"
+    {
+      echo "--- $target ($title)"
+      # bazel-testlogs points at this run's configuration; a sharded or repeated test has several logs.
+      find -L "bazel-testlogs/$dir" -name test.log 2>/dev/null | sort | while read -r test_log; do
+        echo "$test_log:"
+        tail -n 60 "$test_log"
+      done
+    } >>"$failures"
+  done
   if ((rc != 0)); then
     status=1
     ((f == 0)) && failed=$((failed + 1))  # a build failure counts as one failed run
@@ -98,6 +113,11 @@ else
 fi
 echo "documentation site: $((SECONDS - docs_start)) s"
 
+if [[ -s "$failures" ]]; then
+  echo
+  echo "=== failed test targets, with the end of each log"
+  cat "$failures"
+fi
 echo
 echo "Pythons: ${pythons[*]}"
 echo "Tests: $passed passed, $failed failed"
