@@ -87,7 +87,7 @@ def run_one(seed, timeout):
     elif "STRESS-FAILURE" in stderr:
         problem = "a check inside the run failed"
     if problem is not None:
-        problem = f"{problem}\n    stderr tail:\n    {indented_tail(stderr, 8)}"
+        problem = f"{problem}\n    stderr tail:\n    {indented_tail(stderr, 30)}"
     return seed, problem, time.monotonic() - started
 
 
