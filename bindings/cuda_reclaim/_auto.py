@@ -307,16 +307,6 @@ def close_at_exit():
     if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
         # CPython ends this exit by re-raising SIGINT after finalization: no C exit handler will run.
         _reclaim._report_at_finalize()
-    else:
-        # A launch_host_func() from a finalizer during finalization, when imports no longer work, still
-        # needs the Future type for its already-cancelled future: have _graph take it now. Not on an exit
-        # by Ctrl-C: importing a module here would turn its SIGINT exit status into 1.
-        try:
-            from . import _graph
-
-            _graph._future_type()
-        except ImportError:
-            pass
     try:
         stop_for_good()  # its wait for the drain thread can be interrupted (Ctrl-C while a finalizer runs)
     finally:
@@ -324,7 +314,7 @@ def close_at_exit():
 
 
 # How long a fork waits for the drain thread to leave. Other libraries' before-fork hooks run before ours
-# when they were registered after it (logging's takes its module lock and holds it across the fork): a
+# when they were registered after it (as logging's would: it takes its module lock across the fork): a
 # finalizer on the drain thread that needs such a lock cannot return until the fork is over, so waiting
 # for it without limit would hang the fork. Past the limit the fork goes ahead with the thread alive (it
 # holds no state the child needs: it releases only with the GIL, which the forking thread holds).
@@ -387,6 +377,13 @@ def _install_process_hooks():
     if getattr(_reclaim, "_process_hooks_installed", False):
         return
     import atexit
+
+    # launch_host_func's Future, imported now rather than on first use: concurrent.futures brings logging,
+    # whose fork hooks (its module lock, taken before a fork, released after) are then registered before
+    # ours, so ours runs first before a fork. And no import comes later, when another thread may be between
+    # its before- and after-fork hooks (ours waits for a drain thread there): it would be handed logging's
+    # release without the acquire.
+    import concurrent.futures  # noqa: F401
 
     # Registered at import, so atexit hooks registered later (which may destroy CUDA graphs and hand
     # references over) run before this one.

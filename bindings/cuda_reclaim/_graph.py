@@ -14,6 +14,7 @@ and :func:`add_host_node` (a graph host node); the call runs in a drain, never o
 """
 
 import sys
+from concurrent.futures import Future  # imported before the fork hooks: _auto._install_process_hooks
 
 from . import _auto
 from . import _hand_back
@@ -189,28 +190,6 @@ def keep_alive_until(stream, *objs):
     return attachment
 
 
-_Future = None
-
-
-def _future_type():
-    # Imported on first use, not with the package: concurrent.futures imports logging, whose fork hook
-    # (a lock taken before every fork) would otherwise be registered after, and so run before, the
-    # package's own fork hook, which may wait for a drain thread that is itself forking.
-    # During finalization the import system is gone (sys.meta_path is None): the atexit hook calls this
-    # before finalization begins (_auto.close_at_exit), so the type is already here then.
-    global _Future
-    if _Future is None:
-        try:
-            from concurrent.futures import Future
-        except ImportError:
-            raise RuntimeError(
-                "launch_host_func() cannot make its Future: the interpreter is finalizing and cuda_reclaim's "
-                "atexit hook did not run (an exit by Ctrl-C, or the package first imported in an atexit hook)"
-            ) from None
-        _Future = Future
-    return _Future
-
-
 def launch_host_func(stream, fn, /, *args, **kwargs):
     """Call ``fn(*args, **kwargs)`` once ``stream`` reaches this point; return a ``concurrent.futures.Future``.
 
@@ -236,7 +215,7 @@ def launch(function, stream, fn, args, kwargs):
     if not callable(fn):
         raise TypeError(f"{function}(): fn must be callable, not {type(fn).__name__}")
     handle = stream_handle(stream, function)
-    future = _future_type()()
+    future = Future()
     if _reclaim._launch_host_func(handle, future, fn, args, kwargs or None):
         _auto.note_handover()  # only once something was launched
     return future

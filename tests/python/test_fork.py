@@ -39,3 +39,11 @@ def test_a_fork_from_a_finalizer_that_a_drain_runs_waits_for_the_idle_drain_thre
     lines = result.stdout.splitlines()
     assert "released by the main thread: 1" in lines, result.stdout + result.stderr
     assert "threads at the fork: [1]" in lines, result.stdout + result.stderr
+
+
+def test_a_fork_waits_for_a_drain_threads_finalizer_that_takes_loggings_lock():
+    result = run_child_script(SCENARIOS, "a_fork_waits_for_a_finalizer_that_takes_loggings_lock")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert "threads at the fork: [1]" in lines, result.stdout + result.stderr
+    assert "logger made: True" in lines, result.stdout + result.stderr

@@ -21,18 +21,31 @@ def test_launch_host_func_checks_its_arguments():
         cuda_reclaim.launch_host_func(-1, print)
 
 
-def test_importing_the_package_imports_neither_concurrent_futures_nor_logging():
-    # logging's fork hook takes a lock before every fork; registered after the package's own fork hook
-    # (which may wait for a drain thread that is forking too), it would run first and could deadlock.
+def test_the_package_imports_what_a_launch_needs_with_itself_and_nothing_at_exit():
+    # An import at exit (say, of launch_host_func's Future) may register logging's fork hooks while another
+    # thread is between its before- and after-fork hooks: that thread then releases a lock it never took,
+    # and the report of it, printed during finalization, kills the process. So the package imports it all
+    # with itself. This atexit hook, registered first, runs after the package's.
     from conftest import run_child
 
     result = run_child(
         """
-        import sys, cuda_reclaim
-        assert "logging" not in sys.modules and "concurrent.futures" not in sys.modules, sorted(sys.modules)
-        """
+        import atexit, os, sys
+        before_exit = []
+
+        def imported_at_exit():
+            os.write(1, f"imported at exit: {sorted(set(sys.modules) - before_exit[0])}\\n".encode())
+
+        atexit.register(imported_at_exit)
+        import cuda_reclaim
+        print("imported with the package:", "concurrent.futures" in sys.modules and "logging" in sys.modules, flush=True)
+        cuda_reclaim.defer_release(object())  # the drain thread starts; the exit hook stops it and closes
+        before_exit.append(set(sys.modules))
+        """,
+        env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"},
     )
     assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["imported with the package: True", "imported at exit: []"], result.stdout
 
 
 def test_without_a_driver_nothing_is_launched_and_nothing_kept():

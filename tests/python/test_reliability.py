@@ -280,8 +280,16 @@ def test_a_drain_thread_that_cannot_start_is_reported_and_started_by_a_later_han
 
 def test_launch_from_a_finalizer_during_finalization_returns_a_cancelled_future():
     env = {"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"}
-    lines = run_lifecycle("launch_from_a_finalizer_during_finalization", env=env)
+    lines = run_lifecycle("launch_from_a_finalizer_during_finalization", "return", env=env)
     assert "finalizing=True cancelled=True" in lines, lines
+
+
+def test_launch_from_a_finalizer_during_an_exit_by_ctrl_c_returns_a_cancelled_future():
+    env = {"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1", "CUDA_RECLAIM_REPORT": "1"}
+    result = run_scenario_script(LIFECYCLE, "launch_from_a_finalizer_during_finalization", "ctrl-c", env=env)
+    assert result.returncode in (-2, 130), result.stdout + result.stderr  # killed by SIGINT, as CPython does
+    assert "finalizing=True cancelled=True" in result.stdout.splitlines(), result.stdout + result.stderr
+    assert exit_report.last_report(result.stderr)["conserved"] == "yes", result.stderr
 
 
 @pytest.mark.parametrize("where", ["atexit", "thread"])

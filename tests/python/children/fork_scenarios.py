@@ -146,10 +146,42 @@ def a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded():
     print("threads at the fork:", threads_at_fork)
 
 
+def a_fork_waits_for_a_finalizer_that_takes_loggings_lock():
+    # logging, imported by the user after the package: its fork hook (which holds logging's module lock
+    # across the fork) must run after the package's, whose wait for the drain thread would otherwise let
+    # a finalizer that logs block on that lock and the fork go ahead with the thread still there.
+    import sys
+    import threading
+
+    threads_at_fork = []
+    os.register_at_fork(before=lambda: threads_at_fork.append(len(os.listdir("/proc/self/task"))))
+    import cuda_reclaim
+    import logging
+
+    started = threading.Event()
+
+    class Logs:
+        def __del__(self):
+            started.set()
+            time.sleep(0.2)  # the main thread forks meanwhile
+            logging.getLogger("cuda_reclaim.test.fork")  # takes logging's module lock
+
+    with scenario.auto_drain_off():
+        cuda_reclaim.defer_release(Logs())
+    assert started.wait(30), "the drain thread never ran the finalizer"
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("threads at the fork:", threads_at_fork, flush=True)
+    print("logger made:", "cuda_reclaim.test.fork" in logging.Logger.manager.loggerDict)
+
+
 if __name__ == "__main__":
     scenario.run(
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
         a_child_drains_what_a_c_api_users_native_threads_hand_over,
         work_queued_at_a_raw_fork_is_abandoned_in_the_child,
         a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded,
+        a_fork_waits_for_a_finalizer_that_takes_loggings_lock,
     )

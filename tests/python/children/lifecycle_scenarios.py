@@ -244,9 +244,10 @@ def a_drain_thread_that_cannot_start(limit_text):
     print("done", flush=True)
 
 
-def launch_from_a_finalizer_during_finalization():
+def launch_from_a_finalizer_during_finalization(ending):
     # No launch earlier in the process, so launch_host_func makes its first Future here, when imports no
-    # longer work. After the close at exit it must return the documented already-cancelled future.
+    # longer work. After the close at exit it must return the documented already-cancelled future, on an
+    # exit by Ctrl-C (`ending` "ctrl-c") too.
     class LaunchesLate:
         def __del__(self):
             finalizing = sys.is_finalizing()
@@ -261,6 +262,8 @@ def launch_from_a_finalizer_during_finalization():
     late = LaunchesLate()
     late.cycle = late  # collected during finalization, after the atexit hooks
     print("done", flush=True)
+    if ending == "ctrl-c":
+        raise KeyboardInterrupt
 
 
 def first_launch_at_exit(where):
