@@ -42,14 +42,13 @@ run_bazel_tests() {
   echo "=== $title"
   bazel test --color=no --curses=no "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
-  local p f
+  local p f failing target dir test_log
   p=$(grep -cE '^//[^ ]+ +(\(cached\) )?PASSED' "$log")
-  f=$(grep -cE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log")
+  failing=$(grep -oE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log" | cut -d' ' -f1)
+  f=$(grep -c . <<<"$failing")
   passed=$((passed + p))
   failed=$((failed + f))
-  local target dir test_log
-  for target in $(grep -oE '^//[^ ]+ +(\(cached\) )?(FAILED|TIMEOUT|NO STATUS|FLAKY|INCOMPLETE)' "$log" |
-                  cut -d' ' -f1); do
+  for target in $failing; do
     dir="${target#//}"
     dir="${dir/://}"
     {

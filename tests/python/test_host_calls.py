@@ -38,7 +38,8 @@ def test_the_package_imports_what_a_launch_needs_with_itself_and_nothing_at_exit
 
         atexit.register(imported_at_exit)
         import cuda_reclaim
-        print("imported with the package:", "concurrent.futures" in sys.modules and "logging" in sys.modules, flush=True)
+        with_it = "concurrent.futures" in sys.modules and "logging" in sys.modules
+        print("imported with the package:", with_it, flush=True)
         cuda_reclaim.defer_release(object())  # the drain thread starts; the exit hook stops it and closes
         before_exit.append(set(sys.modules))
         """,
