@@ -150,7 +150,6 @@ def a_fork_waits_for_a_finalizer_that_takes_loggings_lock():
     # logging, imported by the user after the package: its fork hook (which holds logging's module lock
     # across the fork) must run after the package's, whose wait for the drain thread would otherwise let
     # a finalizer that logs block on that lock and the fork go ahead with the thread still there.
-    import sys
     import threading
 
     threads_at_fork = []
