@@ -34,7 +34,7 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 import os as _os
 
 from . import _auto
-from . import _hand_back
+from . import _hand_back  # noqa: F401 - the barrier's exit hook, registered at import
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, Attachment, fileno, is_closed, pending, trim
@@ -117,7 +117,6 @@ def wait_handed_back(timeout=None, *, since=None):
     queued behind the caller): it says whether the wait is already over. A KeyboardInterrupt ends the wait
     with that exception.
     """
-    _hand_back.keep_exit_hook_first()
     return _reclaim.wait_handed_back(timeout, since)
 
 
@@ -134,7 +133,6 @@ def flush(timeout=None, *, since=None):
     """
     _reclaim._checked_seconds("flush", "timeout", timeout)
     _reclaim._checked_since("flush", since)
-    _hand_back.keep_exit_hook_first()
     _reclaim.wait_handed_back(timeout, since)
     return drain()
 
@@ -145,8 +143,6 @@ def hand_back_mark():
     grow; a fork child goes on from its parent's. Any thread; never blocks (a brief lock among waiters)."""
     return _reclaim.hand_back_mark()
 
-
-_hand_back.keep_exit_hook_first()
 
 
 def defer_release(obj):

@@ -11,7 +11,6 @@ import os as _os
 import threading as _threading
 import weakref
 
-from . import _hand_back
 from . import _reclaim
 
 # loop -> list of [(since, until) epochs, asyncio future]. Guarded by _lock; futures are completed outside it, on
@@ -104,7 +103,6 @@ async def handed_back(*, since=None):
     loop = _asyncio.get_running_loop()
     if _reclaim._hand_back_closed():
         return False
-    _hand_back.keep_exit_hook_first()
     entry = [_reclaim._hand_back_request(since), loop.create_future()]
     try:
         _register(loop, entry)

@@ -17,7 +17,6 @@ import sys
 from concurrent.futures import Future  # imported before the fork hooks: _auto._install_process_hooks
 
 from . import _auto
-from . import _hand_back
 from . import _reclaim
 
 DriverError = _reclaim.DriverError
@@ -168,7 +167,6 @@ def keep_alive(graph, *objs):
     else:
         attachment = _reclaim._keep_alive_graph(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
-    _hand_back.keep_exit_hook_first()  # its wait() must not hold the exit
     return attachment
 
 
@@ -186,7 +184,6 @@ def keep_alive_until(stream, *objs):
     handle = stream_handle(stream, "keep_alive_until")
     attachment = _reclaim._keep_alive_stream(handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
-    _hand_back.keep_exit_hook_first()  # its wait() must not hold the exit
     return attachment
 
 
@@ -268,7 +265,6 @@ class NodeHandle(int):
         CUDA's callback thread. ValueError for a handle not made by :func:`add_host_node`."""
         _reclaim._checked_seconds("NodeHandle.wait", "timeout", timeout)
         attachment = self._attachment_of("wait")
-        _hand_back.keep_exit_hook_first()
         return attachment.wait(timeout)
 
     def __reduce__(self):

@@ -1,14 +1,15 @@
-"""The hand-back barrier's exit hook: close it before Python joins the threads that are not daemons, so that a
-thread waiting for CUDA (wait_handed_back, flush, Attachment.wait) cannot hold the exit.
+"""The hand-back barrier's exit hook: it closes the barrier once the main thread has finished, before Python
+joins the threads that are not daemons, so that a thread waiting for CUDA (wait_handed_back, flush,
+Attachment.wait, NodeHandle.wait, an event loop's handed_back) returns False instead of holding the exit.
 
-threading runs its exit hooks (``threading._register_atexit``) last-registered first, before it joins those
-threads; another hook may join threads itself (concurrent.futures joins its workers there). So this one is
-kept the last registered: every wait entry point calls :func:`keep_exit_hook_first` (one list look when it
-already is).
+threading runs its exit hooks last-registered first. concurrent.futures' thread pool registers one, when its
+module is first imported, that joins the pool's workers: that module is imported here first, so that this hook,
+registered once per process at the package's import, runs before it.
 """
 
-import threading as _threading
+import concurrent.futures.thread  # noqa: F401 - its exit hook joins the pool's workers: registered before ours
 
+from . import _python_compat
 from . import _reclaim
 
 
@@ -16,21 +17,16 @@ def _close_at_threading_exit():
     _reclaim._hand_back_close()
 
 
-def keep_exit_hook_first():
-    """Make the barrier's exit hook the next one threading runs; close the barrier at once if threading is
-    already shutting down (no hook can be registered then). Any thread; never blocks."""
-    if getattr(_threading, "_SHUTTING_DOWN", False):
-        # threading is running its hooks (maybe iterating the list now): leave the list alone.
-        _reclaim._hand_back_close()
+def _install():
+    # Once per process, however often the package is imported or reloaded: the flag lives on the extension
+    # module, which is never re-initialised; a fork child inherits the registration.
+    if getattr(_reclaim, "_threading_exit_hook_installed", False):
         return
-    hooks = getattr(_threading, "_threading_atexits", None)
-    if hooks is not None and hooks and getattr(hooks[-1], "func", None) is _close_at_threading_exit:
-        return
-    if hooks is not None:
-        for hook in [hook for hook in hooks if getattr(hook, "func", None) is _close_at_threading_exit]:
-            hooks.remove(hook)
     try:
-        _threading._register_atexit(_close_at_threading_exit)
-    except RuntimeError:  # "can't register atexit after shutdown": this is the exit
+        _python_compat.register_threading_exit_hook(_close_at_threading_exit)
+    except RuntimeError:  # imported while threading shuts down: the exit is under way
         _reclaim._hand_back_close()
+    _reclaim._threading_exit_hook_installed = True
 
+
+_install()
