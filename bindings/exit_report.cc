@@ -44,7 +44,7 @@ void write_at_finalize() {
 }
 
 // 1 on, 0 off, -1 not understood.
-int parse_setting(const char* text) {
+int parse_setting(const char* text) noexcept {
   for (const char* word : {"1", "true", "yes", "on"}) {
     if (strcasecmp(text, word) == 0) return 1;
   }
@@ -56,20 +56,19 @@ int parse_setting(const char* text) {
 
 }  // namespace
 
-int configure_exit_report() {
+const char kExitReportAccepted[] =
+    "1, true, yes or on (write the exit report); unset, empty, 0, false, no or off (do not)";
+
+const char* exit_report_setting_not_understood() noexcept {
   const char* text = std::getenv("CUDA_RECLAIM_REPORT");
-  const int setting = text == nullptr ? 0 : parse_setting(text);
-  if (setting < 0) {
-    PyErr_Format(PyExc_ImportError,
-                 "cuda_reclaim: CUDA_RECLAIM_REPORT=%.40s is not understood: use 1/true/yes/on to ask for the "
-                 "exit report, or 0/false/no/off",
-                 text);
-    return -1;
-  }
-  g_requested.store(setting == 1);
+  return text != nullptr && parse_setting(text) < 0 ? text : nullptr;
+}
+
+void configure_exit_report() {
+  const char* text = std::getenv("CUDA_RECLAIM_REPORT");
+  g_requested.store(text != nullptr && parse_setting(text) == 1);
   static bool registered = false;  // module init runs with the GIL: no race
   if (!registered) registered = Py_AtExit(write_at_finalize) == 0;
-  return 0;
 }
 
 void write_exit_report_at_finalize_instead() noexcept { g_at_finalize.store(true); }

@@ -10,8 +10,11 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 #include "bindings/arguments.h"
 #include "bindings/attachments.h"
@@ -235,6 +238,101 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
+// --- settings (CUDA_RECLAIM_*) ------------------------------------------------------------------------
+
+// A setting whose value is not understood: its variable, its value (owned by the environment) and what
+// it accepts.
+struct BadSetting {
+  const char* variable;
+  const char* value;
+  const char* accepted;
+};
+
+// Whether the interpreter is locating the module of `python -m cuda_reclaim` (or of
+// `-m cuda_reclaim.__main__`), the one import that goes on past a bad setting so that the command can
+// report it: sys.argv[0] is "-m" while the interpreter locates the module of -m, and the token of
+// sys.orig_argv that names it ("cuda_reclaim", or "-mcuda_reclaim" and the like) comes right before the
+// module's own arguments. Module init only (GIL); never fails (false when in doubt).
+bool locating_python_m_of_this_package() {
+  PyObject* argv = PySys_GetObject("argv");  // borrowed; both lists belong to sys
+  PyObject* orig_argv = PySys_GetObject("orig_argv");
+  if (argv == nullptr || orig_argv == nullptr || !PyList_Check(argv) || !PyList_Check(orig_argv)) return false;
+  const Py_ssize_t arguments = PyList_GET_SIZE(argv);
+  const Py_ssize_t index = PyList_GET_SIZE(orig_argv) - arguments;
+  if (arguments < 1 || index < 1) return false;
+  PyObject* first = PyList_GET_ITEM(argv, 0);
+  PyObject* token = PyList_GET_ITEM(orig_argv, index);
+  if (!PyUnicode_Check(first) || !PyUnicode_Check(token) || PyUnicode_CompareWithASCIIString(first, "-m") != 0) {
+    return false;
+  }
+  const char* text = PyUnicode_AsUTF8(token);
+  if (text == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::size_t length = std::strlen(text);
+  for (const char* name : {"cuda_reclaim", "cuda_reclaim.__main__"}) {
+    const std::size_t name_length = std::strlen(name);
+    if (std::strcmp(text, name) == 0) return true;
+    // Short options run together with -m's argument: "-mcuda_reclaim", "-Imcuda_reclaim".
+    if (text[0] == '-' && text[1] != '-' && length > name_length + 1 &&
+        std::strcmp(text + length - name_length, name) == 0 && text[length - name_length - 1] == 'm') {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Fills `bad` with the settings read at import whose values are not understood; returns how many.
+// Any thread; never touches Python; never blocks or allocates.
+int find_bad_settings(BadSetting (&bad)[2]) noexcept {
+  static_assert(reclaim::kMaxReservedCapacity == 16777216, "the accepted range in words below");
+  int count = 0;
+  const reclaim::ReservedCapacitySetting capacity = reclaim::reserved_capacity_from_environment();
+  if (capacity.invalid_text != nullptr) {
+    bad[count++] = {reclaim::kReservedCapacityVariable, capacity.invalid_text,
+                    "an integer from 1 to 16777216 (pointers reserved up front)"};
+  }
+  if (const char* report = reclaim::bindings::exit_report_setting_not_understood()) {
+    bad[count++] = {"CUDA_RECLAIM_REPORT", report, reclaim::bindings::kExitReportAccepted};
+  }
+  return count;
+}
+
+// A bad setting stops the import, before anything is created, with an ImportError that names each one
+// (variable, value, what is accepted); except while `python -m cuda_reclaim` locates its module: the
+// defaults then stand in for them and the module's _bad_settings lists them as (variable, value, accepted)
+// tuples for the command's report (empty when every setting is understood). Returns 0, or -1 with an
+// exception set. Module init only (GIL); never blocks.
+int refuse_or_record_bad_settings(PyObject* module) {
+  BadSetting bad[2];
+  const int count = find_bad_settings(bad);
+  if (count > 0 && !locating_python_m_of_this_package()) {
+    const bool two = count > 1;
+    PyErr_Format(PyExc_ImportError,
+                 "cuda_reclaim: %s=%.40s is not understood: expected %s%s%s%s%.40s%s (python -m cuda_reclaim "
+                 "info reports the settings)",
+                 bad[0].variable, bad[0].value, bad[0].accepted, two ? "; " : "", two ? bad[1].variable : "",
+                 two ? "=" : "", two ? bad[1].value : "", two ? " is not understood either" : "");
+    return -1;
+  }
+  PyObject* settings = PyTuple_New(count);
+  if (settings == nullptr) return -1;
+  for (int i = 0; i < count; ++i) {
+    PyObject* value = PyUnicode_DecodeFSDefault(bad[i].value);
+    // "N" steals `value`, also when building the tuple fails.
+    PyObject* entry = value == nullptr ? nullptr : Py_BuildValue("(sNs)", bad[i].variable, value, bad[i].accepted);
+    if (entry == nullptr) {
+      Py_DECREF(settings);
+      return -1;
+    }
+    PyTuple_SET_ITEM(settings, i, entry);
+  }
+  const int added = PyModule_AddObjectRef(module, "_bad_settings", settings);
+  Py_DECREF(settings);
+  return added;
+}
+
 // --- module init ------------------------------------------------------------------------------------
 
 int module_exec(PyObject* module) {
@@ -244,15 +342,8 @@ int module_exec(PyObject* module) {
                     "process-wide and a reference must be released by the interpreter that owns it");
     return -1;
   }
-  const reclaim::ReservedCapacitySetting capacity = reclaim::reserved_capacity_from_environment();
-  if (capacity.invalid_text != nullptr) {
-    PyErr_Format(PyExc_ImportError,
-                 "cuda_reclaim: %s=%.40s is not a valid capacity: expected an integer from 1 to %zu (pointers "
-                 "reserved up front)",
-                 reclaim::kReservedCapacityVariable, capacity.invalid_text, reclaim::kMaxReservedCapacity);
-    return -1;
-  }
-  if (reclaim::bindings::configure_exit_report() < 0) return -1;
+  if (refuse_or_record_bad_settings(module) < 0) return -1;
+  reclaim::bindings::configure_exit_report();
   // Creates the process-wide queue now, never on a producer thread, and makes this module its owner.
   if (reclaim_own_process_queue(&kOwner) < 0 || !reclaim::bindings::bind_queue()) {
     PyErr_SetString(PyExc_ImportError, "cuda_reclaim._reclaim: this copy of the queue was adopted elsewhere");

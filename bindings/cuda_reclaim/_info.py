@@ -1,6 +1,10 @@
 """``python -m cuda_reclaim info``: what a bug report needs, read only (no drain thread starts, no
 counter moves, no GPU library is imported; the driver is loaded and initialized with cuInit to list its
-devices, which creates no context); every section catches its own errors and reports them."""
+devices, which creates no context); every section catches its own errors and reports them.
+
+A ``CUDA_RECLAIM_*`` value that is not understood makes ``import cuda_reclaim`` fail with an ImportError in
+a program; ``python -m cuda_reclaim`` imports the package past it (its default stands in) and this report
+shows it in its ``settings`` section, one line each: the variable, its value and what is accepted."""
 
 import argparse
 import json
@@ -73,6 +77,16 @@ def _environment():
     return {name: value for name, value in sorted(os.environ.items()) if name.startswith("CUDA_RECLAIM_")}
 
 
+def _settings():
+    """The settings read at import whose values are not understood: {variable: what is wrong}."""
+    from . import _reclaim
+
+    return {
+        variable: f"{value!r} is not understood (import cuda_reclaim fails with ImportError): expected {accepted}"
+        for variable, value, accepted in _reclaim._bad_settings
+    }
+
+
 def _driver():
     from . import _reclaim
 
@@ -128,6 +142,7 @@ _SECTIONS = (
     ("platform", _platform),
     ("auto_drain", _auto_drain),
     ("environment", _environment),
+    ("settings", _settings),
     ("driver", _driver),
     ("libraries", _libraries),
     ("stats", _stats),
@@ -151,7 +166,7 @@ def format_text(report):
     for section, values in report.items():
         lines.append(f"{section}:")
         if not values:
-            lines.append("  (none)")
+            lines.append("  all understood" if section == "settings" else "  (none)")
         for key, value in values.items():
             if section == "driver" and key == "devices" and isinstance(value, list):
                 lines.extend(_device_lines(values))

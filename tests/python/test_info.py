@@ -6,19 +6,22 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 import cuda_reclaim
 from cuda_reclaim import _info
 
 import fake_cuda
 
-SECTIONS = ["cuda_reclaim", "python", "platform", "auto_drain", "environment", "driver", "libraries", "stats"]
+SECTIONS = [
+    "cuda_reclaim", "python", "platform", "auto_drain", "environment", "settings", "driver", "libraries", "stats"
+]
 
 
-def run_info(*args, libcuda, **fake_env):
+def run_info(*args, libcuda, python_options=(), module="cuda_reclaim", **fake_env):
     env = dict(os.environ, CUDA_RECLAIM_LIBCUDA=libcuda, PYTHONPATH=os.pathsep.join(sys.path), **fake_env)
-    return subprocess.run(
-        [sys.executable, "-m", "cuda_reclaim", *args], env=env, capture_output=True, text=True, timeout=120
-    )
+    command = [sys.executable, *python_options, "-m", module, *args]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_info_json_with_fake_driver():
@@ -179,3 +182,69 @@ except _reclaim.DriverError as error:
         FAKE_CUDA_INIT_ERROR="100",
     )
     assert "raised: cuInit failed: CUDA_ERROR_NO_DEVICE" in result.stdout
+
+
+def section_lines(stdout, heading):
+    """The lines of the text report's section `heading`, without the heading."""
+    lines = stdout.splitlines()
+    start = lines.index(f"{heading}:") + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith(" ")), len(lines))
+    return lines[start:end]
+
+
+REPORT_ACCEPTED = "1, true, yes or on (write the exit report); unset, empty, 0, false, no or off (do not)"
+CAPACITY_ACCEPTED = "an integer from 1 to 16777216 (pointers reserved up front)"
+
+
+def not_understood(value, accepted):
+    return f"{value!r} is not understood (import cuda_reclaim fails with ImportError): expected {accepted}"
+
+
+@pytest.mark.parametrize(
+    "variable, value, accepted",
+    [
+        ("CUDA_RECLAIM_REPORT", "maybe", REPORT_ACCEPTED),
+        ("CUDA_RECLAIM_RESERVED_CAPACITY", "12k", CAPACITY_ACCEPTED),
+    ],
+)
+def test_info_reports_a_bad_setting_as_a_line_of_its_report(variable, value, accepted):
+    result = run_info("info", libcuda="/nonexistent/libcuda.so.1", **{variable: value})
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert section_lines(result.stdout, "settings") == [f"  {variable}: {not_understood(value, accepted)}"]
+    # Every other section is there, read with the setting's default in its place.
+    headings = [line[:-1] for line in result.stdout.splitlines() if line and not line.startswith(" ")]
+    assert headings == SECTIONS
+    assert f"  abi_version: {cuda_reclaim.ABI_VERSION}" in result.stdout.splitlines()
+    # A program still gets an error that names the variable, its value and what is accepted.
+    program = subprocess.run(
+        [sys.executable, "-c", "import cuda_reclaim"],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), **{variable: value}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert program.returncode == 1
+    assert f"ImportError: cuda_reclaim: {variable}={value} is not understood: expected {accepted}" in program.stderr
+
+
+def test_info_json_reports_every_bad_setting_however_the_module_is_named():
+    bad = {"CUDA_RECLAIM_REPORT": "maybe", "CUDA_RECLAIM_RESERVED_CAPACITY": "0"}
+    for options, module in [((), "cuda_reclaim.__main__"), (("-X", "utf8"), "cuda_reclaim")]:
+        result = run_info("info", "--json", libcuda=fake_cuda.PATH, python_options=options, module=module, **bad)
+        assert result.returncode == 0, result.stderr
+        assert "Traceback" not in result.stderr
+        report = json.loads(result.stdout)
+        assert report["settings"] == {
+            "CUDA_RECLAIM_RESERVED_CAPACITY": not_understood("0", CAPACITY_ACCEPTED),
+            "CUDA_RECLAIM_REPORT": not_understood("maybe", REPORT_ACCEPTED),
+        }
+        assert report["driver"]["status"] == "ok"
+        assert list(report["stats"]) == list(cuda_reclaim.STATS_DOCS)
+
+
+def test_info_says_every_setting_is_understood():
+    result = run_info("info", libcuda="/nonexistent/libcuda.so.1", CUDA_RECLAIM_REPORT="off")
+    assert result.returncode == 0, result.stderr
+    assert section_lines(result.stdout, "settings") == ["  all understood"]
+    assert _info.collect()["settings"] == {}
