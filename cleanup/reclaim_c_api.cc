@@ -70,6 +70,9 @@ void own_hand_back_end(int ticket, uint32_t* done) {
 
 int own_wait_handed_back(double timeout_seconds) {
   reclaim::HandBackBarrier& barrier = own().hand_backs();
+  // Closed: 0, whatever is held (also nothing), as the Python form's False; a wait already in progress
+  // that a close interrupts returns 0 as well (kClosed).
+  if (barrier.is_closed()) return 0;
   const std::int64_t timeout_ns = reclaim::timeout_to_ns(timeout_seconds);
   switch (barrier.wait(barrier.request(0), timeout_ns)) {
     case reclaim::HandBackBarrier::WaitResult::kReached:
