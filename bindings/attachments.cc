@@ -251,11 +251,14 @@ PyObject* py_hand_back_close(PyObject*, PyObject*) {
 
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
   const reclaim::HandBackBarrier::Stats stats = barrier().stats();
-  return Py_BuildValue("{sKsKsisKsIsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch), "held",
-                       static_cast<unsigned long long>(stats.held), "slots_in_use", stats.slots_in_use,
-                       "shared_slots", static_cast<unsigned long long>(stats.shared_slots), "sleepers",
-                       stats.sleepers, "futex_wakes", static_cast<unsigned long long>(stats.futex_wakes),
-                       "listener_writes", static_cast<unsigned long long>(stats.listener_writes), "forks",
+  return Py_BuildValue("{sKsKsisisKsIsKsKsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch),
+                       "held", static_cast<unsigned long long>(stats.held), "slots_in_use", stats.slots_in_use,
+                       "slots_used", stats.slots_used, "shared_slots",
+                       static_cast<unsigned long long>(stats.shared_slots), "sleepers", stats.sleepers,
+                       "futex_wakes", static_cast<unsigned long long>(stats.futex_wakes), "listener_writes",
+                       static_cast<unsigned long long>(stats.listener_writes), "grace_wakeups",
+                       static_cast<unsigned long long>(stats.grace_wakeups), "cell_wakeups",
+                       static_cast<unsigned long long>(stats.cell_wakeups), "forks",
                        static_cast<unsigned long long>(barrier().forks()), "closed",
                        barrier().is_closed() ? Py_True : Py_False);
 }
@@ -290,7 +293,7 @@ PyMethodDef kBarrierMethods[] = {
     {"_hand_back_close", py_hand_back_close, METH_NOARGS,
      "_hand_back_close($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
     {"_hand_back_stats", py_hand_back_stats, METH_NOARGS,
-     "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, grace periods and wake-ups (private)."},
+     "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, slots, grace periods and wake-ups (private)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <new>
 
@@ -35,45 +36,92 @@ std::int64_t timeout_to_ns(double seconds) noexcept {
   return static_cast<std::int64_t>(seconds * 1e9);
 }
 
-HandBackBarrier::HandBackBarrier() noexcept {
-  // Epoch 0 counts in slot 0 (current_ is 0).
+HandBackBarrier::HandBackBarrier(int max_slots) noexcept
+    : max_slots_(max_slots < 2 ? 2 : (max_slots > kMaxSlots ? kMaxSlots : max_slots)) {
+  // Epoch 0 counts in slot 0 (current_ is 0; slot 0's epochs are 0).
 }
 
 HandBackBarrier::~HandBackBarrier() {
   const int fd = listener_fd_.load(std::memory_order_relaxed);
   if (fd >= 0) ::close(fd);
+  for (int chunk = 1; chunk < kChunks; ++chunk) delete[] chunks_[chunk].load(std::memory_order_relaxed);
+}
+
+namespace {
+// Chunk k starts at slot kFirst * (2^k - 1): for an index past the first chunk, k is the bit width of
+// index / kFirst + 1, less one.
+template <int kFirstBits>
+int chunk_of(int index) noexcept {
+  const unsigned scaled = (static_cast<unsigned>(index) >> kFirstBits) + 1;
+  return 31 - __builtin_clz(scaled);
+}
+template <int kFirstBits>
+int chunk_start(int chunk) noexcept {
+  return ((1 << chunk) - 1) << kFirstBits;
+}
+}  // namespace
+
+HandBackBarrier::Slot& HandBackBarrier::slot_at(int index) const noexcept {
+  if (index < kFirstChunk) return const_cast<Slot&>(first_chunk_[index]);
+  const int chunk = chunk_of<kFirstChunkBits>(index);
+  // Published (release) before the index was first made current or counted in slots_used_, whose loads
+  // (seq_cst, acquire) came before this one.
+  Slot* const slots = chunks_[chunk].load(std::memory_order_acquire);
+  return slots[index - chunk_start<kFirstChunkBits>(chunk)];
+}
+
+bool HandBackBarrier::ensure_chunk_locked(int index) noexcept {
+  if (index < kFirstChunk) return true;
+  const int chunk = chunk_of<kFirstChunkBits>(index);
+  if (chunks_[chunk].load(std::memory_order_relaxed) != nullptr) return true;
+  const int start = chunk_start<kFirstChunkBits>(chunk);
+  const int size = std::min(kFirstChunk << chunk, max_slots_ - start);
+  Slot* const slots = new (std::nothrow) Slot[static_cast<std::size_t>(size)];
+  if (slots == nullptr) return false;
+  chunks_[chunk].store(slots, std::memory_order_release);
+  return true;
+}
+
+std::size_t HandBackBarrier::bucket_of(const void* cell) noexcept {
+  // Fibonacci hashing of the word's address (4-byte aligned): neighbouring cells land far apart.
+  static_assert((kCellBuckets & (kCellBuckets - 1)) == 0, "a power of two");
+  constexpr int kBucketBits = __builtin_ctz(kCellBuckets);
+  const std::uint64_t word = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(cell)) >> 2;
+  return static_cast<std::size_t>((word * 0x9E3779B97F4A7C15ull) >> (64 - kBucketBits));
 }
 
 int HandBackBarrier::begin() noexcept {
   for (;;) {
     const std::uint64_t seen = current_.load(std::memory_order_seq_cst);
-    const int slot = static_cast<int>(seen & kSlotMask);
-    counts_[slot].fetch_add(1, std::memory_order_seq_cst);
+    const int index = static_cast<int>(seen & kSlotMask);
+    slot_at(index).count.fetch_add(1, std::memory_order_seq_cst);
     // Still current: a switch that follows sees this count (both sides seq_cst). Otherwise a switch came
     // in between and may already have looked at the slot: undo, and count in the new epoch.
-    if (current_.load(std::memory_order_seq_cst) == seen) return slot;
+    if (current_.load(std::memory_order_seq_cst) == seen) return index;
     // An undo always lets the waiters look again: a switch may have given the slot to a new epoch, and a
     // waiter that saw this brief count beside the slot's older epochs would otherwise sleep on.
-    release(slot, /*undo=*/true);
+    release(index, /*undo=*/true);
   }
 }
 
-void HandBackBarrier::release(int slot, bool undo) noexcept {
+void HandBackBarrier::release(int index, bool undo) noexcept {
+  Slot& slot = slot_at(index);
   const std::uint64_t before_current = current_.load(std::memory_order_seq_cst);
   // Never below zero: in a fork child a ticket of the parent may still be ended (by a C API user's own
   // callback, or a driver that runs the parent's), after the reset emptied every slot.
-  std::uint64_t count = counts_[slot].load(std::memory_order_relaxed);
+  std::uint64_t count = slot.count.load(std::memory_order_relaxed);
   do {
     if (count == 0) return;
-  } while (!counts_[slot].compare_exchange_weak(count, count - 1, std::memory_order_seq_cst,
-                                                std::memory_order_relaxed));
+  } while (!slot.count.compare_exchange_weak(count, count - 1, std::memory_order_seq_cst,
+                                             std::memory_order_relaxed));
   if (count != 1) return;
   // The slot emptied. No waiter covers it if, all along, it was the current slot holding only the current
   // epoch (every waiter switches away first and covers older epochs): then no wake-up. Otherwise (an old
-  // epoch, a shared slot, or a switch in between) the waiters look again.
+  // epoch, a shared slot, or a switch in between) the waiters look again. A switch after the second load
+  // makes epoch_ newer than the slot's oldest (a switch never picks the current slot): a wake, as it must.
   const std::uint64_t after_current = current_.load(std::memory_order_seq_cst);
-  if (!undo && before_current == after_current && static_cast<int>(after_current & kSlotMask) == slot &&
-      oldest_[slot].load(std::memory_order_relaxed) == (after_current >> kSlotBits)) {
+  if (!undo && before_current == after_current && static_cast<int>(after_current & kSlotMask) == index &&
+      slot.oldest.load(std::memory_order_relaxed) == epoch_.load(std::memory_order_seq_cst)) {
     return;
   }
   if (grace_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&grace_generation_);
@@ -81,12 +129,15 @@ void HandBackBarrier::release(int slot, bool undo) noexcept {
 }
 
 void HandBackBarrier::end(int ticket, std::atomic<std::uint32_t>* done) noexcept {
-  if (ticket >= 0 && ticket < kSlots) release(ticket, /*undo=*/false);
   if (done != nullptr) {
+    CellBucket& bucket = cell_buckets_[bucket_of(done)];  // from the address, before the store
     done->store(1, std::memory_order_seq_cst);
-    // From here `done` may be freed; only the barrier's own words are touched.
-    if (cell_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&cell_generation_);
+    // From here `done` may be freed; only the barrier's own words are touched. The bucket's sleepers and
+    // the cell are the two sides of a seq_cst handshake with sleep(): one of them sees the other.
+    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.generation);
   }
+  // After the cell: a waiter that sees this ticket ended (its count's acquire) sees the cell set.
+  if (ticket >= 0 && ticket < slots_used_.load(std::memory_order_acquire)) release(ticket, /*undo=*/false);
 }
 
 void HandBackBarrier::wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept {
@@ -109,29 +160,38 @@ void HandBackBarrier::write_listener_fd() noexcept {
 
 void HandBackBarrier::switch_epoch_locked() noexcept {
   const std::uint64_t now = current_.load(std::memory_order_seq_cst);
-  const std::uint64_t next = (now >> kSlotBits) + 1;
   const int current = static_cast<int>(now & kSlotMask);
+  const std::uint64_t next = epoch_.load(std::memory_order_relaxed) + 1;
+  const int used = slots_used_.load(std::memory_order_relaxed);
   int chosen = -1;
   int youngest = -1;
-  for (int slot = 0; slot < kSlots; ++slot) {
-    if (slot == current) continue;
-    if (counts_[slot].load(std::memory_order_seq_cst) == 0) {
-      chosen = slot;
+  std::uint64_t youngest_epoch = 0;
+  // The lowest free slot ever used, so that the table grows only when every slot holds an epoch.
+  for (int index = 0; index < used; ++index) {
+    if (index == current) continue;
+    Slot& slot = slot_at(index);
+    if (slot.count.load(std::memory_order_seq_cst) == 0) {
+      chosen = index;
       break;
     }
-    if (youngest < 0 ||
-        newest_[slot].load(std::memory_order_relaxed) > newest_[youngest].load(std::memory_order_relaxed)) {
-      youngest = slot;
+    const std::uint64_t newest = slot.newest.load(std::memory_order_relaxed);
+    if (youngest < 0 || newest > youngest_epoch) {
+      youngest = index;
+      youngest_epoch = newest;
     }
   }
+  if (chosen < 0 && used < max_slots_ && ensure_chunk_locked(used)) chosen = used;  // a new slot
   if (chosen >= 0) {
-    oldest_[chosen].store(next, std::memory_order_relaxed);
+    slot_at(chosen).oldest.store(next, std::memory_order_relaxed);
   } else {
-    // Every other slot still holds an epoch: share the youngest's (its oldest epoch stays).
-    chosen = youngest;
+    // Every other slot still holds an epoch and the table cannot grow: share the youngest's (its oldest
+    // epoch stays).
+    chosen = youngest >= 0 ? youngest : current;
     shared_slots_.fetch_add(1, std::memory_order_relaxed);
   }
-  newest_[chosen].store(next, std::memory_order_relaxed);
+  slot_at(chosen).newest.store(next, std::memory_order_relaxed);
+  if (chosen == used) slots_used_.store(used + 1, std::memory_order_release);
+  epoch_.store(next, std::memory_order_seq_cst);
   current_.store((next << kSlotBits) | static_cast<std::uint64_t>(chosen), std::memory_order_seq_cst);
 }
 
@@ -149,11 +209,13 @@ HandBackBarrier::Span HandBackBarrier::request(std::uint64_t since) noexcept {
 }
 
 bool HandBackBarrier::reached(const Span& span) const noexcept {
-  for (int slot = 0; slot < kSlots; ++slot) {
-    if (counts_[slot].load(std::memory_order_seq_cst) == 0) continue;
+  const int used = slots_used_.load(std::memory_order_acquire);
+  for (int index = 0; index < used; ++index) {
+    const Slot& slot = slot_at(index);
+    if (slot.count.load(std::memory_order_seq_cst) == 0) continue;
     // The count's acquire ordered the epochs written before the switch that made the slot current.
-    if (oldest_[slot].load(std::memory_order_relaxed) <= span.until &&
-        newest_[slot].load(std::memory_order_relaxed) >= span.since) {
+    if (slot.oldest.load(std::memory_order_relaxed) <= span.until &&
+        slot.newest.load(std::memory_order_relaxed) >= span.since) {
       return false;
     }
   }
@@ -161,9 +223,10 @@ bool HandBackBarrier::reached(const Span& span) const noexcept {
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* generation,
+                                                   std::atomic<std::uint32_t>* sleepers,
+                                                   std::atomic<std::uint64_t>* wakeups,
                                                    const std::atomic<std::uint32_t>* done, const Span& span,
                                                    std::int64_t timeout_ns) noexcept {
-  std::atomic<std::uint32_t>* const sleepers = done != nullptr ? &cell_sleepers_ : &grace_sleepers_;
   const std::int64_t deadline = timeout_ns < 0 ? -1 : monotonic_ns() + timeout_ns;
   const auto is_reached = [&] {
     return done != nullptr ? done->load(std::memory_order_seq_cst) != 0 : reached(span);
@@ -179,6 +242,7 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
     // Announce the sleep, then read the generation, then look again: an end() that comes after the look
     // sees the sleeper and bumps the generation, so the futex wait returns at once.
     sleepers->fetch_add(1, std::memory_order_seq_cst);
+    if (done != nullptr) cell_sleepers_.fetch_add(1, std::memory_order_relaxed);
     const std::uint32_t seen = generation->load(std::memory_order_seq_cst);
     long result = 0;
     int error = 0;
@@ -192,7 +256,10 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
       }
       result = syscall(SYS_futex, futex_address(generation), FUTEX_WAIT_PRIVATE, seen, timeout, nullptr, 0);
       error = result < 0 ? errno : 0;
+      // Woken, or the word moved before the sleep began: a wake-up either way.
+      if (result == 0 || error == EAGAIN) wakeups->fetch_add(1, std::memory_order_relaxed);
     }
+    if (done != nullptr) cell_sleepers_.fetch_sub(1, std::memory_order_relaxed);
     sleepers->fetch_sub(1, std::memory_order_seq_cst);
     if (result < 0 && error == EINTR) {
       if (is_reached()) return WaitResult::kReached;
@@ -202,18 +269,23 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::wait(const Span& span, std::int64_t timeout_ns) noexcept {
-  return sleep(&grace_generation_, nullptr, span, timeout_ns);
+  return sleep(&grace_generation_, &grace_sleepers_, &grace_wakeups_, nullptr, span, timeout_ns);
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::wait_cell(const std::atomic<std::uint32_t>& done,
                                                        std::int64_t timeout_ns) noexcept {
-  return sleep(&cell_generation_, &done, Span{0, 0}, timeout_ns);
+  CellBucket& bucket = cell_buckets_[bucket_of(&done)];
+  return sleep(&bucket.generation, &bucket.sleepers, &cell_wakeups_, &done, Span{0, 0}, timeout_ns);
 }
 
 void HandBackBarrier::close() noexcept {
   closed_.store(true, std::memory_order_seq_cst);
   wake_sleepers(&grace_generation_);
-  wake_sleepers(&cell_generation_);
+  // A bucket whose sleeper count reads 0 here has no sleeper that could miss the close: one that announces
+  // itself later reads closed_ before it sleeps (both sides seq_cst).
+  for (CellBucket& bucket : cell_buckets_) {
+    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.generation);
+  }
   write_listener_fd();
 }
 
@@ -238,29 +310,36 @@ void HandBackBarrier::consume_listener_fd() noexcept {
 HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
   Stats stats{};
   stats.epoch = epoch();
-  for (const auto& count : counts_) {
-    const std::uint64_t held = count.load(std::memory_order_seq_cst);
+  const int used = slots_used_.load(std::memory_order_acquire);
+  for (int index = 0; index < used; ++index) {
+    const std::uint64_t held = slot_at(index).count.load(std::memory_order_seq_cst);
     stats.held += held;
     if (held != 0) ++stats.slots_in_use;
   }
+  stats.slots_used = used;
   stats.shared_slots = shared_slots_.load(std::memory_order_relaxed);
   stats.sleepers =
-      grace_sleepers_.load(std::memory_order_seq_cst) + cell_sleepers_.load(std::memory_order_seq_cst);
+      grace_sleepers_.load(std::memory_order_seq_cst) + cell_sleepers_.load(std::memory_order_relaxed);
   stats.futex_wakes = futex_wakes_.load(std::memory_order_relaxed);
   stats.listener_writes = listener_writes_.load(std::memory_order_relaxed);
+  stats.grace_wakeups = grace_wakeups_.load(std::memory_order_relaxed);
+  stats.cell_wakeups = cell_wakeups_.load(std::memory_order_relaxed);
   return stats;
 }
 
 void HandBackBarrier::reset_after_fork() noexcept {
   forks_.fetch_add(1, std::memory_order_relaxed);
-  for (auto& count : counts_) count.store(0, std::memory_order_relaxed);
+  const int used = slots_used_.load(std::memory_order_relaxed);
+  for (int index = 0; index < used; ++index) slot_at(index).count.store(0, std::memory_order_relaxed);
   // Epochs go on, so that a mark() taken before the fork still means "after it" here; the epoch's slot is 0.
   const std::uint64_t next = epoch() + 1;
-  oldest_[0].store(next, std::memory_order_relaxed);
-  newest_[0].store(next, std::memory_order_relaxed);
+  first_chunk_[0].oldest.store(next, std::memory_order_relaxed);
+  first_chunk_[0].newest.store(next, std::memory_order_relaxed);
+  epoch_.store(next, std::memory_order_relaxed);
   current_.store(next << kSlotBits, std::memory_order_relaxed);
   closed_.store(false, std::memory_order_relaxed);
   grace_sleepers_.store(0, std::memory_order_relaxed);
+  for (CellBucket& bucket : cell_buckets_) bucket.sleepers.store(0, std::memory_order_relaxed);
   cell_sleepers_.store(0, std::memory_order_relaxed);
   listeners_.store(0, std::memory_order_relaxed);
   // Another parent thread may have held the mutex at fork: the child's copy is made anew.

@@ -3,23 +3,39 @@
 //
 // An attachment (a payload given to CUDA that a CUDA thread will hand back later, in any order) takes a
 // ticket with begin() before CUDA may run its hand-back, and gives it back with end() in the hand-back.
-// Attachments are counted by epoch, in kSlots slots: the current epoch's slot takes new tickets. A waiter
+// Attachments are counted by epoch, in slots: the current epoch's slot takes new tickets. A waiter
 // switches to a new epoch (a free slot) and waits until every slot holding an epoch it covers is empty;
 // attachments made after the switch count in the new epoch and never delay it. A waiter covers the epochs
 // up to the one current when it came, from `since` on (0: all; a mark() for "attached after the mark").
-// When every slot is taken (kSlots epochs each still holding an attachment), a new epoch shares the
-// youngest slot: a waiter covering that slot then also waits for what shares it (correct, maybe later).
+//
+// The slot table grows on demand, so that an epoch shares a slot with an older one only past a bound far
+// above practical use: a switch that finds no free slot takes a new one, up to max_slots (kMaxSlots,
+// 65,535, by default: that many epochs each still holding an attachment). Only switches grow it (mark(),
+// request(): waiters, under the waiters' mutex), never begin()/end() on CUDA's thread; slots live in
+// chunks that are never moved or freed before the barrier itself (the first inline, each further one twice
+// the size of the one before it), so begin()/end() stay lock-free and allocation-free and a ticket stays a
+// plain index. reached() and the free-slot search look at the slots ever used alone (a high-water mark),
+// lowest first, so the table stays as small as the most epochs ever held at once. Past the bound (or when a
+// chunk cannot be allocated) a new epoch shares the youngest slot: a waiter covering that slot then also
+// waits for what shares it (correct, maybe later), counted in shared_slots.
+//
 // The end() that empties a slot other than the current one wakes the waiters: a futex wake when a thread
 // sleeps, an eventfd write when an event loop listens; nothing when nobody waits.
 //
 // A done cell (a uint32_t in the attachment's own memory, 0 until handed back) lets one attachment be
-// waited for alone: end() stores 1 into it and wakes the cells' sleepers, if any.
+// waited for alone: end() stores 1 into it before it ends the ticket, so that a wait that sees the ticket
+// ended also sees the cell set. Cell sleepers sleep on one of kCellBuckets futex words, chosen by a hash of
+// the cell's address, each with its own sleeper count: end() wakes a bucket only when someone sleeps on
+// it, so a sleeper wakes for its own cell, for a cell whose address shares its bucket (about one hand-back
+// in kCellBuckets, per distinct bucket slept on, when addresses spread as the hash intends) and for
+// close().
 //
 // One instance per ReclaimQueue (its close() closes the barrier; its fork reset resets it). Linux only
 // (futex, eventfd).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <mutex>
 
@@ -34,10 +50,12 @@ std::int64_t monotonic_ns() noexcept;
 
 class HandBackBarrier {
  public:
-  // Tickets are slot numbers 0 .. kSlots - 1 (three bits with "none": graph/ carries them in a pointer's
-  // low bits). kUncounted: an end() that counts nothing (a pointer that never got a ticket).
-  static constexpr int kSlots = 7;
+  // Tickets are slot indices 0 .. max_slots - 1 (at most kMaxSlots - 1 = 65,534: graph/ carries a ticket
+  // plus one in 16 bits). kUncounted: an end() that counts nothing (a pointer that never got a ticket).
+  static constexpr int kMaxSlots = 65535;
   static constexpr int kUncounted = -1;
+  // Futex words of the cell sleepers: one per bucket of cell addresses.
+  static constexpr int kCellBuckets = 1024;
 
   enum class WaitResult { kReached, kTimedOut, kClosed, kInterrupted };
 
@@ -47,8 +65,11 @@ class HandBackBarrier {
     std::uint64_t until;
   };
 
-  HandBackBarrier() noexcept;
-  ~HandBackBarrier();  // closes the listener eventfd, if one was made
+  // `max_slots` (clamped to 2 .. kMaxSlots) bounds the slot table: past it, epochs share slots. Tests pass
+  // a small one to reach the sharing; everything else keeps the default. Never allocates (the first chunk
+  // is inline); never blocks.
+  explicit HandBackBarrier(int max_slots = kMaxSlots) noexcept;
+  ~HandBackBarrier();  // frees the chunks; closes the listener eventfd, if one was made
   HandBackBarrier(const HandBackBarrier&) = delete;
   HandBackBarrier& operator=(const HandBackBarrier&) = delete;
 
@@ -58,44 +79,49 @@ class HandBackBarrier {
   // hand-back. Retries if a waiter switches epochs meanwhile; never blocks.
   int begin() noexcept;
 
-  // The hand-back of `ticket` (or the undo of an attachment that CUDA never took); a slot already at zero
-  // stays there (a fork child's parent ticket). Stores 1 into `done`
-  // (may be null) after the count, so that a thread that sees it also sees the count. The caller must not
-  // touch `done`'s memory afterwards if the store may let it be freed. Wakes sleepers only when this end()
-  // empties a slot other than the current one (or stores a done cell that someone waits for): one futex
-  // wake, plus one eventfd write when listeners are registered. Never blocks.
+  // The hand-back of `ticket` (or the undo of an attachment that CUDA never took). First stores 1 into
+  // `done` (may be null) and wakes the sleepers of its bucket, if any; then ends the ticket, so that a
+  // wait that sees the ticket ended also sees every cell of the attachments it covers set. After the
+  // store, `done`'s memory is never touched again (its address only picks the bucket, computed before):
+  // the caller must not touch it either if the store may let it be freed. A ticket that is not a slot of
+  // this barrier (-1, or out of range) ends nothing; a slot already at zero stays there (a fork child's
+  // parent ticket). Wakes the waiters only when this end() empties a slot other than the current one: one
+  // futex wake, plus one eventfd write when listeners are registered. Never blocks.
   void end(int ticket, std::atomic<std::uint32_t>* done) noexcept;
 
   // --- waiters: threads that may block (never CUDA's), usually with the GIL released --------------------
 
   // The current epoch, after switching to a new one: attachments whose begin() returns after this call
   // have this number or a higher one. Pass it as `since` to wait only for them. Takes the waiters' mutex
-  // briefly (never held across a wait or a callback).
+  // briefly (never held across a wait or a callback); allocates a chunk of slots when the table must grow
+  // (a failed allocation shares a slot instead).
   std::uint64_t mark() noexcept;
 
   // Switches to a new epoch and returns what to wait for: everything whose begin() returned before this
-  // call, from epoch `since` on. Takes the waiters' mutex briefly.
+  // call, from epoch `since` on. Takes the waiters' mutex briefly; may allocate as mark() does.
   Span request(std::uint64_t since) noexcept;
 
-  // Non-blocking: true once no slot holds an attachment of an epoch in `span`.
+  // Non-blocking: true once no slot holds an attachment of an epoch in `span`. Any thread; never allocates.
   bool reached(const Span& span) const noexcept;
 
   // Blocks until `span` is reached (kReached), the barrier is closed (kClosed), `timeout_ns` passed
   // (kTimedOut; negative: no limit) or a signal interrupted the sleep (kInterrupted: the caller checks its
   // signals and calls again with what is left of its time). Sleeps on a futex that the emptying end()
-  // wakes: no polling.
+  // wakes: no polling. Never allocates.
   WaitResult wait(const Span& span, std::int64_t timeout_ns) noexcept;
 
-  // As wait(), until `*done` is non-zero (a done cell given to end()).
+  // As wait(), until `*done` is non-zero (a done cell given to end()). The caller keeps the cell's memory
+  // alive until this returns. Sleeps on the futex word of the cell's bucket.
   WaitResult wait_cell(const std::atomic<std::uint32_t>& done, std::int64_t timeout_ns) noexcept;
 
   // Closes the barrier: every waiter whose wait is not over returns kClosed, now and later (a wait whose
-  // span or done cell was already reached still returns kReached). Any thread; never blocks.
+  // span or done cell was already reached still returns kReached). Wakes every bucket that has a sleeper.
+  // Any thread; never blocks.
   void close() noexcept;
   bool is_closed() const noexcept { return closed_.load(std::memory_order_seq_cst); }
 
   // The epoch that new attachments count in. Any thread; never blocks.
-  std::uint64_t epoch() const noexcept { return current_.load(std::memory_order_seq_cst) >> kSlotBits; }
+  std::uint64_t epoch() const noexcept { return epoch_.load(std::memory_order_seq_cst); }
 
   // --- event loops: Python threads ---------------------------------------------------------------------
 
@@ -116,12 +142,17 @@ class HandBackBarrier {
     std::uint64_t epoch;            // the current epoch
     std::uint64_t held;             // tickets not yet ended, all slots
     int slots_in_use;               // slots holding a ticket, the current one included
-    std::uint64_t shared_slots;     // epochs that had to share a slot (every slot was taken)
+    int slots_used;                 // the slot table's high-water mark: slots ever used (never shrinks)
+    std::uint64_t shared_slots;     // epochs that had to share a slot (past max_slots, or no memory)
     std::uint32_t sleepers;         // threads inside wait() or wait_cell() now
     std::uint64_t futex_wakes;      // futex wake calls made by end() and close()
     std::uint64_t listener_writes;  // eventfd writes made by end() and close()
+    // Returns of a wait() / wait_cell() sleeper from its futex wait other than a timeout or a signal: the
+    // word was woken or bumped (for a cell sleeper: its own cell, another cell of its bucket, or close()).
+    std::uint64_t grace_wakeups;
+    std::uint64_t cell_wakeups;
   };
-  // Any thread; never blocks.
+  // Any thread; never blocks; never allocates.
   Stats stats() const noexcept;
 
   // How many fork resets this barrier's process has been through: an attachment made under another
@@ -129,43 +160,78 @@ class HandBackBarrier {
   std::uint64_t forks() const noexcept { return forks_.load(std::memory_order_relaxed); }
 
   // Fork child, single-threaded: no tickets (the parent's attachments are never handed back here), open;
-  // epochs go on from the parent's; the listener eventfd is replaced behind the same number.
+  // epochs go on from the parent's; the slot table keeps its size; the listener eventfd is replaced
+  // behind the same number. Never allocates.
   void reset_after_fork() noexcept;
 
  private:
-  static constexpr int kSlotBits = 3;
+  // A slot: tickets not yet ended, and the oldest / newest epoch counted in it (written under the mutex
+  // before the switch that makes the slot current; the oldest only when the slot was free).
+  struct alignas(32) Slot {
+    std::atomic<std::uint64_t> count{0};
+    std::atomic<std::uint64_t> oldest{0};
+    std::atomic<std::uint64_t> newest{0};
+  };
+  // Chunk k holds slots [kFirstChunk * (2^k - 1), kFirstChunk * (2^(k+1) - 1)): chunk 0 is inline, the
+  // others are allocated by a switch that needs them. kChunks of them cover kMaxSlots.
+  static constexpr int kFirstChunkBits = 6;
+  static constexpr int kFirstChunk = 1 << kFirstChunkBits;
+  static constexpr int kChunks = 11;
+  static_assert((kFirstChunk << kChunks) - kFirstChunk >= kMaxSlots, "the chunks cover every slot");
+  // current_ holds (epoch << kSlotBits) | slot; the epoch's low bits only, enough to tell one switch from
+  // another (2^48 switches between two loads of one begin() never happen).
+  static constexpr int kSlotBits = 16;
   static constexpr std::uint64_t kSlotMask = (std::uint64_t{1} << kSlotBits) - 1;
+  static_assert(kMaxSlots <= static_cast<int>(kSlotMask), "a slot index fits in current_");
 
+  struct CellBucket {
+    std::atomic<std::uint32_t> generation{0};  // the futex word: bumped only when someone sleeps
+    std::atomic<std::uint32_t> sleepers{0};    // threads about to sleep, or asleep, on this bucket
+  };
+  static std::size_t bucket_of(const void* cell) noexcept;
+
+  // The slot of index `index` (< slots_used_, or the index a switch is making current). Never blocks.
+  Slot& slot_at(int index) const noexcept;
+  // The waiters' mutex held: makes sure the chunk of `index` exists; false if it cannot be allocated.
+  bool ensure_chunk_locked(int index) noexcept;
   void switch_epoch_locked() noexcept;  // the waiters' mutex held
   // One ticket of `slot` ended (or, `undo`, a begin() that lost a race took its count back); wakes the
   // waiters if that emptied the slot, unless the slot was the current one holding only the current epoch.
   void release(int slot, bool undo) noexcept;
   void wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept;
   void write_listener_fd() noexcept;
-  WaitResult sleep(std::atomic<std::uint32_t>* generation, const std::atomic<std::uint32_t>* done,
+  WaitResult sleep(std::atomic<std::uint32_t>* generation, std::atomic<std::uint32_t>* sleepers,
+                   std::atomic<std::uint64_t>* wakeups, const std::atomic<std::uint32_t>* done,
                    const Span& span, std::int64_t timeout_ns) noexcept;
 
-  // (epoch << kSlotBits) | slot: the current epoch and the slot that counts it. Stored by a switch
-  // (seq_cst, the mutex held); begin() reads it before and after counting into the slot.
+  // (epoch << kSlotBits) | slot: the current epoch's low bits and the slot that counts it. Stored by a
+  // switch (seq_cst, the mutex held, after epoch_ and the slot's epochs); begin() reads it before and after
+  // counting into the slot.
   alignas(64) std::atomic<std::uint64_t> current_{0};
-  // Per slot: tickets not yet ended, and the oldest / newest epoch counted in it (written under the mutex
-  // before the switch that makes the slot current; the oldest only when the slot was free).
-  alignas(64) std::atomic<std::uint64_t> counts_[kSlots] = {};
-  std::atomic<std::uint64_t> oldest_[kSlots] = {};
-  std::atomic<std::uint64_t> newest_[kSlots] = {};
+  std::atomic<std::uint64_t> epoch_{0};  // the current epoch, whole; stored by a switch before current_
+  // The slot table's high-water mark: slots [0, slots_used_) have been current at least once; raised
+  // (release) by a switch, after the slot's chunk is published and before current_ names the slot.
+  std::atomic<int> slots_used_{1};
+  int max_slots_;
+  Slot first_chunk_[kFirstChunk];
+  // Chunks 1 .. kChunks - 1 (null until needed): published with release under the mutex, freed only by
+  // the destructor.
+  std::atomic<Slot*> chunks_[kChunks] = {};
   std::atomic<bool> closed_{false};
-  // Futex words (bumped only when someone sleeps) and the number of threads about to sleep.
+  // The wait() sleepers' futex word (bumped only when someone sleeps) and their number; the cells'.
   std::atomic<std::uint32_t> grace_generation_{0};
-  std::atomic<std::uint32_t> cell_generation_{0};
   std::atomic<std::uint32_t> grace_sleepers_{0};
-  std::atomic<std::uint32_t> cell_sleepers_{0};
+  CellBucket cell_buckets_[kCellBuckets];
+  std::atomic<std::uint32_t> cell_sleepers_{0};  // all buckets' sleepers together (diagnostics)
   std::atomic<std::uint32_t> listeners_{0};
   std::atomic<int> listener_fd_{-1};
   std::atomic<std::uint64_t> futex_wakes_{0};
   std::atomic<std::uint64_t> listener_writes_{0};
+  std::atomic<std::uint64_t> grace_wakeups_{0};
+  std::atomic<std::uint64_t> cell_wakeups_{0};
   std::atomic<std::uint64_t> shared_slots_{0};
   std::atomic<std::uint64_t> forks_{0};
-  std::mutex waiters_mutex_;  // serializes epoch switches and the fd's creation
+  std::mutex waiters_mutex_;  // serializes epoch switches, the table's growth and the fd's creation
 };
 
 }  // namespace reclaim

@@ -26,6 +26,9 @@ void* const kConsumed = &g_consumed_marker;
 
 }  // namespace
 
+// What an attach that gets a payload tag() refuses says (counters.h).
+constexpr const char* kUntaggable = "a payload with its top 16 bits set (they carry the hand-back ticket)";
+
 namespace internal {
 
 bool consume_withdrawn(void* payload) noexcept {
@@ -96,7 +99,7 @@ AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* p
                                     CUhostFn destructor) noexcept {
   if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
   if (!taggable(payload)) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a payload not aligned to 8 bytes");
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
   }
   const int ticket = note_attach_begin();
   void* const data = tag(payload, ticket);  // what CUDA passes the destructor, and the withdrawn table holds
@@ -128,7 +131,7 @@ AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUho
     return failed(Handover::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, capturing_message);
   }
   if (!taggable(data)) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a payload not aligned to 8 bytes");
+    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
   }
   const int ticket = note_attach_begin();
   result = api.launch_host_func(stream, function, tag(data, ticket));

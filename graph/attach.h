@@ -44,13 +44,14 @@ Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* p
 
 // As retain_on_graph, with the user object's destructor given: keep_alive's pushes the payload; a host
 // node's drops the node's native reference. Counts the attach (counters.h); the destructor gets `payload`
-// tagged with its ticket (counters.h's tag(); a payload not aligned to 8 bytes is refused). The attaching
+// tagged with its ticket (counters.h's tag(); a payload with its top 16 bits set is refused). The attaching
 // thread; blocks only as long as the driver calls do.
 AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
                                     CUhostFn destructor) noexcept;
 
 // cuLaunchHostFunc(stream, function, data tagged with its ticket), refused (kReturned,
-// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, `capturing_message`) on a capturing stream. Counts the attach.
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, `capturing_message`) on a capturing stream, and data with its
+// top 16 bits set refused as retain_with_destructor refuses it. Counts the attach.
 // The attaching thread; blocks only as long as the driver calls do.
 AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUhostFn function, void* data,
                                      const char* capturing_message) noexcept;

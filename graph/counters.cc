@@ -63,23 +63,29 @@ void note_handed_back(int ticket, std::atomic<std::uint32_t>* done) noexcept {
 }
 
 namespace {
-// Three low bits: 0 for no ticket, else the ticket (a slot of the barrier, fewer than 7) plus one.
-constexpr std::uintptr_t kTagMask = 7;
-static_assert(HandBackBarrier::kSlots <= static_cast<int>(kTagMask), "a ticket fits in the tag");
+// The top 16 bits: 0 for no ticket, else the ticket (a slot of the barrier, fewer than 65,535) plus one.
+static_assert(sizeof(void*) == 8, "a ticket rides in a 64-bit pointer's top bits");
+constexpr int kTicketShift = 48;
+constexpr std::uintptr_t kTicketMask = ~std::uintptr_t{0} << kTicketShift;
+static_assert(HandBackBarrier::kMaxSlots <= static_cast<int>(kTicketMask >> kTicketShift), "a ticket fits");
 }  // namespace
 
-bool taggable(const void* pointer) noexcept { return (reinterpret_cast<std::uintptr_t>(pointer) & kTagMask) == 0; }
+bool taggable(const void* pointer) noexcept {
+  return (reinterpret_cast<std::uintptr_t>(pointer) & kTicketMask) == 0;
+}
 
 void* tag(void* pointer, int ticket) noexcept {
-  const std::uintptr_t bits =
-      ticket >= 0 && ticket < HandBackBarrier::kSlots ? static_cast<std::uintptr_t>(ticket) + 1 : 0;
+  if (!taggable(pointer)) return nullptr;
+  const std::uintptr_t bits = ticket >= 0 && ticket < HandBackBarrier::kMaxSlots
+                                  ? (static_cast<std::uintptr_t>(ticket) + 1) << kTicketShift
+                                  : 0;
   return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(pointer) | bits);
 }
 
 Untagged untag(void* tagged) noexcept {
   const std::uintptr_t value = reinterpret_cast<std::uintptr_t>(tagged);
-  const std::uintptr_t bits = value & kTagMask;
-  return Untagged{reinterpret_cast<void*>(value & ~kTagMask), static_cast<int>(bits) - 1};
+  const int bits = static_cast<int>(value >> kTicketShift);
+  return Untagged{reinterpret_cast<void*>(value & ~kTicketMask), bits - 1};
 }
 
 std::atomic<std::uint64_t> g_trampolines_entered{0};

@@ -51,7 +51,7 @@ GraphCounters graph_counters() noexcept;
 
 // Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
 // before the call returns never makes the gauge negative; returns its hand-back ticket (the queue's
-// barrier, reclaim_hand_back_begin: a slot number, or -1 when not counted), which travels with the pointer
+// barrier, reclaim_hand_back_begin: a slot index, or -1 when not counted), which travels with the pointer
 // CUDA gets (tag()).
 // Any thread; never touches Python; never blocks.
 int note_attach_begin() noexcept;
@@ -67,16 +67,20 @@ void note_attach_end(bool taken, int ticket) noexcept;
 // Any thread; never touches Python; never blocks.
 void note_handed_back(int ticket, std::atomic<std::uint32_t>* done = nullptr) noexcept;
 
-// The pointer CUDA gets for `pointer` (8-byte aligned) with its ticket in the three low bits (the ticket
-// plus one; 0: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline by
-// hand), and back. Never blocks.
+// The pointer CUDA gets for `pointer`, with its ticket in the pointer's top 16 bits (the ticket plus one;
+// 0: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline by hand), and
+// back. User-space pointers on Linux x86-64 and aarch64 are below 2^48, so those bits are free; a pointer
+// with any of them set (a tagged pointer, as from aarch64's memory tagging, or an address above 2^48) is
+// not taggable(): tag() refuses it (returns null), and graph/'s attach functions refuse it first, with
+// the error "a payload with its top 16 bits set". A ticket outside 0 .. kMaxSlots - 1 travels as none.
+// Any thread; never blocks; never allocates.
 void* tag(void* pointer, int ticket) noexcept;
 struct Untagged {
   void* pointer;
   int ticket;  // -1: none
 };
 Untagged untag(void* tagged) noexcept;
-bool taggable(const void* pointer) noexcept;  // aligned to 8 bytes
+bool taggable(const void* pointer) noexcept;  // its top 16 bits are clear
 
 // A trampoline's push and its count by source are in flight between these two (push_payload): entered
 // seq_cst before the push, left (release) after the count. A reader that reads `left` first and

@@ -70,11 +70,11 @@ AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* pa
 
 // A payload with a done cell, embedded in the caller's object (bindings' cuda_reclaim.Attachment): the
 // trampoline pushes `payload`, counts the hand-back, then stores 1 into `done` (the queue's hand-back
-// barrier, which also wakes a thread waiting for it). That store is the trampoline's last touch of the
-// slot; the owner must keep the slot's memory alive until it sees `done` (the pushed payload's reference
-// usually does: the slot lives in the payload).
+// barrier, which also wakes a thread waiting for it, and ends the ticket after the store). That store is
+// the trampoline's last touch of the slot; the owner must keep the slot's memory alive until it sees
+// `done` (the pushed payload's reference usually does: the slot lives in the payload).
 struct HandBackSlot {
-  void* payload = nullptr;  // pushed on hand-back; never null; 8-byte aligned
+  void* payload = nullptr;  // pushed on hand-back; never null
   std::atomic<std::uint32_t> done{0};
 };
 

@@ -126,21 +126,23 @@ typedef struct reclaim_api {
    * callback (after its push), so that wait_handed_back() can wait for it. cuda_reclaim's own attachments
    * (keep_alive, launch_host_func, host nodes) are counted the same way. */
 
-  /* Counts one attachment; returns its ticket (a small number, 0 to 6), to pass to hand_back_end.
+  /* Counts one attachment; returns its ticket (0 to 65534), to pass to hand_back_end. The tickets in use
+   * at once stay few (about one per epoch that still holds an attachment); 65534 is the bound.
    * Any thread; never touches Python; never blocks. */
   int (*hand_back_begin)(void);
 
-  /* Ends the attachment of `ticket` (its hand-back, or the undo of an attachment CUDA never took), then,
-   * when `done` is not NULL, stores 1 into it (an atomic seq_cst store; the caller may wait for it).
-   * Wakes waiters only when a wait may be over. Any thread (CUDA's); never touches Python; never blocks.
-   * A ticket of -1 ends nothing (the cell is still set). */
+  /* When `done` is not NULL, first stores 1 into it (an atomic seq_cst store; the caller may wait for it)
+   * and never touches its memory afterwards; then ends the attachment of `ticket` (its hand-back, or the
+   * undo of an attachment CUDA never took). A wait_handed_back() that returns 1 thus finds the cell of
+   * every attachment it covered set. Wakes waiters only when a wait may be over. Any thread (CUDA's);
+   * never touches Python; never blocks. A ticket of -1 ends nothing (the cell is still set). */
   void (*hand_back_end)(int ticket, uint32_t* done);
 
   /* Waits until everything whose hand_back_begin() returned before this call has ended: returns 1. Returns
-   * 0 when `timeout_seconds` passed (negative: no limit) or the queue is closed (also while waiting), and
-   * -1 when a signal interrupted the wait (check your signals and call again). Sleeps on a futex that the
-   * ending hand-back wakes: no polling. Never touches Python: release the GIL around it. Not on a CUDA
-   * callback thread (it would wait for itself). */
+   * 0 when `timeout_seconds` passed (negative: no limit) or the queue is closed (before the call, whatever
+   * is held, or while waiting), and -1 when a signal interrupted the wait (check your signals and call
+   * again). Sleeps on a futex that the ending hand-back wakes: no polling. Never touches Python: release
+   * the GIL around it. Not on a CUDA callback thread (it would wait for itself). */
   int (*wait_handed_back)(double timeout_seconds);
 } reclaim_api;
 

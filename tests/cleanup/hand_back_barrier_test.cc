@@ -1,13 +1,15 @@
 // tests/cleanup/hand_back_barrier_test.cc — reclaim::HandBackBarrier: epochs counted in slots, tickets taken
 // with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
-// (futex), which end() wakes whom, slots shared when all are taken, the listener eventfd, close() and the
-// fork reset, and a stress run that checks the barrier's promise under concurrency.
+// (futex), which end() wakes whom, the slot table's growth and the slots shared past its bound, the done
+// cells and their buckets, the listener eventfd, close() and the fork reset, and stress runs that check the
+// barrier's promises under concurrency.
 
 #include "cleanup/hand_back_barrier.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,8 @@ using WaitResult = HandBackBarrier::WaitResult;
 using Span = HandBackBarrier::Span;
 
 constexpr std::int64_t kNoLimit = -1;
+// A table bounded at seven slots: the sharing that the default bound (kMaxSlots) keeps out of reach.
+constexpr int kSmallTable = 7;
 constexpr std::int64_t kLongEnough = std::int64_t{30} * 1000 * 1000 * 1000;  // a hang, not a slow machine
 
 long thread_id() { return syscall(SYS_gettid); }
@@ -198,12 +202,12 @@ TEST(HandBackBarrier, SinceAMarkExcludesEarlierAttachments) {
   EXPECT_EQ(barrier.stats().held, 1u);
 }
 
-// Each epoch holds a ticket, eight of them in seven slots: an epoch shares a slot, and every wait still
-// ends once everything has ended.
-TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlot) {
+// Each epoch holds a ticket, eight of them in a table bounded at seven slots: an epoch shares a slot, and
+// every wait still ends once everything has ended.
+TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlotPastTheBound) {
   constexpr int kEpochs = 8;
-  static_assert(kEpochs > HandBackBarrier::kSlots, "more epochs than slots");
-  HandBackBarrier barrier;
+  static_assert(kEpochs > kSmallTable, "more epochs than slots");
+  HandBackBarrier barrier(kSmallTable);
   int tickets[kEpochs];
   Span spans[kEpochs];
   for (int i = 0; i < kEpochs; ++i) {
@@ -212,11 +216,11 @@ TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlot) {
   }
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_GE(stats.shared_slots, 1u);
-  EXPECT_EQ(stats.slots_in_use, HandBackBarrier::kSlots);
+  EXPECT_EQ(stats.slots_in_use, kSmallTable);
   EXPECT_EQ(stats.held, static_cast<std::uint64_t>(kEpochs));
   for (int i = 0; i < kEpochs; ++i) {
     EXPECT_GE(tickets[i], 0);
-    EXPECT_LT(tickets[i], HandBackBarrier::kSlots);
+    EXPECT_LT(tickets[i], kSmallTable);
     EXPECT_FALSE(barrier.reached(spans[i]));
   }
 
@@ -240,8 +244,8 @@ TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlot) {
 // A slot shared by two epochs holds a span that covers either of them until both have ended: reached() is
 // false for an epoch in the span while a ticket of the shared slot is held, even one of an epoch outside it.
 TEST(HandBackBarrier, ReachedIsFalseWhileATicketOfASharedSlotIsHeld) {
-  HandBackBarrier barrier;
-  constexpr int kFull = HandBackBarrier::kSlots;
+  HandBackBarrier barrier(kSmallTable);
+  constexpr int kFull = kSmallTable;
   int tickets[kFull];
   Span spans[kFull];
   for (int i = 0; i < kFull; ++i) {
@@ -331,8 +335,8 @@ TEST(HandBackBarrier, NoWakeWhenTheCurrentSlotEmpties) {
 // the old epoch, ends while A is current. That end() empties the current slot, but not one that held only
 // the current epoch: the waiter must wake.
 TEST(HandBackBarrier, ASleeperOnAnOldEpochWakesWhenItsSlotIsCurrentAgain) {
-  HandBackBarrier barrier;
-  constexpr int kFull = HandBackBarrier::kSlots;
+  HandBackBarrier barrier(kSmallTable);
+  constexpr int kFull = kSmallTable;
   // Epochs 0 .. kFull - 2, a ticket each, in slots of their own; the youngest of them is A's.
   int tickets[kFull];
   for (int i = 0; i + 1 < kFull; ++i) {
@@ -625,6 +629,186 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   EXPECT_EQ(stats.sleepers, 0u);
   const Span last = barrier.request(0);
   EXPECT_EQ(barrier.wait(last, kLongEnough), WaitResult::kReached);
+}
+
+// A hundred epochs, each still holding an attachment (a graph held for good, one flush apart): a mark
+// taken after them has a slot of its own, so a wait since the mark never waits for them. The table grows
+// past its inline chunk and no slot is shared.
+TEST(HandBackBarrier, SinceAMarkNeverWaitsForAHundredLongLivedEpochsBeforeIt) {
+  constexpr int kEpochs = 100;
+  HandBackBarrier barrier;
+  std::vector<int> held;
+  for (int i = 0; i < kEpochs; ++i) {
+    held.push_back(barrier.begin());
+    barrier.request(0);  // a flush's switch: the next attachment counts in a new epoch
+  }
+  const std::uint64_t mark = barrier.mark();
+  const int after = barrier.begin();
+  for (const int ticket : held) EXPECT_NE(ticket, after);
+  const Span since_mark = barrier.request(mark);
+  const Span everything = barrier.request(0);
+  EXPECT_FALSE(barrier.reached(since_mark));
+  barrier.end(after, nullptr);
+  EXPECT_TRUE(barrier.reached(since_mark));
+  EXPECT_EQ(barrier.wait(since_mark, 0), WaitResult::kReached);
+  EXPECT_EQ(barrier.wait(barrier.request(mark), 0), WaitResult::kReached);  // a later wait since the mark
+  EXPECT_FALSE(barrier.reached(everything));
+  HandBackBarrier::Stats stats = barrier.stats();
+  EXPECT_EQ(stats.shared_slots, 0u);
+  EXPECT_EQ(stats.held, static_cast<std::uint64_t>(kEpochs));
+  EXPECT_EQ(stats.slots_in_use, kEpochs);
+  EXPECT_GT(stats.slots_used, kEpochs);
+
+  // The tickets are distinct slots; a sleeper since the mark is not woken by them, one on everything is.
+  std::vector<int> sorted = held;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
+  Waiter waiter([&] { return barrier.wait(everything, kLongEnough); });
+  ASSERT_TRUE(waiter.until_asleep());
+  for (const int ticket : held) barrier.end(ticket, nullptr);
+  EXPECT_EQ(waiter.join(), WaitResult::kReached);
+  stats = barrier.stats();
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.slots_in_use, 0);
+
+  // The free slots are used again: the table does not grow for a new round of as many epochs.
+  const int used = stats.slots_used;
+  for (int i = 0; i < kEpochs; ++i) {
+    held[static_cast<std::size_t>(i)] = barrier.begin();
+    barrier.request(0);
+  }
+  EXPECT_EQ(barrier.stats().slots_used, used);
+  for (const int ticket : held) barrier.end(ticket, nullptr);
+  EXPECT_TRUE(barrier.reached(barrier.request(0)));
+}
+
+// Each of many epochs (across several chunks of the table) holds one ticket: the span of each epoch alone
+// is reached exactly when its own ticket ends, whatever the order of the ends.
+TEST(HandBackBarrier, EachOfManyEpochsIsReachedWhenItsOwnTicketEnds) {
+  constexpr int kEpochs = 300;
+  HandBackBarrier barrier;
+  std::vector<int> tickets;
+  std::vector<Span> spans;
+  for (int i = 0; i < kEpochs; ++i) {
+    const std::uint64_t since = barrier.epoch();
+    tickets.push_back(barrier.begin());
+    spans.push_back(barrier.request(since));
+  }
+  EXPECT_EQ(barrier.stats().shared_slots, 0u);
+  std::vector<int> order(kEpochs);
+  for (int i = 0; i < kEpochs; ++i) order[static_cast<std::size_t>(i)] = i;
+  std::shuffle(order.begin(), order.end(), std::minstd_rand(7));
+  std::vector<bool> ended(kEpochs, false);
+  for (const int which : order) {
+    barrier.end(tickets[static_cast<std::size_t>(which)], nullptr);
+    ended[static_cast<std::size_t>(which)] = true;
+    for (int i = 0; i < kEpochs; i += 37) {
+      EXPECT_EQ(barrier.reached(spans[static_cast<std::size_t>(i)]), ended[static_cast<std::size_t>(i)]) << i;
+    }
+    EXPECT_TRUE(barrier.reached(spans[static_cast<std::size_t>(which)]));
+  }
+  EXPECT_EQ(barrier.stats().held, 0u);
+}
+
+// A wait that returns kReached finds the done cell of every attachment it covers set: end() stores the
+// cell before it ends the ticket (and before the wake and the listener write that ending it may make; a
+// listener is registered, so that each ending of an old slot makes that write).
+TEST(HandBackBarrier, AReachedWaitFindsEveryCoveredCellSet) {
+  constexpr int kRounds = 2000;
+  HandBackBarrier barrier;
+  ASSERT_GE(barrier.listener_fd(), 0);
+  barrier.add_listener();
+  std::atomic<std::uint32_t> cells[2];
+  std::atomic<int> handed{-1};  // the round whose ticket the other thread ends, -1: none yet
+  std::atomic<int> ticket_of_round{-1};
+  std::atomic<bool> stop{false};
+  std::thread hand_back([&] {
+    int round = 0;
+    while (!stop.load()) {
+      if (handed.load() != round) {
+        std::this_thread::yield();
+        continue;
+      }
+      barrier.end(ticket_of_round.load(), &cells[round % 2]);
+      ++round;
+    }
+  });
+  int unset = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<std::uint32_t>& cell = cells[round % 2];
+    cell.store(0);
+    ticket_of_round.store(barrier.begin());
+    const Span span = barrier.request(0);
+    handed.store(round);
+    const WaitResult result = round % 2 == 0 ? barrier.wait(span, kLongEnough) : [&] {
+      while (!barrier.reached(span)) {
+      }
+      return WaitResult::kReached;
+    }();
+    ASSERT_EQ(result, WaitResult::kReached);
+    if (cell.load() == 0) ++unset;
+    while (cell.load() == 0) {
+    }  // the other thread finishes its end() before the cell is used again
+  }
+  stop.store(true);
+  hand_back.join();
+  barrier.remove_listener();
+  EXPECT_EQ(unset, 0) << "waits that returned kReached before the covered cell was set, of " << kRounds;
+}
+
+// Four threads wait for four cells that stay held while a thousand other attachments are handed back with
+// cells of their own: a cell sleeper wakes for its own cell's bucket only, never for every hand-back.
+TEST(HandBackBarrier, ACellSleeperIsNotWokenByOtherCellsHandBacks) {
+  constexpr int kWaiters = 4;
+  constexpr int kOthers = 1000;
+  HandBackBarrier barrier;
+  std::atomic<std::uint32_t> mine[kWaiters];
+  int my_tickets[kWaiters];
+  for (int i = 0; i < kWaiters; ++i) {
+    mine[i].store(0);
+    my_tickets[i] = barrier.begin();
+  }
+  std::vector<std::unique_ptr<Waiter>> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.push_back(std::make_unique<Waiter>([&, i] { return barrier.wait_cell(mine[i], kLongEnough); }));
+  }
+  for (auto& waiter : waiters) ASSERT_TRUE(waiter->until_asleep());
+  const HandBackBarrier::Stats before = barrier.stats();
+  EXPECT_EQ(before.sleepers, static_cast<std::uint32_t>(kWaiters));
+
+  std::unique_ptr<std::atomic<std::uint32_t>[]> others(new std::atomic<std::uint32_t>[kOthers]);
+  for (int i = 0; i < kOthers; ++i) {
+    others[i].store(0);
+    barrier.end(barrier.begin(), &others[i]);
+    EXPECT_EQ(others[i].load(), 1u);
+  }
+  const HandBackBarrier::Stats after = barrier.stats();
+  for (auto& waiter : waiters) EXPECT_FALSE(waiter->returned());
+  // A shared bucket wakes a sleeper now and then (about kWaiters * kOthers / kCellBuckets in all); a
+  // shared word would wake each of them once per hand-back.
+  EXPECT_LT(after.cell_wakeups - before.cell_wakeups, 40u);
+  EXPECT_LT(after.futex_wakes - before.futex_wakes, 40u);
+
+  for (int i = 0; i < kWaiters; ++i) barrier.end(my_tickets[i], &mine[i]);
+  for (auto& waiter : waiters) EXPECT_EQ(waiter->join(), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().sleepers, 0u);
+  EXPECT_EQ(barrier.stats().held, 0u);
+}
+
+// close() wakes cell sleepers whatever their bucket.
+TEST(HandBackBarrier, CloseWakesCellSleepersOfEveryBucket) {
+  constexpr int kWaiters = 8;
+  HandBackBarrier barrier;
+  std::atomic<std::uint32_t> cells[kWaiters];
+  for (auto& cell : cells) cell.store(0);
+  std::vector<std::unique_ptr<Waiter>> waiters;
+  for (int i = 0; i < kWaiters; ++i) {
+    waiters.push_back(std::make_unique<Waiter>([&, i] { return barrier.wait_cell(cells[i], kNoLimit); }));
+  }
+  for (auto& waiter : waiters) ASSERT_TRUE(waiter->until_asleep());
+  barrier.close();
+  for (auto& waiter : waiters) EXPECT_EQ(waiter->join(), WaitResult::kClosed);
+  EXPECT_EQ(barrier.stats().sleepers, 0u);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cleanup/hand_back_barrier.h"
 #include "cleanup/reclaim_queue.h"
 #include "graph/counters.h"
 #include "tests/graph/fake_driver.h"
@@ -57,9 +58,8 @@ class KeepAliveTest : public ::testing::Test {
   FakeCuda fake_;
   SourceCounters before_;
   GraphCounters held_before_;
-  // Payloads are 8-byte aligned (graph/ carries the hand-back ticket in a pointer's low bits).
-  alignas(8) int payload_ = 7;
-  alignas(8) int other_ = 8;
+  int payload_ = 7;
+  int other_ = 8;
 };
 
 TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
@@ -200,7 +200,7 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
   // graphs that hold the same payloads: each handed-over pointer is pushed or returned, never both.
   constexpr int kThreads = 4;
   constexpr int kRounds = 2000;
-  std::vector<std::int64_t> payloads(kRounds);  // 8-byte aligned, as payloads must be
+  std::vector<std::int64_t> payloads(kRounds);
   std::atomic<int> returned{0};
   std::atomic<int> attached{0};
   std::vector<std::thread> threads;
@@ -250,6 +250,89 @@ TEST_F(KeepAliveTest, RegisteredReportHookAddsWhatCudaStillHoldsBeforeTheLawsVer
   EXPECT_GE(now.held_by_cuda, 1u);
   fake_.graph_destroy(graph);
   drain();
+}
+
+// The hand-back ticket rides in a pointer's top 16 bits: any slot of the barrier's table goes there and
+// back, a pointer needs no alignment, and "none" travels as none.
+TEST(HandBackTag, EveryTicketOfTheTableTravelsInThePointersTopBits) {
+  alignas(8) char bytes[16];
+  for (int offset = 0; offset < 8; ++offset) {
+    void* const pointer = bytes + offset;
+    for (const int ticket : {0, 6, 7, 8, 63, 64, 100, 1000, HandBackBarrier::kMaxSlots - 1}) {
+      ASSERT_TRUE(taggable(pointer));
+      const Untagged back = untag(tag(pointer, ticket));
+      EXPECT_EQ(back.pointer, pointer);
+      EXPECT_EQ(back.ticket, ticket);
+    }
+    for (const int none : {-1, HandBackBarrier::kMaxSlots}) {
+      EXPECT_EQ(tag(pointer, none), pointer);
+      EXPECT_EQ(untag(pointer).ticket, -1);
+    }
+  }
+  void* const high = reinterpret_cast<void*>(std::uintptr_t{1} << 48 | 0x1000);
+  EXPECT_FALSE(taggable(high));
+  EXPECT_EQ(tag(high, 3), nullptr);
+}
+
+// A payload with any of its top 16 bits set is refused before anything is attached, with an error that
+// names it.
+TEST_F(KeepAliveTest, APayloadWithItsTopBitsSetIsRefused) {
+  void* const high =
+      reinterpret_cast<void*>(std::uintptr_t{0x8000} << 48 | reinterpret_cast<std::uintptr_t>(&payload_));
+  CUgraph graph = fake_.graph_create();
+  AttachResult result = retain_on_graph(driver_.api, graph, high);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
+  EXPECT_STREQ(result.call, "a payload with its top 16 bits set (they carry the hand-back ticket)");
+  result = retain_until_stream(driver_.api, nullptr, high);
+  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_STREQ(result.call, "a payload with its top 16 bits set (they carry the hand-back ticket)");
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
+  EXPECT_EQ(held_delta().attached_to_cuda, 0u);
+  fake_.graph_destroy(graph);
+  EXPECT_TRUE(drain().empty());
+}
+
+// A hundred graphs attached one epoch apart, each still held: their tickets are a hundred slots, carried
+// through CUDA to the destructors. Destroyed in any order, each ends its own epoch's ticket, and a wait
+// since a mark taken after them never waits for them.
+TEST_F(KeepAliveTest, HundredsOfEpochsHeldAtOnceEachEndTheirOwnTicket) {
+  constexpr int kGraphs = 100;
+  HandBackBarrier& barrier = own_process_queue()->hand_backs();
+  const std::uint64_t first = barrier.mark();  // what earlier tests left held is not this test's
+  std::vector<int> payloads(kGraphs + 1);
+  std::vector<CUgraph> graphs;
+  std::vector<HandBackBarrier::Span> spans;
+  for (int i = 0; i < kGraphs; ++i) {
+    const std::uint64_t since = barrier.epoch();
+    graphs.push_back(fake_.graph_create());
+    ASSERT_EQ(retain_on_graph(driver_.api, graphs.back(), &payloads[static_cast<std::size_t>(i)]).handover,
+              Handover::kAttached);
+    spans.push_back(barrier.request(since));  // that epoch alone
+  }
+  const std::uint64_t mark = barrier.mark();
+  CUgraph later = fake_.graph_create();
+  ASSERT_EQ(retain_on_graph(driver_.api, later, &payloads[kGraphs]).handover, Handover::kAttached);
+  const HandBackBarrier::Span since_mark = barrier.request(mark);
+  EXPECT_FALSE(barrier.reached(since_mark));
+  fake_.graph_destroy(later);
+  EXPECT_TRUE(barrier.reached(since_mark)) << "only what came after the mark";
+  EXPECT_EQ(barrier.stats().shared_slots, 0u);
+  for (int i = kGraphs - 1; i >= 0; i -= 2) {  // every other one, from the last
+    EXPECT_FALSE(barrier.reached(spans[static_cast<std::size_t>(i)]));
+    fake_.graph_destroy(graphs[static_cast<std::size_t>(i)]);
+    EXPECT_TRUE(barrier.reached(spans[static_cast<std::size_t>(i)])) << i;
+    if (i > 0) {
+      EXPECT_FALSE(barrier.reached(spans[static_cast<std::size_t>(i - 1)])) << i - 1;
+    }
+  }
+  for (int i = kGraphs - 2; i >= 0; i -= 2) {
+    fake_.graph_destroy(graphs[static_cast<std::size_t>(i)]);
+    EXPECT_TRUE(barrier.reached(spans[static_cast<std::size_t>(i)])) << i;
+  }
+  EXPECT_EQ(drain().size(), static_cast<std::size_t>(kGraphs + 1));
+  EXPECT_EQ(held_delta().held_by_cuda, 0u);
+  EXPECT_TRUE(barrier.reached(barrier.request(first)));
 }
 
 }  // namespace
