@@ -1,9 +1,11 @@
 """A pytest plugin: fail a test that leaves cuda_reclaim work behind. Off unless asked for.
 
-Installed with the package (entry point ``cuda_reclaim`` in the ``pytest11`` group), so pytest loads it by
-itself; from a source tree, pass ``-p cuda_reclaim.pytest_plugin``. Loaded and not enabled, it changes
-nothing: no flush, no failure, no stats read. Importing it imports ``cuda_reclaim`` (no CUDA library: the
-driver is loaded only when something is attached).
+Installed with the package: its entry point (``cuda_reclaim`` in the ``pytest11`` group) loads the start-up
+part, the module ``_cuda_reclaim_pytest`` (options, ini names, marker, fixture), which imports neither
+``cuda_reclaim`` nor its extension: this module, and with it the library, is imported only when the check is
+enabled or a test requests the ``reclaim`` fixture. From a source tree, pass ``-p cuda_reclaim.pytest_plugin``
+(this module, with the same hooks; it imports the package). Loaded and not enabled, the plugin changes
+nothing: no flush, no failure, no stats read. No CUDA library is loaded until something is attached.
 
 - ``pytest --reclaim-check`` (or ``reclaim_check = true`` in the ini file) enables the check: after each
   test, its function-scoped fixtures torn down, :func:`cuda_reclaim.flush` waits (``--reclaim-timeout``, ini
@@ -15,25 +17,29 @@ driver is loaded only when something is attached).
   test.
 - ``@pytest.mark.reclaim(allow_held=True, allow_pending=True, allow_outstanding=True, timeout=SECONDS)``
   allows a test's intended leftovers (each flag allows its own kind; a held host call is outstanding too)
-  and sets its own flush timeout (``None``: for ever).
-- The ``reclaim`` fixture (:class:`Reclaim`): ``flush()``, ``stats()`` and ``delta()``, the counters' change
-  since the test began.
+  and sets the test's own flush timeout (``None``: for ever), the check's and the fixture's.
+- The ``reclaim`` fixture (:class:`Reclaim`): ``flush()`` (of what was attached since the test began, up to
+  the test's flush timeout), ``stats()`` and ``delta()``, the counters' change since the test began.
 """
 
-import math as _math
 import time as _time
 
 import pytest
 
+from _cuda_reclaim_pytest import BASELINE as _BASELINE
+from _cuda_reclaim_pytest import DEFAULT_TIMEOUT
+from _cuda_reclaim_pytest import MARKER as _MARKER
+from _cuda_reclaim_pytest import TIMEOUT as _TIMEOUT
+from _cuda_reclaim_pytest import pytest_addoption, pytest_configure, pytest_report_header, reclaim
+from _cuda_reclaim_pytest import seconds as _seconds
+
 __all__ = ["DEFAULT_TIMEOUT", "Reclaim", "reclaim"]
 
-#: Seconds the check's flush waits for CUDA to hand back what a test attached, unless configured.
-DEFAULT_TIMEOUT = 5.0
+# The start-up hooks, for pytest where this module is the plugin (-p cuda_reclaim.pytest_plugin).
+_HOOKS = (pytest_addoption, pytest_configure, pytest_report_header)
 
 # The marker's keywords: the leftovers it may allow, and its flush timeout.
 _ALLOWANCES = ("allow_held", "allow_pending", "allow_outstanding")
-_MARKER = "reclaim"
-_BASELINE = pytest.StashKey()  # item -> stats() when the test began (set by the check, read by the fixture)
 
 # What each source counter of stats() hands over, in words, for the failure message.
 _KINDS = {
@@ -43,71 +49,6 @@ _KINDS = {
     "host_node_calls": "host-node call (add_host_node)",
     "direct_pushes": "direct hand-over (defer_release, the C API)",
 }
-
-
-def _seconds(value, where):
-    """`value` (an option, ini or marker value) as seconds >= 0; UsageError naming `where` otherwise."""
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        seconds = _math.nan
-    if isinstance(value, bool) or not 0 <= seconds < _math.inf:
-        raise pytest.UsageError(f"{where}: a number of seconds >= 0 is needed, not {value!r}")
-    return seconds
-
-
-def pytest_addoption(parser):
-    """pytest calls it: adds ``--reclaim-check`` and ``--reclaim-timeout`` and their ini names."""
-    group = parser.getgroup("reclaim", "cuda_reclaim: work left behind by a test")
-    group.addoption(
-        "--reclaim-check",
-        dest="reclaim_check",
-        action="store_true",
-        default=None,
-        help="after each test, flush cuda_reclaim and fail the test if it left anything held by CUDA, "
-        "pending or outstanding (ini: reclaim_check)",
-    )
-    group.addoption(
-        "--reclaim-timeout",
-        dest="reclaim_timeout",
-        default=None,
-        metavar="SECONDS",
-        help=f"how long the check's flush waits for CUDA (ini: reclaim_timeout; default {DEFAULT_TIMEOUT:g})",
-    )
-    parser.addini("reclaim_check", help="default value for --reclaim-check", type="bool", default=False)
-    parser.addini("reclaim_timeout", help="default value for --reclaim-timeout", default=str(DEFAULT_TIMEOUT))
-
-
-def _enabled(config):
-    value = config.getoption("reclaim_check")
-    return config.getini("reclaim_check") if value is None else value
-
-
-def _timeout(config):
-    value = config.getoption("reclaim_timeout")
-    if value is not None:
-        return _seconds(value, "--reclaim-timeout")
-    return _seconds(config.getini("reclaim_timeout"), "reclaim_timeout (ini)")
-
-
-def pytest_configure(config):
-    """pytest calls it: registers the ``reclaim`` marker, and the check where it is enabled."""
-    config.addinivalue_line(
-        "markers",
-        f"{_MARKER}(allow_held=False, allow_pending=False, allow_outstanding=False, timeout=None): "
-        "with --reclaim-check, allow this test's leftovers of each kind, and set its flush timeout",
-    )
-    timeout = _timeout(config)  # a bad value is an error even with the check off
-    if _enabled(config):
-        config.pluginmanager.register(_Check(timeout), "cuda_reclaim-check")
-
-
-def pytest_report_header(config):
-    """pytest calls it: one header line while the check is enabled, none otherwise."""
-    check = config.pluginmanager.get_plugin("cuda_reclaim-check")
-    if check is not None:
-        return f"cuda_reclaim: --reclaim-check on, flush timeout {check.timeout:g} s"
-    return None
 
 
 def _marker_settings(item, timeout):
@@ -210,8 +151,8 @@ def _describe(nodeid, before, after, left, broken, timeout):
     return "\n".join(lines)
 
 
-class _Check:
-    """The check, registered by pytest_configure only where it is enabled."""
+class Check:
+    """The check, registered by pytest_configure (``_cuda_reclaim_pytest``) only where it is enabled."""
 
     def __init__(self, timeout):
         self.timeout = timeout
@@ -228,30 +169,44 @@ class _Check:
             pytest.fail(str(error), pytrace=False)
         mark = cuda_reclaim.hand_back_mark()  # what the test attaches counts from here
         before = cuda_reclaim.stats()
-        request.node.stash[_BASELINE] = before
+        request.node.stash[_BASELINE] = (before, mark)
         yield
         after, left, broken = _settle(before, mark, allowed, timeout)
         if left or broken:
             pytest.fail(_describe(request.node.nodeid, before, after, left, broken, timeout), pytrace=False)
 
 
-class Reclaim:
-    """What the ``reclaim`` fixture gives a test: the counters since the test began, and a flush."""
+# Reclaim.flush()'s default: the test's flush timeout.
+_TEST_TIMEOUT = object()
 
-    def __init__(self, baseline):
+
+class Reclaim:
+    """What the ``reclaim`` fixture gives a test: the counters since the test began, and a flush of what
+    was attached since then."""
+
+    def __init__(self, baseline, *, since=None, timeout=DEFAULT_TIMEOUT):
+        """`baseline`: a :func:`cuda_reclaim.stats` dict; `since`: a :func:`cuda_reclaim.hand_back_mark`
+        (``None``: flush waits for everything attached before it); `timeout`: flush's default wait, in
+        seconds (``None``: for ever)."""
         self._baseline = dict(baseline)
+        self._since = since
+        self._timeout = timeout
 
     @property
     def baseline(self):
         """The :func:`cuda_reclaim.stats` dict read when the test began (a copy)."""
         return dict(self._baseline)
 
-    def flush(self, timeout=None):
-        """Any thread: :func:`cuda_reclaim.flush` (wait up to ``timeout`` seconds, ``None`` for ever, for CUDA
-        to hand back what was attached, then drain); returns how many it released or ran."""
+    def flush(self, timeout=_TEST_TIMEOUT):
+        """Any thread but CUDA's callback thread: :func:`cuda_reclaim.flush` with ``since=`` the test's start:
+        waits for CUDA to hand back what was attached since the test began (never for what a fixture of a
+        wider scope attached before), then drains; returns how many it released or ran. It waits up to
+        ``timeout`` seconds (``None``: for ever); by default the test's flush timeout: the ``reclaim``
+        marker's ``timeout``, else ``--reclaim-timeout`` (ini ``reclaim_timeout``, default 5 s). What CUDA
+        still holds then stays held: :meth:`delta` shows it."""
         import cuda_reclaim
 
-        return cuda_reclaim.flush(timeout)
+        return cuda_reclaim.flush(self._timeout if timeout is _TEST_TIMEOUT else timeout, since=self._since)
 
     def stats(self):
         """Any thread: :func:`cuda_reclaim.stats`, the counters now."""
@@ -266,14 +221,18 @@ class Reclaim:
         return {key: value - self._baseline.get(key, 0) for key, value in now.items()}
 
 
-@pytest.fixture
-def reclaim(request):
-    """A test requests it: a :class:`Reclaim` whose ``delta()`` counts from the test's start (with
-    ``--reclaim-check``: the check's reading, before the test's function-scoped fixtures; otherwise: this
-    fixture's setup). Enabling nothing, it works with the check off."""
-    baseline = request.node.stash.get(_BASELINE, None)
-    if baseline is None:
-        import cuda_reclaim
+def fixture_value(request):
+    """The ``reclaim`` fixture's value for `request` (``_cuda_reclaim_pytest.reclaim`` calls it): it counts
+    from the check's reading and mark where the check is enabled, else from now."""
+    import cuda_reclaim
 
-        baseline = cuda_reclaim.stats()
-    return Reclaim(baseline)
+    started = request.node.stash.get(_BASELINE, None)
+    if started is None:
+        mark = cuda_reclaim.hand_back_mark()
+        started = (cuda_reclaim.stats(), mark)
+    baseline, mark = started
+    try:
+        _, timeout = _marker_settings(request.node, request.config.stash.get(_TIMEOUT, DEFAULT_TIMEOUT))
+    except pytest.UsageError as error:
+        pytest.fail(str(error), pytrace=False)
+    return Reclaim(baseline, since=mark, timeout=timeout)

@@ -1,8 +1,9 @@
-"""The pytest plugin (cuda_reclaim.pytest_plugin), run by pytest's own pytester in child processes whose
-driver is the fake libcuda: off unless asked for; --reclaim-check (or the ini) fails a test that leaves
-work behind; the timeout; the marker that allows leftovers; the `reclaim` fixture; a session fixture that
-holds a graph across tests. The entry point itself is checked where the package is installed
-(wheel_install_test.sh, tests/packaging/sdist_install_test.sh)."""
+"""The pytest plugin (cuda_reclaim.pytest_plugin, and _cuda_reclaim_pytest, its start-up part that the entry
+point loads), run by pytest's own pytester in child processes whose driver is the fake libcuda: off unless
+asked for; --reclaim-check (or the ini) fails a test that leaves work behind; the timeout; the marker that
+allows leftovers; the `reclaim` fixture; a session fixture that holds a graph across tests; a run that never
+uses cuda_reclaim imports none of it, even with a bad setting. The entry point itself is checked where the
+package is installed (wheel_install_test.sh, tests/packaging/sdist_install_test.sh)."""
 
 import os
 import sys
@@ -34,6 +35,10 @@ def destroy_later(graph, seconds):
     timer.start()
     return timer
 """
+
+# The module the entry point (pyproject.toml's [project.entry-points.pytest11]) names: it imports neither
+# cuda_reclaim nor its extension.
+START_UP_PLUGIN = "_cuda_reclaim_pytest"
 
 LEAKS_A_GRAPH = """
 from conftest import fake, P
@@ -415,7 +420,7 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     if distribution is None:
         pytest.skip("cuda_reclaim runs from the source tree here: no entry point to load it")
     plugins = [(point.name, point.value) for point in distribution.entry_points if point.group == "pytest11"]
-    assert plugins == [("cuda_reclaim", "cuda_reclaim.pytest_plugin")]
+    assert plugins == [("cuda_reclaim", START_UP_PLUGIN)]
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))
     pytester.makepyfile("import cuda_reclaim\n\ndef test_queues():\n    cuda_reclaim.defer_release(object())\n")
@@ -428,3 +433,161 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     # Blocked by its entry point's name, its option is gone.
     blocked = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:cuda_reclaim", "--reclaim-check")
     assert blocked.ret == pytest.ExitCode.USAGE_ERROR
+
+
+# A session fixture that keeps one graph (and its payload) attached for the whole session.
+SESSION_GRAPH = """
+import pytest
+from conftest import fake, P, destroy_later
+import cuda_reclaim
+
+@pytest.fixture(scope="session")
+def session_graph():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    yield graph
+    fake.fake_cuda_graph_destroy(graph)
+"""
+
+
+def test_the_reclaim_fixture_flushes_what_the_test_attached_beside_a_session_graph(pytester, run):
+    # The guide's example beside a graph that a session fixture keeps: the fixture's flush waits for what
+    # was attached since the test began (by default up to the test's flush timeout, with None for ever),
+    # never for the session's graph.
+    pytester.makepyfile(
+        SESSION_GRAPH
+        + """
+def test_releases_what_it_queued(session_graph, reclaim):
+    cuda_reclaim.defer_release(P())
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.1)
+    assert reclaim.flush() == 2  # the queued one, and the graph's payload once CUDA handed it back
+    assert reclaim.delta()["released"] == 2
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.1)
+    assert reclaim.flush(None) == 1
+    assert reclaim.stats()["held_by_cuda"] == 1  # the session's graph, still held
+"""
+    )
+    run("-v").assert_outcomes(passed=1)
+    run("--reclaim-check", "-v").assert_outcomes(passed=1)
+
+
+def test_the_reclaim_fixtures_flush_waits_up_to_the_configured_timeout(pytester, run):
+    # What the test attached and CUDA keeps: the fixture's flush gives up after the test's flush timeout
+    # (--reclaim-timeout, the ini's reclaim_timeout, the marker's timeout), or an explicit one.
+    pytester.makepyfile(
+        SESSION_GRAPH
+        + """
+@pytest.mark.reclaim(allow_held=True)
+def test_keeps_a_graph(session_graph, reclaim):
+    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
+    cuda_reclaim.defer_release(P())
+    assert reclaim.flush() == 1  # the queued one; the graph's payload stays held
+    assert reclaim.delta()["held_by_cuda"] == 1
+    assert reclaim.flush(0) == 0
+
+@pytest.mark.reclaim(allow_held=True, timeout=0.05)
+def test_keeps_another_with_its_own_timeout(session_graph, reclaim):
+    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
+    assert reclaim.flush() == 0
+    assert reclaim.delta()["held_by_cuda"] == 1
+"""
+    )
+    run("--reclaim-timeout=0.1", "-v").assert_outcomes(passed=2)
+    run("--reclaim-check", "--reclaim-timeout=0.1", "-v").assert_outcomes(passed=2)
+    pytester.makeini("[pytest]\nreclaim_timeout = 0.1\n")
+    run("-v").assert_outcomes(passed=2)
+
+
+NEVER_USES_IT = """
+import sys
+
+def test_never_uses_cuda_reclaim():
+    imported = [name for name in sys.modules if name == "cuda_reclaim" or name.startswith("cuda_reclaim.")]
+    assert "cuda_reclaim._reclaim" not in sys.modules and imported == [], imported
+"""
+
+USES_THE_FIXTURE = """
+
+def test_uses_the_fixture(reclaim):
+    pass
+"""
+
+
+@pytest.fixture
+def run_start_up(pytester, monkeypatch):
+    """run_start_up(*args) runs pytest in a child with the plugin's start-up module alone (as its entry
+    point loads it), no conftest, and the fake driver; returns pytester's RunResult."""
+    if not os.path.exists(fake_cuda.PATH):
+        pytest.skip(f"fake driver not built: {fake_cuda.PATH}")
+    monkeypatch.setenv("CUDA_RECLAIM_LIBCUDA", fake_cuda.PATH)
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+    monkeypatch.delenv("CUDA_RECLAIM_REPORT", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))
+
+    def run_start_up(*args):
+        return pytester.runpytest_subprocess(
+            "-p", START_UP_PLUGIN, "-p", "no:cacheprovider", *args, timeout=fake_cuda.HANG_LIMIT
+        )
+
+    return run_start_up
+
+
+@pytest.mark.parametrize(
+    "variable, value", [("CUDA_RECLAIM_REPORT", "maybe"), ("CUDA_RECLAIM_RESERVED_CAPACITY", "12k"), (None, None)]
+)
+def test_a_run_that_never_uses_cuda_reclaim_imports_none_of_it_even_with_a_bad_setting(
+    pytester, monkeypatch, run_start_up, variable, value
+):
+    if variable is not None:
+        monkeypatch.setenv(variable, value)
+    pytester.makepyfile(NEVER_USES_IT)
+    result = run_start_up("-v")
+    result.assert_outcomes(passed=1)
+    # The options and the marker are registered all the same.
+    result = run_start_up("--markers")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["@pytest.mark.reclaim(allow_held=False, *"])
+    result = run_start_up("--help")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["*--reclaim-check*", "*--reclaim-timeout=SECONDS*"])
+    result = run_start_up("--reclaim-timeout=soon")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--reclaim-timeout: a number of seconds >= 0 is needed, not 'soon'*"])
+
+
+def test_with_a_bad_setting_the_check_and_the_fixture_say_so_and_other_tests_pass(
+    pytester, monkeypatch, run_start_up
+):
+    monkeypatch.setenv("CUDA_RECLAIM_REPORT", "maybe")
+    pytester.makepyfile(NEVER_USES_IT + USES_THE_FIXTURE)
+    result = run_start_up("-v")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*ImportError: cuda_reclaim: CUDA_RECLAIM_REPORT=maybe is not understood*"])
+    result = run_start_up("--reclaim-check")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["*--reclaim-check: cuda_reclaim cannot be imported: cuda_reclaim: CUDA_RECLAIM_REPORT=maybe is not*"]
+    )
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_the_start_up_plugin_runs_the_check_and_the_fixture(pytester, run_start_up):
+    # Loaded as the entry point loads it: the check (imported at configure time) and the fixture work.
+    pytester.makeconftest(CHILD_CONFTEST)
+    pytester.makepyfile(
+        LEAKS_A_GRAPH
+        + """
+def test_fixture(reclaim):
+    cuda_reclaim.defer_release(P())
+    assert reclaim.flush() == 1 and reclaim.delta()["released"] == 1
+"""
+    )
+    result = run_start_up("--reclaim-check", "--reclaim-timeout=0.1")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(
+        ["cuda_reclaim: --reclaim-check on, flush timeout 0.1 s", "*ERROR at teardown of test_leaks*"]
+    )
