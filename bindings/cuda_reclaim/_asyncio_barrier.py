@@ -4,6 +4,12 @@ A waiter takes the epochs to wait for from the queue's barrier (as :func:`cuda_r
 does) and an asyncio future. Each loop with waiters has a reader on the barrier's eventfd, which the
 hand-back that may end a wait writes while listeners are registered: no timer, no thread. The eventfd is one per
 process, so the loop whose reader empties it tells the other loops with waiters to look too.
+
+Fork: the child's eventfd is a new one behind the same descriptor number, and a loop made before the fork shares
+its kernel poller with the parent, whose registration of that number names the parent's eventfd. Before such a
+loop's reader watches the number in the child, the loop gets a poller of its own (cuda_reclaim.asyncio's
+``_make_poller_own``) and the reader is removed and added again; a loop whose poller cannot be renewed (uvloop's)
+looks on a timer instead, and registers nothing in the poller the parent waits on.
 """
 
 import asyncio as _asyncio
@@ -17,8 +23,14 @@ from . import _reclaim
 # their loop's thread.
 _waiters: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, list[list[object]]]" = weakref.WeakKeyDictionary()
 _lock = _threading.Lock()
-# Loops whose reader is added and whose listener is registered with the barrier (one each). Guarded by _lock.
+# Loops whose reader is added (or timer scheduled: _timers) and whose listener is registered with the barrier (one
+# each). Guarded by _lock.
 _listening: "weakref.WeakSet[_asyncio.AbstractEventLoop]" = weakref.WeakSet()
+# Loops of _listening that look on a timer instead of a reader (fork child, a poller shared with the parent that
+# cannot be renewed): loop -> its asyncio.TimerHandle. Guarded by _lock; scheduled on the loop's thread only.
+_timers: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, _asyncio.TimerHandle]" = weakref.WeakKeyDictionary()
+# The timer's period, in seconds.
+_TIMER_SECONDS = 0.05
 
 
 def _settle(loop):
@@ -61,6 +73,50 @@ def _on_readable(loop):
             pass
 
 
+def _reader_is_own(loop):
+    """On `loop`'s thread: True if a reader that `loop` adds watches this process's files only and wakes no
+    other process's loop. Outside a fork child, always; in a fork child once cuda_reclaim.asyncio has given
+    the loop a poller of its own (a loop made before the fork shares its kernel poller with the parent) or
+    the loop's poller is not one the parent waits on. False: a poller shared with the parent that cannot be
+    renewed. Never blocks."""
+    from . import asyncio as reclaim_asyncio  # the module that imports this one and exports handed_back
+
+    if not reclaim_asyncio._forked:
+        return True
+    return reclaim_asyncio._make_poller_own(loop) or not reclaim_asyncio._poller_may_be_the_parents(loop)
+
+
+def _tick(loop):
+    """A timer loop's look (see _timers): settle, and look again while it listens."""
+    _settle(loop)
+    with _lock:
+        if loop in _timers and not loop.is_closed():
+            _timers[loop] = loop.call_later(_TIMER_SECONDS, _tick, loop)
+
+
+def _wake_on_listener(loop):
+    """On `loop`'s thread, for a loop of _listening: its reader on the listener fd, or its timer where a
+    reader is not the loop's own (see _reader_is_own)."""
+    if _reader_is_own(loop):
+        loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
+        return
+    with _lock:
+        _timers[loop] = loop.call_later(_TIMER_SECONDS, _tick, loop)
+
+
+def _follow_fork(loop):
+    """In a fork child, on `loop`'s thread, for a loop that listened at the fork: its reader's registration
+    is inherited and names the parent's eventfd (see the module's docstring). The reader goes (a removal from
+    a poller shared with the parent fails harmlessly: the kernel keys the parent's registration by the
+    parent's eventfd) and comes back in the loop's own poller, or the loop looks on a timer."""
+    with _lock:
+        listening = loop in _listening and loop not in _timers
+    if not listening or loop.is_closed():
+        return
+    loop.remove_reader(_reclaim._hand_back_listener_fd())
+    _wake_on_listener(loop)
+
+
 def _register(loop, entry):
     with _lock:
         _waiters.setdefault(loop, []).append(entry)
@@ -70,7 +126,7 @@ def _register(loop, entry):
     if start:
         # Listen before the first look (_settle): an end() after the look then writes the fd.
         _reclaim._hand_back_listen(True)
-        loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
+        _wake_on_listener(loop)
 
 
 def _unregister(loop, entry):
@@ -82,11 +138,15 @@ def _unregister(loop, entry):
         if not waiting:
             _waiters.pop(loop, None)
         stop = not waiting and loop in _listening
+        timer = None
         if stop:
             _listening.discard(loop)
+            timer = _timers.pop(loop, None)
     if stop:
         _reclaim._hand_back_listen(False)
-        if not loop.is_closed():
+        if timer is not None:
+            timer.cancel()
+        elif not loop.is_closed():
             loop.remove_reader(_reclaim._hand_back_listener_fd())
 
 
@@ -97,8 +157,10 @@ async def handed_back(*, since=None):
     while waiting.
 
     The loop wakes through a reader on the barrier's eventfd, written by the hand-back that ends the wait:
-    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe. Loops
-    without ``add_reader`` (the Windows proactor) are refused with NotImplementedError.
+    no polling timer, no thread (in a fork child, a loop made before the fork whose poller cannot be made
+    the child's own, as uvloop's, looks every 50 ms instead). Bound it with ``asyncio.wait_for``; cancelling
+    the await is safe. Loops without ``add_reader`` (the Windows proactor) are refused with
+    NotImplementedError.
     """
     loop = _asyncio.get_running_loop()
     if _reclaim._hand_back_closed():
@@ -121,10 +183,12 @@ async def flush(*, since=None):
 
 
 def _after_fork_in_child():
-    # The barrier starts afresh in the child (no tickets, no listener): what the parent's loops waited for
-    # is over here. Restore one listener per loop still waiting, and have the loops look again (the forking
-    # thread is the only one: call_soon is safe where it runs a loop). Another parent thread may have held
-    # the lock at the fork: the child's is new.
+    # The barrier starts afresh in the child (no tickets, no listener, a new eventfd behind the listener fd's
+    # number): what the parent's loops waited for is over here. Restore one listener per loop still waiting,
+    # have each such loop watch the child's eventfd (_follow_fork, on the loop's thread, after every fork hook
+    # has run) and look again (the forking thread is the only one: call_soon is safe where it runs a loop).
+    # Another parent thread may have held the lock at the fork: the child's is new. A timer of the parent's
+    # is the loop's own, scheduled on it: it goes on.
     global _lock
     _lock = _threading.Lock()
     with _lock:
@@ -134,6 +198,7 @@ def _after_fork_in_child():
         _reclaim._hand_back_listen(True)
     for loop in loops:
         if not loop.is_closed():
+            loop.call_soon(_follow_fork, loop)
             loop.call_soon(_settle, loop)
 
 

@@ -13,7 +13,9 @@ thread) or at once (from its own reader's drain). No polling, no thread per wait
 the call if it has not run (it then never runs); its references go when CUDA hands the call back, or at close.
 
 Fork: in a fork child an asyncio epoll loop gets a poller of its own before its reader is installed again;
-a uvloop loop whose poller the parent shares drains on a timer (docs/callbacks.md, "Close, exit, fork").
+a uvloop loop whose poller the parent shares drains on a timer (docs/callbacks.md, "Close, exit, fork"). The
+same holds for the reader of ``handed_back()`` and ``flush()`` on the barrier's eventfd: a loop made before the
+fork watches the child's eventfd from a poller of its own, or looks on a timer.
 """
 
 import asyncio as _asyncio
