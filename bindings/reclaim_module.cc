@@ -240,8 +240,7 @@ PyMethodDef kMethods[] = {
 
 // --- settings (CUDA_RECLAIM_*) ------------------------------------------------------------------------
 
-// A setting whose value is not understood: its variable, its value (owned by the environment) and what
-// it accepts.
+// A setting whose value is not understood: its variable, its value (the environment's) and what it accepts.
 struct BadSetting {
   const char* variable;
   const char* value;
@@ -257,28 +256,22 @@ bool locating_python_m_of_this_package() {
   PyObject* argv = PySys_GetObject("argv");  // borrowed; both lists belong to sys
   PyObject* orig_argv = PySys_GetObject("orig_argv");
   if (argv == nullptr || orig_argv == nullptr || !PyList_Check(argv) || !PyList_Check(orig_argv)) return false;
-  const Py_ssize_t arguments = PyList_GET_SIZE(argv);
-  const Py_ssize_t index = PyList_GET_SIZE(orig_argv) - arguments;
-  if (arguments < 1 || index < 1) return false;
+  const Py_ssize_t index = PyList_GET_SIZE(orig_argv) - PyList_GET_SIZE(argv);
+  if (PyList_GET_SIZE(argv) < 1 || index < 1) return false;
   PyObject* first = PyList_GET_ITEM(argv, 0);
   PyObject* token = PyList_GET_ITEM(orig_argv, index);
-  if (!PyUnicode_Check(first) || !PyUnicode_Check(token) || PyUnicode_CompareWithASCIIString(first, "-m") != 0) {
-    return false;
-  }
-  const char* text = PyUnicode_AsUTF8(token);
+  const bool locating = PyUnicode_Check(first) && PyUnicode_CompareWithASCIIString(first, "-m") == 0;
+  const char* text = locating && PyUnicode_Check(token) ? PyUnicode_AsUTF8(token) : nullptr;
   if (text == nullptr) {
-    PyErr_Clear();
+    PyErr_Clear();  // a token that cannot be encoded names no module of this package
     return false;
   }
   const std::size_t length = std::strlen(text);
   for (const char* name : {"cuda_reclaim", "cuda_reclaim.__main__"}) {
-    const std::size_t name_length = std::strlen(name);
-    if (std::strcmp(text, name) == 0) return true;
-    // Short options run together with -m's argument: "-mcuda_reclaim", "-Imcuda_reclaim".
-    if (text[0] == '-' && text[1] != '-' && length > name_length + 1 &&
-        std::strcmp(text + length - name_length, name) == 0 && text[length - name_length - 1] == 'm') {
-      return true;
-    }
+    // The token alone, or short options run together with -m's argument: "-mcuda_reclaim", "-Imcuda_reclaim".
+    const std::size_t size = std::strlen(name), start = length - size;  // start: read only when length > size
+    const bool joined = text[0] == '-' && text[1] != '-' && length > size + 1 && text[start - 1] == 'm';
+    if (std::strcmp(text, name) == 0 || (joined && std::strcmp(text + start, name) == 0)) return true;
   }
   return false;
 }
