@@ -30,12 +30,58 @@ struct Values {
 
 enum class Group { kQueue, kSource, kHold, kCall };
 
+// What a value does over time, which decides how a monitoring system reads it (cuda_reclaim.metrics):
+// a counter only grows (its rate means something); a gauge is a level that goes up and down; a high-water
+// mark is the highest level seen, which never goes down but is a level, not a count (exported as a gauge).
+enum class Kind { kCounter, kGauge, kHighWaterMark };
+
 struct Stat {
   const char* name;
   Group group;
-  const char* description;
+  Kind kind;
+  const char* description;  // STATS_DOCS: what it counts, in full
+  const char* help;         // STATS_HELP: one short line (a metric's HELP)
   std::uint64_t (*read)(const Values&);
 };
+
+// The queue's counters come from the C ABI header with a name and a description only; their kind and help
+// line are here, each with why it has that kind. A counter added to RECLAIM_COUNTERS without a line here
+// fails to compile (static_assert below).
+struct QueueMetric {
+  const char* name;
+  Kind kind;
+  const char* help;
+};
+constexpr QueueMetric kQueueMetrics[] = {
+    // Every accepted hand-over adds one; nothing takes any away.
+    {"handed_over", Kind::kCounter, "references handed over and accepted (queued or leaked after close)"},
+    {"released", Kind::kCounter, "references released by a drain or by close()"},
+    // The queue's length now: drains take it down.
+    {"pending", Kind::kGauge, "references queued now"},
+    {"leaked_after_close", Kind::kCounter, "references handed over after close(), leaked on purpose"},
+    {"rejected", Kind::kCounter, "hand-overs that could not be stored, leaked"},
+    // Set (not added to) in each fork child, and a drain that the forking thread was inside takes what it
+    // settles back out of it: it goes down, so it is a level.
+    {"abandoned_after_fork", Kind::kGauge, "references the parent had queued when this process forked"},
+    {"nonempty_drains", Kind::kCounter, "drains and closes that released at least one reference"},
+    // Raised, never lowered: the highest pending seen, a level to read beside pending, not a count.
+    {"max_pending", Kind::kHighWaterMark, "highest number of references queued at once"},
+    {"eventfd_writes", Kind::kCounter, "writes to the wake-up fd"},
+    // Taken by a drain and not yet released: drains settle it back to zero.
+    {"in_drain", Kind::kGauge, "references a drain took and has not finished releasing"},
+    {"trims", Kind::kCounter, "times trim() gave a burst's memory back"},
+};
+
+constexpr const QueueMetric* queue_metric(std::string_view name) {
+  for (const QueueMetric& metric : kQueueMetrics) {
+    if (name == metric.name) return &metric;
+  }
+  return nullptr;
+}
+#define RECLAIM_QUEUE_METRIC_CHECK_(counter, description) \
+  static_assert(queue_metric(#counter) != nullptr, "RECLAIM_COUNTERS' " #counter " has no line in kQueueMetrics");
+RECLAIM_COUNTERS(RECLAIM_QUEUE_METRIC_CHECK_)
+#undef RECLAIM_QUEUE_METRIC_CHECK_
 
 // graph/counters.h's description of its counter `name`, so that it is written once.
 constexpr const char* graph_meaning(std::string_view name) {
@@ -46,41 +92,55 @@ constexpr const char* graph_meaning(std::string_view name) {
   return nullptr;
 }
 
-#define RECLAIM_QUEUE_STAT_(counter, description) \
-  {#counter, Group::kQueue, description, [](const Values& v) -> std::uint64_t { return v.queue.counter; }},
-#define RECLAIM_GRAPH_STAT_(counter, group) \
-  {#counter, group, graph_meaning(#counter), [](const Values& v) -> std::uint64_t { return v.held.counter; }}
+#define RECLAIM_QUEUE_STAT_(counter, description)                                          \
+  {#counter, Group::kQueue, queue_metric(#counter)->kind, description, queue_metric(#counter)->help, \
+   [](const Values& v) -> std::uint64_t { return v.queue.counter; }},
+#define RECLAIM_GRAPH_STAT_(counter, group, kind, help)      \
+  {#counter, group, kind, graph_meaning(#counter), help, \
+   [](const Values& v) -> std::uint64_t { return v.held.counter; }}
 
-// The table. stats() lists the keys group by group (queue, source, hold, call), each in this order.
+// The table. stats() lists the keys group by group (queue, source, hold, call), each in this order. Every
+// count by source only grows (direct_pushes too: each read reports at least the one before), and together
+// they split handed_over exactly whenever no hand-over is in flight.
 constexpr Stat kStats[] = {
     RECLAIM_COUNTERS(RECLAIM_QUEUE_STAT_)
-    {"graph_user_objects", Group::kSource,
+    {"graph_user_objects", Group::kSource, Kind::kCounter,
      "handed over by a graph user object's destructor (keep_alive, and a host node's function when its graph "
      "is gone)",
+     "references handed over by graph user objects' destructors",
      [](const Values& v) -> std::uint64_t { return v.sources.graph_user_objects; }},
-    {"stream_host_functions", Group::kSource, "handed over by a keep_alive_until() host function",
+    {"stream_host_functions", Group::kSource, Kind::kCounter, "handed over by a keep_alive_until() host function",
+     "references handed over by keep_alive_until() host functions",
      [](const Values& v) -> std::uint64_t { return v.sources.stream_host_functions; }},
-    RECLAIM_GRAPH_STAT_(host_calls, Group::kSource),
-    RECLAIM_GRAPH_STAT_(host_node_calls, Group::kSource),
-    {"direct_pushes", Group::kSource,
+    RECLAIM_GRAPH_STAT_(host_calls, Group::kSource, Kind::kCounter, "launch_host_func() calls handed over"),
+    RECLAIM_GRAPH_STAT_(host_node_calls, Group::kSource, Kind::kCounter, "host-node firings handed over"),
+    {"direct_pushes", Group::kSource, Kind::kCounter,
      "everything else: defer_release(), the C API capsule (handed_over minus the sources above; a lower "
      "bound while a CUDA hand-over is in flight)",
+     "references handed over by defer_release() and the C API",
      [](const Values& v) -> std::uint64_t { return v.direct_pushes; }},
-    RECLAIM_GRAPH_STAT_(attached_to_cuda, Group::kHold),
-    RECLAIM_GRAPH_STAT_(handed_back_by_cuda, Group::kHold),
-    RECLAIM_GRAPH_STAT_(held_by_cuda, Group::kHold),
-    {"calls_run", Group::kCall, "launch_host_func() calls and host-node firings that ran in a drain (an "
-     "exception counts: the call ran)",
+    // Attached and handed back only grow; what CUDA holds is their difference, a level.
+    RECLAIM_GRAPH_STAT_(attached_to_cuda, Group::kHold, Kind::kCounter, "payloads attached to CUDA"),
+    RECLAIM_GRAPH_STAT_(handed_back_by_cuda, Group::kHold, Kind::kCounter, "payloads CUDA handed back"),
+    RECLAIM_GRAPH_STAT_(held_by_cuda, Group::kHold, Kind::kGauge, "payloads CUDA holds now"),
+    {"calls_run", Group::kCall, Kind::kCounter, "launch_host_func() calls and host-node firings that ran in a "
+     "drain (an exception counts: the call ran)",
+     "calls run in a drain",
      [](const Values&) -> std::uint64_t { return g_call_counters.run; }},
-    {"calls_cancelled", Group::kCall,
+    {"calls_cancelled", Group::kCall, Kind::kCounter,
      "calls that never will run: futures cancelled first, close(), a fork child, host-node firings after "
      "close()",
+     "calls that never will run",
      [](const Values&) -> std::uint64_t { return g_call_counters.cancelled; }},
-    {"calls_outstanding", Group::kCall, "launch_host_func() calls neither run nor cancelled yet (a gauge)",
+    // Neither run nor cancelled yet: each call leaves it once it runs or is cancelled.
+    {"calls_outstanding", Group::kCall, Kind::kGauge,
+     "launch_host_func() calls neither run nor cancelled yet (a gauge)",
+     "launch_host_func() calls neither run nor cancelled yet",
      [](const Values&) -> std::uint64_t { return g_call_counters.outstanding; }},
-    {"calls_parked", Group::kCall,
+    {"calls_parked", Group::kCall, Kind::kCounter,
      "launch_host_func() calls that a drain took before their turn on their stream, and that waited for the "
      "calls before them",
+     "launch_host_func() calls that waited for earlier calls of their stream",
      [](const Values&) -> std::uint64_t { return g_call_counters.parked; }},
 };
 #undef RECLAIM_QUEUE_STAT_
@@ -99,6 +159,14 @@ constexpr bool has_row(std::string_view name) {
   static_assert(has_row(#counter), "graph/counters.h's " #counter " has no row in kStats");
 RECLAIM_GRAPH_COUNTERS(RECLAIM_GRAPH_ROW_CHECK_)
 #undef RECLAIM_GRAPH_ROW_CHECK_
+
+constexpr bool every_row_described() {
+  for (const Stat& stat : kStats) {
+    if (stat.description == nullptr || stat.help == nullptr || stat.help[0] == '\0') return false;
+  }
+  return true;
+}
+static_assert(every_row_described(), "a row of kStats lacks its description or its help line");
 
 constexpr Group kGroupOrder[] = {Group::kQueue, Group::kSource, Group::kHold, Group::kCall};
 
@@ -217,19 +285,33 @@ bool is_bucket(const char* name) {
   return bucket;
 }
 
-int add_docs(PyObject* module) {
-  PyObject* docs = PyDict_New();
-  bool failed = docs == nullptr;
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kCounter:
+      return "counter";
+    case Kind::kGauge:
+      return "gauge";
+    case Kind::kHighWaterMark:
+      return "high_water_mark";
+  }
+  return "counter";
+}
+
+// Adds `name`: a dict of every key (in the order of stats()) to the string `text` gives for its row.
+template <typename Text>
+int add_mapping(PyObject* module, const char* name, Text text) {
+  PyObject* mapping = PyDict_New();
+  bool failed = mapping == nullptr;
   for (Group group : kGroupOrder) {
     for (std::size_t i = 0; i < kStatCount && !failed; ++i) {
       if (kStats[i].group != group) continue;
-      PyObject* doc = PyUnicode_FromString(kStats[i].description);
-      failed = doc == nullptr || PyDict_SetItemString(docs, kStats[i].name, doc) < 0;
-      Py_XDECREF(doc);
+      PyObject* value = PyUnicode_InternFromString(text(kStats[i]));
+      failed = value == nullptr || PyDict_SetItemString(mapping, kStats[i].name, value) < 0;
+      Py_XDECREF(value);
     }
   }
-  failed = failed || PyModule_AddObjectRef(module, "STATS_DOCS", docs) < 0;
-  Py_XDECREF(docs);
+  failed = failed || PyModule_AddObjectRef(module, name, mapping) < 0;
+  Py_XDECREF(mapping);
   return failed ? -1 : 0;
 }
 
@@ -243,7 +325,9 @@ int add_stats(PyObject* module) {
   if (add_keys(module, "CALL_KEYS", in(Group::kCall)) < 0) return -1;
   const auto bucket = [](const Stat& stat) { return stat.group == Group::kQueue && is_bucket(stat.name); };
   if (add_keys(module, "CONSERVATION_BUCKETS", bucket) < 0) return -1;
-  if (add_docs(module) < 0) return -1;
+  if (add_mapping(module, "STATS_DOCS", [](const Stat& stat) { return stat.description; }) < 0) return -1;
+  if (add_mapping(module, "STATS_HELP", [](const Stat& stat) { return stat.help; }) < 0) return -1;
+  if (add_mapping(module, "STATS_KINDS", [](const Stat& stat) { return kind_name(stat.kind); }) < 0) return -1;
   return PyModule_AddFunctions(module, kStatsMethods);
 }
 

@@ -8,6 +8,8 @@ from typing import Any, Callable, Final, final
 ABI_VERSION: Final[int]
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]
+STATS_HELP: Final[dict[str, str]]  # every key: one short line (a metric's HELP)
+STATS_KINDS: Final[dict[str, str]]  # every key: "counter", "gauge" or "high_water_mark"
 CONSERVATION_BUCKETS: Final[tuple[str, ...]]
 SOURCE_KEYS: Final[tuple[str, ...]]
 HOLD_KEYS: Final[tuple[str, ...]]
