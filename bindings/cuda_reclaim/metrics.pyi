@@ -2,9 +2,7 @@
 
 from typing import Any, Iterator
 
-__all__ = ["GAUGE_KEYS", "ReclaimCollector", "register"]
-
-GAUGE_KEYS: tuple[str, ...]
+__all__ = ["ReclaimCollector", "register"]
 
 class ReclaimCollector:
     def collect(self) -> Iterator[Any]: ...
