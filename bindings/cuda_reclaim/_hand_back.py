@@ -7,10 +7,13 @@ module is first imported, that joins the pool's workers: that module is imported
 registered once per process at the package's import, runs before it.
 """
 
-import concurrent.futures.thread  # noqa: F401 - its exit hook joins the pool's workers: registered before ours
-
 from . import _python_compat
 from . import _reclaim
+
+try:
+    import concurrent.futures.thread  # noqa: F401 - its exit hook joins the pool's workers: registered before ours
+except RuntimeError:  # imported while threading shuts down: it cannot register its hook, nor start a worker
+    pass
 
 
 def _close_at_threading_exit():
