@@ -1,6 +1,8 @@
-"""cuda_reclaim.metrics: every stats() key exported with its description, type and value."""
+"""cuda_reclaim.metrics: Prometheus' shape, with every name, kind, help line and label taken from the counter
+table (STATS_KINDS, STATS_HELP, SOURCE_KEYS of the extension), and the example scrape of docs/api.md."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -10,42 +12,142 @@ prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus-
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import cuda_reclaim  # noqa: E402
+from cuda_reclaim import _reclaim  # noqa: E402
 from cuda_reclaim import metrics  # noqa: E402
 
+# The source tree, through this file's own link (Bazel's runfiles link each file to its source).
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+API_DOC = os.path.join(ROOT, "docs", "api.md")
 
-def scrape(registry):
-    text = prometheus_client.generate_latest(registry).decode()
+
+def exposition(registry):
+    """The text a scrape of `registry` returns."""
+    return prometheus_client.generate_latest(registry).decode()
+
+
+def parse(text):
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
-def test_every_key_exported_with_help_type_and_value():
-    cuda_reclaim.drain()
+def type_lines(text):
+    """{metric name: type} from the exposition's # TYPE lines."""
+    return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+
+
+def expected_types():
+    """{# TYPE name: type} that the table asks for: counters end in _total, gauges and high-water marks plain,
+    the per-source keys only as labels of handed_over's family, and the info metric."""
+    expected = {"cuda_reclaim_info": "gauge"}
+    for key, kind in _reclaim.STATS_KINDS.items():
+        if key in cuda_reclaim.SOURCE_KEYS:
+            continue
+        if kind == "counter":
+            expected[f"cuda_reclaim_{key}_total"] = "counter"
+        else:
+            assert kind in ("gauge", "high_water_mark"), (key, kind)
+            expected[f"cuda_reclaim_{key}"] = "gauge"
+    return expected
+
+
+def fresh_registry():
     registry = prometheus_client.CollectorRegistry()
     collector = metrics.register(registry)
     assert isinstance(collector, metrics.ReclaimCollector)
-    families = scrape(registry)
-    expected = cuda_reclaim.stats()
-    assert len(families) == len(expected)
-    for key, value in expected.items():
-        family = families[f"cuda_reclaim_{key}"]
-        assert family.documentation == cuda_reclaim.STATS_DOCS[key]
-        if key in metrics.GAUGE_KEYS:
-            assert family.type == "gauge"
-            assert [(s.name, s.value) for s in family.samples] == [(f"cuda_reclaim_{key}", value)]
-        else:
-            assert family.type == "counter"
-            assert [(s.name, s.value) for s in family.samples] == [(f"cuda_reclaim_{key}_total", value)]
+    return registry
+
+
+def test_names_and_kinds_follow_the_table():
+    text = exposition(fresh_registry())
+    assert type_lines(text) == expected_types()
+    # What the counters do decides their kind: these two, at least, are not what their names might suggest.
+    assert _reclaim.STATS_KINDS["max_pending"] == "high_water_mark"
+    assert type_lines(text)["cuda_reclaim_max_pending"] == "gauge"
+    assert _reclaim.STATS_KINDS["abandoned_after_fork"] == "gauge"
+    assert "cuda_reclaim_abandoned_after_fork_total" not in type_lines(text)
+
+
+def test_every_kind_and_help_line_comes_from_the_table():
+    assert tuple(_reclaim.STATS_KINDS) == tuple(cuda_reclaim.STATS_DOCS)
+    assert tuple(_reclaim.STATS_HELP) == tuple(cuda_reclaim.STATS_DOCS)
+    assert set(_reclaim.STATS_KINDS.values()) == {"counter", "gauge", "high_water_mark"}
+    for key, help_line in _reclaim.STATS_HELP.items():
+        assert help_line and "\n" not in help_line and len(help_line) <= 80, key
+    families = parse(exposition(fresh_registry()))
+    for key in cuda_reclaim.STATS_DOCS:
+        if key in cuda_reclaim.SOURCE_KEYS:
+            continue
+        # The parser takes _total off a counter's family name.
+        assert families[f"cuda_reclaim_{key}"].documentation.startswith(_reclaim.STATS_HELP[key]), key
+
+
+def test_handed_over_is_one_family_split_by_source_and_values_are_one_reading(drained):
+    registry = fresh_registry()
+    cuda_reclaim.defer_release(object())
+    families = parse(exposition(registry))
+    counters = cuda_reclaim.stats()
+    handed_over = families["cuda_reclaim_handed_over"]
+    assert handed_over.type == "counter"
+    assert [(s.name, s.labels) for s in handed_over.samples] == [
+        ("cuda_reclaim_handed_over_total", {"source": key}) for key in cuda_reclaim.SOURCE_KEYS]
+    by_source = {s.labels["source"]: s.value for s in handed_over.samples}
+    # Nothing is in flight here: the sources split handed_over exactly, and a direct push is counted as one.
+    assert sum(by_source.values()) == counters["handed_over"]
+    assert by_source["direct_pushes"] == counters["direct_pushes"] >= 1
+    for key in cuda_reclaim.STATS_DOCS:
+        if key in cuda_reclaim.SOURCE_KEYS or key == "handed_over":
+            continue
+        [sample] = families[f"cuda_reclaim_{key}"].samples
+        assert sample.labels == {}
+        assert sample.value == counters[key], key  # the automatic drain is off: nothing changed in between
+
+
+def test_the_info_metric_names_the_version_and_the_abi():
+    families = parse(exposition(fresh_registry()))
+    # The text format has no info type: an info metric is a gauge of value 1 whose labels carry the data.
+    [sample] = families["cuda_reclaim_info"].samples
+    assert families["cuda_reclaim_info"].type == "gauge"
+    assert sample.name == "cuda_reclaim_info"
+    assert sample.labels == {"version": cuda_reclaim.__version__, "abi": str(cuda_reclaim.ABI_VERSION)}
+    assert sample.value == 1
 
 
 def test_counters_follow_releases():
-    registry = prometheus_client.CollectorRegistry()
-    metrics.register(registry)
-    before = scrape(registry)["cuda_reclaim_released"].samples[0].value
+    registry = fresh_registry()
+    before = parse(exposition(registry))["cuda_reclaim_released"].samples[0].value
     cuda_reclaim.defer_release(object())
     cuda_reclaim.drain()
-    after = scrape(registry)["cuda_reclaim_released"].samples[0].value
+    after = parse(exposition(registry))["cuda_reclaim_released"].samples[0].value
     assert after >= before + 1
     assert after == cuda_reclaim.stats()["released"]
+
+
+def doc_scrape():
+    """The example scrape of docs/api.md (its `text` block after "A scrape")."""
+    if not os.path.isfile(API_DOC):
+        pytest.skip("docs/api.md is not beside the tests here")
+    text = open(API_DOC, encoding="utf-8").read()
+    match = re.search(r"^A scrape.*?^```text\n(.*?)^```$", text, re.M | re.S)
+    assert match, "docs/api.md lost its example scrape"
+    return match.group(1)
+
+
+def shape(text):
+    """A scrape without its values: each family's name, type, help, and each sample's name and labels (the
+    info metric's values too)."""
+    return [(f.name, f.type, f.documentation, [(s.name, s.labels) for s in f.samples])
+            for f in text_string_to_metric_families(text)]
+
+
+def test_the_docs_example_scrape_is_what_a_scrape_renders():
+    documented = doc_scrape()
+    rendered = exposition(fresh_registry())
+    assert type_lines(documented) == expected_types()
+    info = [s for f in text_string_to_metric_families(documented) for s in f.samples if s.name == "cuda_reclaim_info"]
+    assert [sorted(s.labels) for s in info] == [["abi", "version"]]
+    # The version in the docs is an example; everything else is what a scrape says.
+    current = f'version="{cuda_reclaim.__version__}"'
+    assert shape(re.sub(r'version="[^"]*"', current, documented)) == shape(rendered)
+    assert documented.replace("\n", "").strip() and rendered.splitlines()[0] == documented.splitlines()[0]
 
 
 def test_register_twice_and_wrong_registry():
@@ -55,6 +157,15 @@ def test_register_twice_and_wrong_registry():
         metrics.register(registry)
     with pytest.raises(TypeError, match=r"^register\(\): registry must be"):
         metrics.register("registry")
+
+
+def test_describe_reads_no_counters(monkeypatch):
+    def no_read():
+        raise AssertionError("describe() read stats()")
+
+    monkeypatch.setattr(cuda_reclaim, "stats", no_read)
+    names = [family.name for family in metrics.ReclaimCollector().describe()]
+    assert "cuda_reclaim_handed_over" in names and "cuda_reclaim" in names
 
 
 def run_python(code):
