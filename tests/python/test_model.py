@@ -3,10 +3,18 @@
 Rules hand references over, launch calls, await and cancel them, add and launch host nodes, fire what
 the streams reached, drain (here and on another thread), trim, switch the automatic drain, close (here,
 on another thread, from a call, a finalizer or a done-callback) and fork; finalizers and done-callbacks
-call back into the API. After every step the worker (children/model_worker.py, one forked process per
-example, since close() is for good) reports every promise it saw broken: both laws, every counter but
+call back into the API. The hand-back barrier's rules attach what CUDA keeps (graphs, streams, host nodes)
+and hand it back in any order, take marks, and wait (wait_handed_back, flush, Attachment.wait,
+NodeHandle.wait, asyncio's handed_back and flush, the pytest fixture's flush; with and without since= and
+timeouts) from this thread, another thread, an executor's worker, a finalizer that a drain runs, a
+done-callback and an asyncio task. After every step the worker (children/model_worker.py, one forked process
+per example, since close() is for good) reports every promise it saw broken: both laws, every counter but
 the gauges only grows, no call after close() returned or after its cancellation succeeded, every future
-ends once the queue is closed, and close() leaves no thread behind.
+ends once the queue is closed, close() leaves no thread behind; a True wait finds every attachment it
+covers done(), a wait whose attachments are all handed back returns True (a since= wait never waits for
+what came before its mark), no wait outlives close(), and the process exits with waiters in any thread.
+Each rule declares the public names it calls (@exercises); test_model_coverage.py checks them against the
+__all__ lists.
 
 The bounded profile is derandomized and runs in the suite; CUDA_RECLAIM_MODEL_LONG=1 selects the long
 one (random, many more examples; docs/design.md, "Long passes").
@@ -49,6 +57,19 @@ DONE_ACTIONS = tuple(action for action in ACTIONS if action != "interrupt")
 AWAIT_ACTIONS = DONE_ACTIONS
 MODES = ("thread", "gc", "off")
 STREAMS = (0x5100, 0x5200)  # fake driver streams: any handle is one
+# The hand-back barrier's waits (as children/model_worker.py): each entry point with each site it may be
+# issued from. The blocking ones from this thread, another thread, an executor's worker, a finalizer that a
+# drain runs and a done-callback; the asyncio ones from a task on this thread's loop, a loop on another
+# thread and a loop in an executor's worker.
+SYNC_WAITS = ("wait_handed_back", "flush", "attachment", "node", "reclaim_flush")
+ASYNC_WAITS = ("asyncio_handed_back", "asyncio_flush")
+SYNC_SITES = ("main", "thread", "executor", "finalizer", "callback")
+ASYNC_SITES = ("task", "thread", "executor")
+WAITS = tuple((entry, site) for entry in SYNC_WAITS for site in SYNC_SITES) + tuple(
+    (entry, site) for entry in ASYNC_WAITS for site in ASYNC_SITES
+)
+SINCE = ("none", "latest", "oldest", "fresh")  # no mark, the latest or the oldest mark so far, a mark taken now
+WAIT_TIMEOUTS = ("none", "zero", "short", "long")
 
 if LONG:
     PROFILE = settings(
@@ -152,6 +173,17 @@ class Zygote:
             os.close(self.reply_r)
 
 
+def exercises(*names):
+    """Declares the public names a rule calls (test_model_coverage.py compares their union with the __all__
+    lists): `name` for cuda_reclaim's, `module.name` for a public submodule's."""
+
+    def declare(function):
+        function.exercises = names
+        return function
+
+    return declare
+
+
 _BROKEN_TYPES = {}
 
 
@@ -190,6 +222,7 @@ class PublicApiModel(RuleBasedStateMachine):
             self.broken.append((self.steps, rule_name, promise, detail))
         return self.answer
 
+    @exercises("set_auto_drain")
     @initialize(mode=st.sampled_from(MODES), ending=st.sampled_from(("close", "exit")))
     def fork_a_worker(self, mode, ending):
         """A fresh worker, with the automatic drain in `mode`; it ends by close() or by exiting (the
@@ -203,14 +236,17 @@ class PublicApiModel(RuleBasedStateMachine):
         self.zygote.send("fork", mode, answered=False)  # the worker answers only when it ends
         self.started = True
 
+    @exercises("defer_release")
     @rule(count=st.integers(1, 3), action=st.sampled_from(ACTIONS))
     def hand_over(self, count, action):
         self.step("hand_over", "hand_over", count, action)
 
+    @exercises("keep_alive_until")
     @rule(stream=st.sampled_from(STREAMS), count=st.integers(1, 40), action=st.sampled_from(ACTIONS))
     def keep_alive_until(self, stream, count, action):
         self.step("keep_alive_until", "keep_alive_until", stream, count, action)
 
+    @exercises("launch_host_func")
     @rule(stream=st.sampled_from(STREAMS), action=st.sampled_from(ACTIONS), done=st.sampled_from(DONE_ACTIONS))
     def launch(self, stream, action, done):
         self.step("launch", "launch", stream, action, done)
@@ -219,6 +255,7 @@ class PublicApiModel(RuleBasedStateMachine):
     def cancel_launch(self, index):
         self.step("cancel_launch", "cancel_launch", index)
 
+    @exercises("asyncio.run_when_reached")
     @rule(stream=st.sampled_from(STREAMS), action=st.sampled_from(AWAIT_ACTIONS))
     def await_run_when_reached(self, stream, action):
         self.step("await_run_when_reached", "await", stream, action)
@@ -231,6 +268,7 @@ class PublicApiModel(RuleBasedStateMachine):
     def run_loop(self):
         self.step("run_loop", "run_loop")
 
+    @exercises("add_host_node", "NodeHandle")
     @rule(action=st.sampled_from(ACTIONS))
     def add_host_node(self, action):
         self.step("add_host_node", "add_host_node", action)
@@ -243,6 +281,7 @@ class PublicApiModel(RuleBasedStateMachine):
     def fire(self):
         self.step("fire", "fire")
 
+    @exercises("drain")
     @rule(budget=st.sampled_from((None, 1, 2, 8)))
     def drain(self, budget):
         self.step("drain", "drain", budget)
@@ -256,10 +295,12 @@ class PublicApiModel(RuleBasedStateMachine):
     def drain_on_another_thread(self, budget):
         self.step("drain_on_another_thread", "drain_elsewhere", budget)
 
+    @exercises("trim")
     @rule()
     def trim(self):
         self.step("trim", "trim")
 
+    @exercises("set_auto_drain")
     @rule(mode=st.sampled_from(MODES))
     def set_auto_drain(self, mode):
         self.step("set_auto_drain", "set_mode", mode)
@@ -268,6 +309,7 @@ class PublicApiModel(RuleBasedStateMachine):
     def collect_garbage(self):
         self.step("collect_garbage", "collect")
 
+    @exercises("close")
     @rule(where=st.sampled_from(("main", "other thread")))
     def close(self, where):
         self.step("close", "close", where)
@@ -276,6 +318,61 @@ class PublicApiModel(RuleBasedStateMachine):
     def fork(self):
         self.step("fork", "fork")
 
+    @exercises("keep_alive", "keep_alive_until", "add_host_node", "Attachment", "NodeHandle")
+    @rule(kind=st.sampled_from(("graph", "stream", "node")), epochs=st.sampled_from((1, 1, 2, 8)))
+    def attach(self, kind, epochs):
+        """Attachments the model keeps (keep_alive, keep_alive_until, add_host_node), CUDA holding each until
+        `hand_back`; `epochs` of them with a mark between each (as many epochs holding something)."""
+        self.step("attach", "attach", kind, epochs)
+
+    @rule(index=st.integers(0, 15), where=st.sampled_from(("here", "cuda thread")))
+    def hand_back(self, index, where):
+        """CUDA hands one kept attachment back, in any order."""
+        self.step("hand_back", "hand_back", index, where)
+
+    @exercises("hand_back_mark")
+    @rule()
+    def mark(self):
+        self.step("mark", "mark")
+
+    @exercises(
+        "wait_handed_back", "flush", "Attachment", "NodeHandle", "asyncio.handed_back", "asyncio.flush",
+        "pytest_plugin.Reclaim",
+    )
+    @rule(
+        where=st.sampled_from(WAITS),
+        since=st.sampled_from(SINCE),
+        timeout=st.sampled_from(WAIT_TIMEOUTS),
+        index=st.integers(0, 15),
+    )
+    def wait(self, where, since, timeout, index):
+        """One wait of the hand-back barrier, from where it is issued; a True one finds all it covers done(),
+        one whose attachments are all back returns True, and every one returns once the queue is closed."""
+        entry, site = where
+        event(f"wait: {entry} from {site}")
+        self.step("wait", "wait", entry, site, since, timeout, index)
+
+    @exercises("fileno", "pending", "is_closed", "get_auto_drain", "get_include", "NodeHandle")
+    @rule()
+    def inspect(self):
+        self.step("inspect", "inspect")
+
+    @exercises("metrics.register", "metrics.ReclaimCollector")
+    @rule()
+    def scrape_metrics(self):
+        self.step("scrape_metrics", "scrape")
+
+    @exercises("asyncio.install", "asyncio.DrainHandle")
+    @rule(max_items=st.sampled_from((None, 1, 4096)), cancel=st.booleans())
+    def install_loop_drain(self, max_items, cancel):
+        self.step("install_loop_drain", "install", max_items, cancel)
+
+    @exercises("asyncio.stream_reached")
+    @rule(stream=st.sampled_from(STREAMS))
+    def await_stream_reached(self, stream):
+        self.step("await_stream_reached", "stream_reached", stream)
+
+    @exercises("stats", "conserved")
     @invariant()
     def promises_kept(self):
         # The worker checked every promise after this step; the example goes on to its end and fails in

@@ -15,6 +15,8 @@ the threads; the test only asserts that the list stays empty.
 
 import asyncio
 import atexit
+import concurrent.futures
+import contextlib
 import gc
 import logging
 import os
@@ -25,6 +27,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 
 # Set when a worker ends by exiting: (model, reply fd). The answer is written from an atexit hook
 # registered before the package is imported (fake_cuda imports it too): hooks run last registered first,
@@ -33,15 +36,47 @@ _exiting = None
 CALL_DURING_FINALIZATION = 97  # the exit status of a worker in which a call began after its last answer
 
 
+# The exit's answer is written once: by the hook below, or by the watchdog (serve) when the exit hangs first.
+_answer_lock = threading.Lock()
+
+
 def _answer_at_exit():
     if _exiting is None:
         return
     model, reply_fd = _exiting
+    model.exit_answered.set()
     model.close_returned = True
     model.end_checks("after the atexit hook closed the queue")
     model.check_laws()
-    write_message(reply_fd, {"result": "None", "violations": model.violations, "stats": model.last_stats})
-    model.answered = True
+    with _answer_lock:
+        if model.answered:  # the watchdog answered: the exit took too long
+            return
+        write_message(reply_fd, {"result": "None", "violations": model.violations, "stats": model.last_stats})
+        model.answered = True
+
+
+def _watch_the_exit(model, reply_fd, started):
+    """A daemon thread: if the exit has not reached the answer within EXIT_LIMIT seconds, report the threads it
+    waits behind (their stacks) as a broken promise and end the process."""
+    if model.exit_answered.wait(EXIT_LIMIT):
+        return
+    with _answer_lock:
+        if model.answered:
+            return
+        stacks = []
+        frames = sys._current_frames()
+        for thread in threading.enumerate():
+            if thread is threading.current_thread() or thread.ident not in frames:
+                continue
+            stack = "".join(traceback.format_stack(frames[thread.ident])[-4:])
+            stacks.append(f"{thread.name} (daemon={thread.daemon}):\n{stack}")
+        model.violations.append((
+            "the process exits with waiters in any thread (threading's exit hook closes the barrier first)",
+            f"no exit {time.monotonic() - started:.0f} s after sys.exit(); its threads:\n" + "\n".join(stacks),
+        ))
+        write_message(reply_fd, {"result": "None", "violations": model.violations, "stats": model.last_stats})
+        model.answered = True
+    os._exit(0)
 
 
 atexit.register(_answer_at_exit)
@@ -52,6 +87,8 @@ import fake_cuda  # noqa: E402
 
 import cuda_reclaim  # noqa: E402
 import cuda_reclaim.asyncio as reclaim_asyncio  # noqa: E402
+import cuda_reclaim.metrics as reclaim_metrics  # noqa: E402
+import prometheus_client  # noqa: E402
 from cuda_reclaim import _auto, _reclaim  # noqa: E402
 
 fake = fake_cuda.load(os.environ["CUDA_RECLAIM_LIBCUDA"])
@@ -64,6 +101,28 @@ STREAMS = (0x5100, 0x5200)
 # called back into from a drain, and an exception or an interrupt arriving mid-call.
 ACTIONS = ("none", "defer", "launch", "drain", "trim", "close", "thread", "gc", "off", "raise", "interrupt")
 FORK_CHILD_LIMIT = 20.0
+# The hand-back barrier's limits: how long a wait whose attachments are all handed back (or whose queue is
+# closed) may take to return, how long a wait in a finalizer or call that a drain runs is given (it only
+# looks: it must return long before), and how long an exit may take with waiters in its threads. Each is
+# far above what the promise needs, and below the test's STEP_LIMIT, so that a broken one is reported as such.
+PROMPT_LIMIT = 10.0
+LOOK_LIMIT = 20.0
+EXIT_LIMIT = 30.0
+# The barrier's entry points (docs/design.md, "The hand-back barrier"): the blocking ones, and the asyncio ones.
+SYNC_WAITS = ("wait_handed_back", "flush", "attachment", "node", "reclaim_flush")
+ASYNC_WAITS = ("asyncio_handed_back", "asyncio_flush")
+FLUSHES = ("flush", "reclaim_flush", "asyncio_flush")
+# Where a wait is issued from: "finalizer" and "callback" run inside a drain (where a wait only looks).
+BACKGROUND_SITES = ("thread", "executor", "task")
+TIMEOUTS = {"none": None, "zero": 0, "short": 0.01, "long": 30.0}
+# The threads of the model's own waiters: flush() drains, so calls may run there.
+WAITER_THREADS = "model-wait"
+TRUE_MEANS_DONE = "a True wait implies done() for every attachment it covers (made before it, after its mark)"
+SINCE_PROMPT = "a since= wait never waits for an attachment made before its mark"
+WAIT_PROMPT = "a wait returns True once everything it covers is handed back"
+ATTACHMENT_PROMPT = "Attachment.wait() / NodeHandle.wait() return True once done()"
+NO_WAIT_OUTLIVES_CLOSE = "no wait outlives close() (every pending wait returns once the queue is closed)"
+LOOKS_ONLY = "in a finalizer or call that a drain runs, a wait does not block (it only looks)"
 
 
 class Deliberate(ValueError):
@@ -143,6 +202,19 @@ class Model:
         self.execs = {}  # host-node count -> executable graph
         self.loop = asyncio.new_event_loop()
         self.answered = False  # the last answer was written (at exit)
+        self.exit_answered = threading.Event()  # set once the exit hooks ran (the watchdog stands down)
+        # The hand-back barrier. Every attach (of any rule, on any thread) appends to `begun` before it
+        # attaches and to `ended` once it returned; the ones whose Attachment is not kept here (the other rules'
+        # keep_alive_until, launches, awaits, host nodes) to `foreign` too. A wait may expect True only where
+        # it can tell that everything it covers is kept here and done(). Lists: append and len are atomic.
+        self.begun, self.ended, self.foreign = [], [], []
+        self.kept = []  # Kept: the attachments of the `attach` rule, in the order made
+        self.marks = []  # Mark: hand_back_mark() as the `mark` rule took them, in order
+        self.waits = []  # Wait: issued and not yet checked
+        self.executor = None  # the waits' ThreadPoolExecutor, made on first use
+        self.next_stream = 0x6100  # a stream of its own for each kept keep_alive_until
+        self.queue_fd = None  # fileno(), as first seen
+        self.drain_handle = None  # asyncio.install() on the model's loop
 
     # --- bookkeeping ------------------------------------------------------------------------------------
 
@@ -186,11 +258,14 @@ class Model:
             counters = self.read_stats()
         if self.close_returned:
             self.check_everything_ended("after close() returned")
+        else:
+            self.check_waits()
 
     def check_everything_ended(self, when):
         for ident, future in list(self.futures.items()):
             if not future.done():
                 self.broke("every launch_host_func future ends once the queue is closed", f"{ident} pending {when}")
+        self.check_waits()
 
     # --- what runs inside drains ------------------------------------------------------------------------
 
@@ -230,7 +305,8 @@ class Model:
             if self.close_returned:
                 self.broke("no call runs after close() returned (docs/callbacks.md)", f"{ident} ran")
             if not (where is threading.main_thread() or isinstance(where, _auto._DrainThread)
-                    or where.name in ("model-drain", "model-close")):  # the threads that drain or close here
+                    or where.name in ("model-drain", "model-close")  # the threads that drain or close here
+                    or where.name.startswith(WAITER_THREADS)):  # flush() drains there
                 self.broke("calls run only in drains, never on CUDA's thread", f"{ident} ran on {where.name}")
             if _in_gc_callback():
                 self.broke(
@@ -252,7 +328,8 @@ class Model:
 
     def launch(self, stream, action, done_action, ordered=True):
         ident = self.ident("call")
-        future = cuda_reclaim.launch_host_func(stream, self.body, ident, action)
+        with self.attaching():
+            future = cuda_reclaim.launch_host_func(stream, self.body, ident, action)
         self.futures[ident] = future
         if ordered:
             self.launches += 1
@@ -269,7 +346,8 @@ class Model:
 
     def cmd_keep_alive_until(self, stream, count, action):
         for _ in range(count):
-            cuda_reclaim.keep_alive_until(stream, Payload(self, action))
+            with self.attaching():
+                cuda_reclaim.keep_alive_until(stream, Payload(self, action))
 
     def cmd_launch(self, stream, action, done_action):
         return self.launch(stream, action, done_action)
@@ -291,8 +369,10 @@ class Model:
         ident = self.ident("await")
         self.launches += 1
         self.order[ident] = (stream, self.launches)
-        self.tasks[ident] = self.loop.create_task(reclaim_asyncio.run_when_reached(stream, self.body, ident, action))
-        self.run_loop(0)  # the task starts and launches its call
+        with self.attaching():
+            awaited = reclaim_asyncio.run_when_reached(stream, self.body, ident, action)
+            self.tasks[ident] = self.loop.create_task(awaited)
+            self.run_loop(0)  # the task starts and launches its call
         return ident
 
     def cmd_cancel_await(self, index):
@@ -320,16 +400,20 @@ class Model:
         if self.graph is None:
             self.graph = fake.fake_cuda_graph_create()
         ident = self.ident("node")
-        cuda_reclaim.add_host_node(self.graph, self.body, ident, action)
+        with self.attaching():
+            node = cuda_reclaim.add_host_node(self.graph, self.body, ident, action)
+        if not isinstance(node, cuda_reclaim.NodeHandle) or node.done():
+            self.broke("add_host_node() returns a NodeHandle, held while its graph is", f"{node!r}")
         return ident
 
     def cmd_launch_graph(self, stream):
         if self.graph is None:
             return None
         nodes = fake.fake_cuda_graph_host_node_count(self.graph)
-        if nodes not in self.execs:
-            self.execs[nodes] = fake.fake_cuda_graph_instantiate(self.graph)
-        fake.fake_cuda_graph_launch(self.execs[nodes], stream)
+        with self.attaching():  # the firings are the node's calls: counted as attachments, to be safe
+            if nodes not in self.execs:
+                self.execs[nodes] = fake.fake_cuda_graph_instantiate(self.graph)
+            fake.fake_cuda_graph_launch(self.execs[nodes], stream)
         return nodes
 
     def cmd_fire(self):
@@ -405,15 +489,358 @@ class Model:
             closer.start()
             closer.join(30)
 
+    # --- the hand-back barrier ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def attaching(self, foreign=True):
+        self.begun.append(None)
+        if foreign:
+            self.foreign.append(None)
+        try:
+            yield
+        finally:
+            self.ended.append(None)
+
+    def take_mark(self, record=True):
+        """hand_back_mark(), with what was attached before it: clean when no attach was in flight around it."""
+        begun, ended, foreign, kept = len(self.begun), len(self.ended), len(self.foreign), len(self.kept)
+        value = cuda_reclaim.hand_back_mark()
+        mark = Mark(value, kept, foreign, begun == ended == len(self.begun))
+        if record:
+            if self.marks and value < self.marks[-1].value:
+                self.broke("marks only grow (hand_back_mark)", f"{value} after {self.marks[-1].value}")
+            self.marks.append(mark)
+        return mark
+
+    def cmd_mark(self):
+        return self.take_mark().value
+
+    def cmd_attach(self, kind, epochs):
+        """`epochs` attachments of `kind`, a mark between each: as many epochs holding something."""
+        for index in range(epochs):
+            if index:
+                self.take_mark()
+            with self.attaching(foreign=False):
+                graph = stream = None
+                if kind == "graph":
+                    graph = fake.fake_cuda_graph_create()
+                    handle = cuda_reclaim.keep_alive(graph, object(), object())
+                elif kind == "stream":
+                    stream = self.next_stream
+                    self.next_stream += 0x100
+                    fake.fake_cuda_stream_hold(stream, 1)
+                    handle = cuda_reclaim.keep_alive_until(stream, object())
+                else:
+                    graph = fake.fake_cuda_graph_create()
+                    handle = cuda_reclaim.add_host_node(graph, print, "a node that is never launched")
+                self.kept.append(Kept(kind, handle, graph, stream))
+            expected = cuda_reclaim.NodeHandle if kind == "node" else cuda_reclaim.Attachment
+            if not isinstance(handle, expected) or handle.done():
+                self.broke("an attachment is held (done() False) until CUDA hands it back", f"{kind}: {handle!r}")
+        return len(self.kept)
+
+    def cmd_hand_back(self, index, where):
+        """CUDA hands one kept attachment back: on this thread (a graph destroyed here) or on another (a
+        deferred destructor, a stream's host function)."""
+        held = [kept for kept in self.kept if not kept.handed_back]
+        if not held:
+            return None
+        kept = held[index % len(held)]
+        kept.handed_back = True
+        if kept.kind == "stream":
+            fake.fake_cuda_stream_hold(kept.stream, 0)
+            fake.fake_cuda_run_host_functions()  # on a thread of the fake's, joined
+        elif where == "cuda thread":
+            fake.fake_cuda_defer_destructors(1)
+            fake.fake_cuda_graph_destroy(kept.graph)
+            fake.fake_cuda_defer_destructors(0)
+            fake.fake_cuda_run_deferred()  # on a thread of the fake's, joined
+        else:
+            fake.fake_cuda_graph_destroy(kept.graph)
+        if not kept.handle.done():
+            self.broke("done() is True once CUDA has handed the attachment back", f"{kept.kind} {kept.handle!r}")
+        return f"{kept.kind} {where}"
+
+    def resolve_mark(self, since, record):
+        if since == "latest" and self.marks:
+            return self.marks[-1]
+        if since == "oldest" and self.marks:
+            return self.marks[0]
+        if since == "fresh":
+            return self.take_mark(record)
+        return NO_MARK
+
+    def cmd_wait(self, entry, site, since, timeout, index):
+        """Issue one wait of the barrier from `site`; a background one is checked at the end of each step."""
+        one = None
+        if entry in ("attachment", "node"):
+            kinds = ("node",) if entry == "node" else ("graph", "stream")
+            candidates = [kept for kept in self.kept if kept.kind in kinds]
+            if not candidates:
+                return "nothing to wait for"
+            one = candidates[index % len(candidates)]
+        wait = Wait(entry, site, since, TIMEOUTS[timeout], one)
+        if site not in ("finalizer", "callback"):
+            wait.mark = NO_MARK if entry in ("attachment", "node", "reclaim_flush") else self.resolve_mark(since, True)
+        self.waits.append(wait)
+        sleepers = _reclaim._hand_back_stats()["sleepers"]
+        if site == "main":
+            self.perform(wait)
+        elif site == "finalizer":
+            cuda_reclaim.defer_release(WaitingPayload(self, wait))
+        elif site == "callback":
+            stream = STREAMS[index % len(STREAMS)]
+            ident = self.launch(stream, "none", "none")
+            self.futures[ident].add_done_callback(lambda _future: self.perform(wait))
+        elif site == "task":
+            wait.task = self.loop.create_task(self.perform_async(wait))
+            for _ in range(10):  # the task starts and makes its request
+                if wait.entered.is_set() or wait.finished.is_set():
+                    break
+                self.run_loop(0)
+        else:
+            target = self.perform if entry in SYNC_WAITS else (lambda: asyncio.run(self.perform_async(wait)))
+            if site == "thread":
+                name = f"{WAITER_THREADS}-{'thread' if entry in SYNC_WAITS else 'loop'}"
+                threading.Thread(target=target, args=(wait,) if entry in SYNC_WAITS else (), name=name).start()
+            else:
+                if self.executor is None:
+                    self.executor = concurrent.futures.ThreadPoolExecutor(
+                        4, thread_name_prefix=f"{WAITER_THREADS}-pool"
+                    )
+                self.executor.submit(target, *((wait,) if entry in SYNC_WAITS else ()))
+            self.await_entry(wait, sleepers)
+        return f"{entry} from {site}"
+
+    def await_entry(self, wait, sleepers):
+        """Until a background wait has made its request (so that later attachments are not covered by it):
+        it sleeps, it returned, or (asyncio) it says so. Uncertain past the limit: no prompt check then."""
+        deadline = time.monotonic() + PROMPT_LIMIT
+        while time.monotonic() < deadline:
+            if wait.finished.is_set():
+                return
+            asleep = wait.entry in ASYNC_WAITS or _reclaim._hand_back_stats()["sleepers"] > sleepers
+            if wait.entered.is_set() and asleep:
+                if len(self.begun) != wait.begun:
+                    wait.uncertain = True  # something was attached between its look and its request
+                return
+            time.sleep(0.0005)
+        wait.uncertain = True
+
+    def look(self, wait):
+        """Right before a wait's call, on its thread: what it covers, and whether it must return True."""
+        mark = wait.mark
+        if mark is None:  # a finalizer's or a callback's: resolved where it runs
+            in_drain = _reclaim._releasing_on_this_thread()
+            fresh_ok = threading.current_thread() is threading.main_thread()
+            if wait.entry in ("attachment", "node", "reclaim_flush"):
+                mark = NO_MARK
+            else:
+                mark = self.resolve_mark(wait.since if wait.since != "fresh" or fresh_ok else "latest", False)
+            wait.mark = mark
+            if wait.timeout is None:
+                wait.timeout = LOOK_LIMIT
+            if not in_drain:  # a callback run by a cancel or a close: a short wait, on a thread that answers
+                wait.timeout = min(wait.timeout, 0.01)
+            wait.in_drain = in_drain
+        wait.begun = len(self.begun)
+        ended, foreign = len(self.ended), len(self.foreign)
+        wait.covered = [wait.one] if wait.one is not None else self.kept[mark.tracked:]
+        wait.clean = wait.one is not None or (mark.clean and wait.begun == ended and foreign == mark.foreign)
+        wait.closed_before = _reclaim._hand_back_closed()
+        wait.prompt = wait.clean and all(kept.handle.done() for kept in wait.covered) and (
+            wait.one is not None or not wait.closed_before
+        )
+        if wait.site == "main" and (wait.timeout is None or wait.timeout > TIMEOUTS["short"]):
+            # No wait for ever on the thread that answers: a long one only where it must return at once.
+            wait.timeout = PROMPT_LIMIT if wait.prompt else TIMEOUTS["short"]
+
+    def call(self, wait):
+        since, timeout = wait.mark.value, wait.timeout
+        if wait.entry == "wait_handed_back":
+            if since is None:
+                return cuda_reclaim.wait_handed_back(timeout)
+            return cuda_reclaim.wait_handed_back(timeout, since=since)
+        if wait.entry == "flush":
+            return cuda_reclaim.flush(timeout=timeout, since=since)
+        if wait.entry in ("attachment", "node"):
+            return wait.one.handle.wait(timeout)
+        # What the pytest plugin's `reclaim` fixture gives a test (imported here: it imports pytest).
+        import cuda_reclaim.pytest_plugin as reclaim_plugin
+
+        fixture = reclaim_plugin.Reclaim(cuda_reclaim.stats())
+        released = fixture.flush(timeout)
+        if any(value < 0 for key, value in fixture.delta().items() if key in ("released", "handed_over")):
+            self.broke("Reclaim.delta() counts from its baseline", f"{fixture.delta()} {fixture.baseline}")
+        return released
+
+    def perform(self, wait):
+        """Issue the wait on this thread and check what it returned."""
+        wait.started.set()
+        self.look(wait)
+        start = time.monotonic()
+        try:
+            wait.entered.set()
+            result = self.call(wait)
+        except (Deliberate, DeliberateInterrupt) as error:
+            wait.problems.append(("a drain goes on when a call or finalizer raises", f"{wait} raised {error!r}"))
+        except BaseException as error:  # noqa: BLE001 - a broken promise, whatever it is
+            wait.problems.append((f"{wait.entry} from {wait.site} runs in every state", f"raised {error!r}"))
+        else:
+            self.check_result(wait, result, time.monotonic() - start)
+        finally:
+            wait.finished.set()
+
+    async def perform_async(self, wait):
+        wait.started.set()
+        self.look(wait)
+        start = time.monotonic()
+        try:
+            coroutine = (reclaim_asyncio.handed_back if wait.entry == "asyncio_handed_back" else reclaim_asyncio.flush)
+            inner = asyncio.ensure_future(coroutine() if wait.mark.value is None else coroutine(since=wait.mark.value))
+            await asyncio.sleep(0)  # the inner task's first step makes its request
+            wait.entered.set()
+            try:
+                result = await (inner if wait.timeout is None else asyncio.wait_for(inner, wait.timeout))
+            except asyncio.TimeoutError:
+                result = "timed out"
+        except (Deliberate, DeliberateInterrupt) as error:
+            wait.problems.append(("a drain goes on when a call or finalizer raises", f"{wait} raised {error!r}"))
+        except BaseException as error:  # noqa: BLE001
+            wait.problems.append((f"{wait.entry} from {wait.site} runs in every state", f"raised {error!r}"))
+        else:
+            self.check_result(wait, result, time.monotonic() - start)
+        finally:
+            wait.finished.set()
+
+    def check_result(self, wait, result, elapsed):
+        wait.result = result
+        concurrent_attach = len(self.begun) != wait.begun
+        closed = _reclaim._hand_back_closed()
+        reached = result is True or (
+            wait.entry in FLUSHES and isinstance(result, int) and wait.timeout is None and not closed
+        )
+        if reached:
+            late = [kept for kept in wait.covered if not kept.handle.done()]
+            if late:
+                wait.problems.append((TRUE_MEANS_DONE, f"{wait} returned {result!r}; not done(): {late}"))
+        if wait.prompt and not concurrent_attach and wait.entry not in FLUSHES and result is not True:
+            if wait.one is not None or not closed:
+                wait.problems.append((wait.promise(), f"{wait} returned {result!r} with all it covers done()"))
+        if wait.in_drain and wait.timeout >= LOOK_LIMIT and elapsed >= LOOK_LIMIT:
+            wait.problems.append((LOOKS_ONLY, f"{wait} waited {elapsed:.1f} s"))
+
+    def finish_wait(self, wait, seconds):
+        """Until `wait` has returned, at most `seconds`; a task on the model's loop needs the loop run."""
+        if wait.task is not None:
+            deadline = time.monotonic() + seconds
+            while not wait.finished.is_set() and time.monotonic() < deadline:
+                try:
+                    self.loop.run_until_complete(asyncio.wait([wait.task], timeout=deadline - time.monotonic()))
+                except DeliberateInterrupt:
+                    pass  # as in run_loop()
+            return wait.finished.is_set()
+        return wait.finished.wait(seconds)
+
+    def check_waits(self):
+        """After every step: report what the finished waits saw; a pending wait whose attachments are all
+        handed back must return True, and once the queue is closed every pending wait must return."""
+        closed = _reclaim._hand_back_closed() or self.close_returned
+        for wait in list(self.waits):
+            if not wait.finished.is_set() and wait.started.is_set() and wait.site in BACKGROUND_SITES:
+                if closed:
+                    if not self.finish_wait(wait, PROMPT_LIMIT):
+                        self.broke(NO_WAIT_OUTLIVES_CLOSE, f"{wait} still waits {PROMPT_LIMIT:.0f} s after the close")
+                elif not wait.uncertain and wait.clean and all(kept.handle.done() for kept in wait.covered):
+                    if not self.finish_wait(wait, PROMPT_LIMIT):
+                        detail = f"{wait} still waits {PROMPT_LIMIT:.0f} s after all it covers is done()"
+                        self.broke(wait.promise(), detail)
+                    elif wait.entry not in FLUSHES and wait.result is not True and not _reclaim._hand_back_closed():
+                        self.broke(wait.promise(), f"{wait} returned {wait.result!r} once all it covers was done()")
+            if wait.finished.is_set():
+                self.violations.extend(wait.problems)
+                self.waits.remove(wait)
+
+    def cmd_inspect(self):
+        """The queue's small getters, each against what the model knows."""
+        fd = cuda_reclaim.fileno()
+        if self.queue_fd is None:
+            self.queue_fd = fd
+        if fd != self.queue_fd or fd < 0:
+            self.broke("fileno() is one fd for the queue's life", f"{fd} after {self.queue_fd}")
+        if cuda_reclaim.pending() < 0:
+            self.broke("pending() counts what is queued", f"{cuda_reclaim.pending()}")
+        if self.close_returned and not cuda_reclaim.is_closed():
+            self.broke("is_closed() is True once close() returned", "False")
+        if cuda_reclaim.is_closed() and not self.closes:
+            self.broke("is_closed() is True only after a close()", "no close() began")
+        if cuda_reclaim.get_auto_drain() not in ("thread", "gc", "off"):
+            self.broke("get_auto_drain() is a mode", repr(cuda_reclaim.get_auto_drain()))
+        header = os.path.join(cuda_reclaim.get_include(), "cuda_reclaim", "cuda_reclaim.h")
+        if not os.path.isabs(header):
+            self.broke("get_include() is a directory's absolute path", header)
+        try:
+            cuda_reclaim.NodeHandle(0x1234).wait(0)
+        except ValueError:
+            pass
+        else:
+            self.broke("NodeHandle.wait() of a handle made from an int raises ValueError", "it returned")
+        return fd
+
+    def cmd_scrape(self):
+        """cuda_reclaim.metrics: register in a registry of its own and scrape; one scrape is one stats() reading,
+        so the conservation law holds among the values it exports (counters and gauges alike)."""
+        registry = prometheus_client.CollectorRegistry()
+        collector = reclaim_metrics.register(registry)
+        if not isinstance(collector, reclaim_metrics.ReclaimCollector):
+            self.broke("metrics.register() returns its ReclaimCollector", repr(collector))
+        counters = {}
+        for family in registry.collect():
+            for sample in family.samples:
+                if not sample.name.startswith("cuda_reclaim_") or sample.name.endswith("_created"):
+                    continue
+                key = sample.name[len("cuda_reclaim_"):]
+                key = key[: -len("_total")] if key.endswith("_total") else key
+                counters[key] = counters.get(key, 0) + int(sample.value)  # a labelled family sums to its key
+        missing = [key for key in ("handed_over", *cuda_reclaim.CONSERVATION_BUCKETS) if key not in counters]
+        if missing:
+            self.broke("metrics export every key of stats()", f"{missing} missing")
+        elif not cuda_reclaim.conserved(counters):
+            self.broke("one scrape is one stats() snapshot (the conservation law holds in it)", f"{counters}")
+        return counters.get("handed_over")
+
+    def cmd_install(self, max_items, cancel):
+        """asyncio.install() on the model's loop (its reader drains when run_loop runs it), or cancel it."""
+        if cancel:
+            if self.drain_handle is not None:
+                self.drain_handle.cancel()
+                if not self.drain_handle.cancelled:
+                    self.broke("DrainHandle.cancel() cancels", "cancelled is False")
+                self.drain_handle = None
+            return "cancelled"
+        handle = reclaim_asyncio.install(self.loop, max_items=max_items)
+        if not isinstance(handle, reclaim_asyncio.DrainHandle):
+            self.broke("asyncio.install() returns a DrainHandle", repr(handle))
+        self.drain_handle = handle
+        return handle.mode
+
+    def cmd_stream_reached(self, stream):
+        ident = self.ident("reached")
+        with self.attaching():
+            self.tasks[ident] = self.loop.create_task(reclaim_asyncio.stream_reached(stream))
+            self.run_loop(0)  # the task starts and launches its host function
+        return ident
+
     def cmd_fork(self):
         read_fd, write_fd = os.pipe()
         parents_calls = set(self.futures)
         reported = len(self.violations)
         closes = self.closes
+        begun = len(self.begun)
         pid = os.fork()
         if pid == 0:  # the fork child: report what it finds, then leave without running exit hooks
             os.close(read_fd)
-            os._exit(self.fork_child_checks(write_fd, parents_calls, reported, closes))
+            os._exit(self.fork_child_checks(write_fd, parents_calls, reported, closes, begun))
         os.close(write_fd)
         deadline = time.monotonic() + FORK_CHILD_LIMIT
         chunks = []
@@ -436,7 +863,7 @@ class Model:
         if status != 0 and not any("hung" in detail for _, detail in self.violations):
             self.broke("a fork child goes on on its own", f"exit status {status}")
 
-    def fork_child_checks(self, fd, parents_calls, reported, closes):
+    def fork_child_checks(self, fd, parents_calls, reported, closes, begun):
         problems = []
         try:
             # Cancelling the parent's calls here runs their done-callbacks, which may close this queue.
@@ -446,6 +873,8 @@ class Model:
             for ident in sorted(parents_calls):
                 if not self.futures[ident].done():
                     problems.append(("a fork child cancels the parent's outstanding calls", f"{ident} is pending"))
+            if not closed_here:
+                problems.extend(self.fork_child_barrier_checks(begun))
             ran_before = len(self.ran)
             released = []
             cuda_reclaim.defer_release(Payload(self, "none", released))
@@ -463,6 +892,26 @@ class Model:
             problems.append(("a fork child goes on on its own", f"the child raised {error!r}"))
         os.write(fd, pickle.dumps(problems))
         return 0
+
+    def fork_child_barrier_checks(self, begun):
+        """The barrier in a fork child: the parent's attachments are never handed back here, so a wait does
+        not wait for them, and the parent's asyncio waits on this loop wake (docs/design.md)."""
+        problems = []
+        if len(self.begun) == begun:  # the child attached nothing (a done-callback may have)
+            if cuda_reclaim.wait_handed_back(PROMPT_LIMIT) is not True:
+                problems.append(("a fork child does not wait for the parent's attachments", "wait_handed_back() False"))
+        held = [kept for kept in self.kept if not kept.handle.done()]
+        if held and held[0].handle.wait(PROMPT_LIMIT) is not False:
+            problems.append(("a parent's attachment's wait() is False in a fork child", f"{held[0]!r}"))
+        waits = [wait for wait in self.waits if wait.task is not None and wait.started.is_set()]
+        for wait in waits:
+            if not self.finish_wait(wait, PROMPT_LIMIT):
+                problems.append(("a fork child's asyncio wait wakes (the parent's attachments are not waited for)",
+                                 f"{wait} still waits {PROMPT_LIMIT:.0f} s after the fork"))
+            elif wait.entry == "asyncio_handed_back" and wait.result not in (True, "timed out"):
+                problems.append(("a fork child's asyncio wait wakes (the parent's attachments are not waited for)",
+                                 f"{wait} returned {wait.result!r}"))
+        return problems
 
     def cmd_finish(self, ending):
         assert ending == "close", "an exit ends in serve()"
@@ -486,10 +935,17 @@ class Model:
         counters = self.read_stats()
         if counters["calls_outstanding"]:
             self.broke("every call ends at close() (calls_outstanding == 0)", f"{counters['calls_outstanding']} left")
+        if self.executor is not None:
+            self.executor.shutdown(wait=False)  # its workers leave once their waits returned
         deadline = time.monotonic() + 5
-        while threading.active_count() > 1 and time.monotonic() < deadline:
+
+        def others():
+            return [t.name for t in threading.enumerate()
+                    if t is not threading.main_thread() and t.name != "model-exit-watchdog"]
+
+        while others() and time.monotonic() < deadline:
             time.sleep(0.01)
-        extra = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+        extra = others()
         if extra:
             self.broke("close() leaves no thread behind", f"still alive 5 s {when}: {extra}")
         seen = set()
@@ -520,6 +976,61 @@ class Payload:
         self.model.act(self.action)
 
 
+class Kept:
+    """One attachment of the `attach` rule: its Attachment (or NodeHandle) and how CUDA hands it back."""
+
+    def __init__(self, kind, handle, graph, stream):
+        self.kind, self.handle, self.graph, self.stream = kind, handle, graph, stream
+        self.handed_back = False  # the model told the fake to hand it back
+
+    def __repr__(self):
+        return repr(self.handle)
+
+
+class Mark:
+    """A hand_back_mark(): its value, how many kept and foreign attachments came before it, and whether no
+    attach was in flight around it (else no wait from it may be expected to return True)."""
+
+    def __init__(self, value, tracked, foreign, clean):
+        self.value, self.tracked, self.foreign, self.clean = value, tracked, foreign, clean
+
+
+NO_MARK = Mark(None, 0, 0, True)  # since=None: everything, from the start
+
+
+class Wait:
+    """One wait of the barrier: where it was issued, what it covers (set right before its call) and what it saw."""
+
+    def __init__(self, entry, site, since, timeout, one):
+        self.entry, self.site, self.since, self.timeout, self.one = entry, site, since, timeout, one
+        self.mark = None  # resolved where it is issued, or (finalizer, callback) where it runs
+        self.covered, self.clean, self.prompt, self.begun = [], False, False, 0
+        self.closed_before = self.in_drain = self.uncertain = False
+        self.task = None
+        self.result = None
+        self.problems = []  # (promise, detail), moved to the model's violations by the main thread
+        self.started, self.entered, self.finished = threading.Event(), threading.Event(), threading.Event()
+
+    def promise(self):
+        if self.one is not None:
+            return ATTACHMENT_PROMPT
+        return SINCE_PROMPT if self.mark is not None and self.mark.value is not None else WAIT_PROMPT
+
+    def __repr__(self):
+        since = None if self.mark is None else self.mark.value
+        return f"<{self.entry} from {self.site}, since={since}, timeout={self.timeout}, covers {len(self.covered)}>"
+
+
+class WaitingPayload:
+    """A handed-over object whose finalizer (run by a drain) waits for the barrier."""
+
+    def __init__(self, model, wait):
+        self.model, self.wait = model, wait
+
+    def __del__(self):
+        self.model.perform(self.wait)
+
+
 def serve(cmd_fd, reply_fd):
     """One example: answer commands until ("finish",) has been answered."""
     model = Model()
@@ -531,6 +1042,13 @@ def serve(cmd_fd, reply_fd):
         if message == ("finish", "exit"):
             global _exiting
             _exiting = (model, reply_fd)
+            watchdog = threading.Thread(
+                target=_watch_the_exit,
+                args=(model, reply_fd, time.monotonic()),
+                name="model-exit-watchdog",
+                daemon=True,
+            )
+            watchdog.start()
             sys.exit(0)  # the package's atexit hook closes, then _answer_at_exit answers
         result = None
         try:
