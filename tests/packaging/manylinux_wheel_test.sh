@@ -4,7 +4,9 @@
 # container), which auditwheel must accept as manylinux_2_28 or older. Then the wheel is installed into
 # fresh venvs: used there (tests/python/wheel_install_test.sh), and the pytest suite of tests/python runs
 # against it, since the shipped module comes from another compiler and C++ runtime than the Bazel builds
-# (the suite's test extensions are built by Bazel for the same interpreter).
+# (the suite's test extensions are built by Bazel for the same interpreter). Last, the README's install line,
+# example and command, as a user runs them (tests/packaging/readme_test.py: pip's isolated build from a copy
+# of the checkout, in a fresh venv).
 # Run by tests/run_all.sh (it needs PyPI, so it is not a Bazel test).
 # Usage: bash tests/packaging/manylinux_wheel_test.sh PYTHON
 set -euo pipefail
@@ -80,3 +82,9 @@ PY
 cd "${runfiles}"
 # The same bound as Bazel's timeout for the suite (size "large").
 timeout --kill-after=30 900 "${venv}/bin/python" -m pytest -p no:cacheprovider -q -ra tests/python
+
+echo
+echo "=== the README's install line, example and command, in a fresh venv (tests/packaging/readme_test.py)"
+cd "${root}"
+unset PYTHONPATH
+"${python}" tests/packaging/readme_test.py "${python}" "${runfiles}/tests/graph/fake_libcuda.so"
