@@ -5,6 +5,9 @@
 from concurrent.futures import Future
 from typing import Any, Callable, Final, final
 
+#: The version of the C ABI that the capsule ``cuda_reclaim._reclaim._C_API`` serves (``RECLAIM_ABI_VERSION`` of
+#: ``cuda_reclaim/reclaim_abi.h``). Fields are only ever appended, each append raising it by one; an extension
+#: compiled against a newer header than the installed package refuses it at ``cuda_reclaim_import()``.
 ABI_VERSION: Final[int]
 STATS_KEYS: Final[tuple[str, ...]]
 STATS_DOCS: Final[dict[str, str]]

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the documentation site (Sphinx with MyST; docs/_site/conf.py) into build/docs-site/html, warnings
-# as errors and references nitpicky, offline, then checks it (site_test.py). Open
-# build/docs-site/html/index.html. Run by tests/run_all.sh on one interpreter.
+# as errors and references nitpicky, then checks it (site_test.py). Open build/docs-site/html/index.html.
+# Run by tests/run_all.sh on one interpreter. No Bazel: what autodoc imports is the package installed with
+# `pip install .` into a venv of its own (build/docs-site-venv, kept between runs), with
+# tests/requirements-docs.txt; both are installed only when something changed (the package: any file the
+# pip build reads; the requirements: a pin not met), so a run with nothing new takes seconds.
 # Usage: bash tests/docs_site/build.sh [PYTHON]   (default: the newest CPython 3.13 or newer found)
-#   BAZEL: the Bazel command (default `bazel`; startup options may follow, e.g. `bazel --output_base=DIR`).
-# Needs what `bash tests/run_all.sh` installs; tests/requirements-docs.txt is pip-installed into PYTHON if
-# anything it pins is missing.
+# Needs PyPI the first time (the requirements, and pip's isolated build: setuptools and nvidia-cuda-runtime),
+# a C++17 compiler and moodycamel's concurrentqueue.h from the system (README's install).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source third_party/pythons.sh
@@ -20,10 +22,19 @@ fi
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 13))' ||
   { echo "build.sh: $python is older than 3.13, which Sphinx 9.2 needs" >&2; exit 1; }
 out=build/docs-site
+venv=build/docs-site-venv
 
-# 1. Sphinx, MyST, sphobjinv: pip-installed when a pin is not met, as pythons.sh's ensure_requirements does.
+# 1. The venv, made by the interpreter's venv module (again if it is another interpreter's).
+version() { "$1" -c 'import sys; print(sys.version)'; }
+if [[ ! -x "$venv/bin/python" ]] || [[ "$(version "$venv/bin/python")" != "$(version "$python")" ]]; then
+  rm -rf "$venv"
+  "$python" -m venv "$venv"
+fi
+vpython="$PWD/$venv/bin/python"
+
+# 2. Sphinx, MyST, sphobjinv, and what the package's modules import: pip-installed when a pin is not met.
 requirements=tests/requirements-docs.txt
-if ! "$python" - "$requirements" <<'PY' 2>/dev/null; then
+if ! "$vpython" - "$requirements" <<'PY' 2>/dev/null; then
 import sys
 from importlib import metadata
 from packaging.requirements import Requirement
@@ -33,27 +44,37 @@ for requirement in (Requirement(line) for line in lines if line):
     if not requirement.specifier.contains(metadata.version(requirement.name), prereleases=True):
         sys.exit(1)
 PY
-  echo "build.sh: installing $requirements into $python"
-  "$python" -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
-    --no-warn-script-location -r "$requirements"
+  echo "build.sh: installing $requirements into $venv"
+  "$vpython" -m pip install --quiet --disable-pip-version-check --no-warn-script-location -r "$requirements"
 fi
 
-# 2. The package autodoc imports: Bazel's wheel for this interpreter, unpacked. `bazel test //...` has built
-# it already in tests/run_all.sh (same flags: nothing is compiled again); a pip build from setup.py would
-# compile the extension once more on every run.
-bazel_flags=(--config=strict --repo_env=PYTHON_BIN_PATH="$python")
-${BAZEL:-bazel} build --color=no --curses=no "${bazel_flags[@]}" //bindings:wheel
-bin="$(${BAZEL:-bazel} info "${bazel_flags[@]}" bazel-bin 2>/dev/null)"
-tag="$("$python" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
-wheel="$(ls "$bin"/bindings/cuda_reclaim-*-"$tag"-"$tag"-*.whl)"
+# 3. The package, as the README installs it: `pip install .`, again only when a file it is built from changed
+# (a digest of every file git would list under the paths the pip build reads).
+digest="$("$vpython" - <<'PY'
+import hashlib, os, subprocess
+paths = ["setup.py", "pyproject.toml", "README.md", "LICENSE", "bindings", "cleanup", "graph", "include"]
+listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths],
+                        check=True, capture_output=True).stdout.decode().split("\0")
+digest = hashlib.sha256()
+for path in sorted(p for p in listed if p and os.path.isfile(p)):
+    digest.update(path.encode() + b"\0")
+    with open(path, "rb") as f:
+        digest.update(hashlib.sha256(f.read()).digest())
+print(digest.hexdigest())
+PY
+)"
+if [[ "$(cat "$venv/cuda-reclaim.digest" 2>/dev/null)" != "$digest" ]]; then
+  echo "build.sh: pip install . into $venv"
+  rm -f "$venv/cuda-reclaim.digest"
+  "$vpython" -m pip install --quiet --disable-pip-version-check --force-reinstall --no-deps . ||
+    { echo "build.sh: pip install . failed" >&2; exit 1; }
+  echo "$digest" >"$venv/cuda-reclaim.digest"
+fi
+
+# 4. The site, from a clean output directory (Sphinx repeats no warning of a page it does not read again).
 rm -rf "$out"
-mkdir -p "$out/package"
-"$python" -m zipfile -e "$wheel" "$out/package"
+"$vpython" -m sphinx -b html -W --keep-going -n -q -c docs/_site -d "$out/doctrees" . "$out/html"
 
-# 3. The site, from a clean output directory (Sphinx repeats no warning of a page it does not read again).
-PYTHONPATH="$PWD/$out/package" "$python" -m sphinx -b html -W --keep-going -n -q \
-  -c docs/_site -d "$out/doctrees" . "$out/html"
-
-# 4. Its checks.
-PYTHONPATH="$PWD/$out/package" "$python" tests/docs_site/site_test.py "$out/html/objects.inv"
+# 5. Its checks, against the installed package.
+"$vpython" tests/docs_site/site_test.py "$out/html"
 echo "build.sh: the site is $out/html/index.html"
