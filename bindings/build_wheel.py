@@ -73,9 +73,9 @@ def main():
     generated = {
         f"{dist_info}/METADATA": metadata.encode(),
         f"{dist_info}/WHEEL": wheel.encode(),
-        f"{dist_info}/top_level.txt": b"cuda_reclaim\n",
+        f"{dist_info}/top_level.txt": b"_cuda_reclaim_pytest\ncuda_reclaim\n",
         # The pytest plugin (pyproject.toml's [project.entry-points.pytest11]).
-        f"{dist_info}/entry_points.txt": b"[pytest11]\ncuda_reclaim = cuda_reclaim.pytest_plugin\n",
+        f"{dist_info}/entry_points.txt": b"[pytest11]\ncuda_reclaim = _cuda_reclaim_pytest\n",
     }
 
     record = []

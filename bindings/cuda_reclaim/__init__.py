@@ -33,8 +33,9 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 
 import os as _os
 
+# First: _hand_back imports concurrent.futures' thread pool, whose exit and fork hooks must come before ours.
+from . import _hand_back  # noqa: F401, I001 - the barrier's exit hook, registered at import
 from . import _auto
-from . import _hand_back  # noqa: F401 - the barrier's exit hook, registered at import
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._reclaim import ABI_VERSION, Attachment, fileno, is_closed, pending, trim

@@ -4,7 +4,9 @@ Attachment.wait, NodeHandle.wait, an event loop's handed_back) returns False ins
 
 threading runs its exit hooks last-registered first. concurrent.futures' thread pool registers one, when its
 module is first imported, that joins the pool's workers: that module is imported here first, so that this hook,
-registered once per process at the package's import, runs before it.
+registered once per process at the package's import, runs before it. The package imports this module before
+any other, so that the pool's fork hooks (its lock, taken before a fork, made anew in the child) also come
+before the package's: a done-callback that forks from the package's after-fork hook finds that lock free.
 """
 
 from . import _python_compat

@@ -130,9 +130,9 @@ print("ok")
     )
 
 
-def test_eight_epochs_held_at_once_share_a_slot_and_every_wait_still_ends():
-    # Seven slots: an eighth epoch while seven still hold something shares the youngest slot. Waits stay
-    # correct (they may wait for what shares their slot) and end once everything is back.
+def test_nine_epochs_held_at_once_each_keep_a_slot_and_every_wait_still_ends():
+    # Each epoch that still holds a graph keeps a slot of its own: a wait from a mark on waits for what came
+    # after the mark alone, and every wait ends once everything is back.
     fake_cuda.run(
         """
 graphs = []
@@ -140,12 +140,14 @@ for _ in range(9):
     graph = fake.fake_cuda_graph_create()
     cuda_reclaim.keep_alive(graph, P())
     graphs.append((graph, cuda_reclaim.hand_back_mark()))
-assert _reclaim._hand_back_stats()["shared_slots"] >= 1, _reclaim._hand_back_stats()
-# The first marks' epochs had slots of their own: nothing attached after the last of them is waited for.
-# (Later marks share a slot with an epoch that still holds a graph: a wait covering it waits for that too.)
+assert _reclaim._hand_back_stats()["shared_slots"] == 0, _reclaim._hand_back_stats()
 assert cuda_reclaim.wait_handed_back(0.01, since=graphs[4][1]) is False, "graphs 5.. came after it"
+assert cuda_reclaim.wait_handed_back(0.01, since=graphs[8][1]) is True, "nothing came after the last mark"
 assert cuda_reclaim.wait_handed_back(0.01) is False
-for graph, _ in graphs:
+for graph, _ in graphs[5:]:
+    fake.fake_cuda_graph_destroy(graph)
+assert cuda_reclaim.wait_handed_back(5, since=graphs[4][1]) is True, "graphs 0..4 came before the mark"
+for graph, _ in graphs[:5]:
     fake.fake_cuda_graph_destroy(graph)
 assert cuda_reclaim.wait_handed_back(5) is True
 assert cuda_reclaim.flush() == 9 and _reclaim._hand_back_stats()["held"] == 0
