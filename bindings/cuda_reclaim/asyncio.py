@@ -12,10 +12,9 @@ run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run in a drain once
 thread) or at once (from its own reader's drain). No polling, no thread per wait. Cancelling the await cancels
 the call if it has not run (it then never runs); its references go when CUDA hands the call back, or at close.
 
-Fork: in a fork child an asyncio epoll loop gets a poller of its own before its reader is installed again;
-a uvloop loop whose poller the parent shares drains on a timer (docs/callbacks.md, "Close, exit, fork"). The
-same holds for the reader of ``handed_back()`` and ``flush()`` on the barrier's eventfd: a loop made before the
-fork watches the child's eventfd from a poller of its own, or looks on a timer.
+Fork: in a fork child an asyncio epoll loop gets a poller of its own before its readers (the drain's, and that of
+``handed_back()`` on the barrier's eventfd) are installed again; a uvloop loop whose poller the parent shares
+drains and looks on a timer (docs/callbacks.md, "Close, exit, fork").
 """
 
 import asyncio as _asyncio
