@@ -1,8 +1,8 @@
 """Drain the reclaim queue from an asyncio event loop, and await points in CUDA streams.
 
-``install(loop)`` registers the wake-up fd with ``loop.add_reader``: the loop wakes only when work
-arrives (no polling) and drains in bounded batches between its other callbacks. Loops without
-``add_reader`` (e.g. the Windows proactor) get a periodic timer instead. Works with uvloop.
+``install(loop)`` registers the wake-up fd with ``loop.add_reader``: the loop wakes only when work arrives (no
+polling) and drains in bounded batches between its other callbacks; works with uvloop. Loops without ``add_reader``
+(e.g. the Windows proactor) get a periodic timer instead.
 
 ``await handed_back()`` resumes once CUDA has handed back what was attached before it (``flush()`` also
 drains). ``await stream_reached(stream)`` resumes once the stream has passed this point; ``await
@@ -12,9 +12,8 @@ run_when_reached(stream, fn, *args)`` returns ``fn(*args)``, run in a drain once
 thread) or at once (from its own reader's drain). No polling, no thread per wait. Cancelling the await cancels
 the call if it has not run (it then never runs); its references go when CUDA hands the call back, or at close.
 
-Fork: in a fork child an asyncio epoll loop gets a poller of its own before its readers (the drain's, and that of
-``handed_back()`` on the barrier's eventfd) are installed again; a uvloop loop whose poller the parent shares
-drains and looks on a timer (docs/callbacks.md, "Close, exit, fork").
+Fork: in a fork child an epoll loop gets a poller of its own before its readers (the drain's, handed_back()'s) are
+installed again; a uvloop loop sharing the parent's poller drains and looks on a timer (docs/callbacks.md).
 """
 
 import asyncio as _asyncio
