@@ -5,7 +5,7 @@ its comments promise; its `python -m cuda_reclaim` line runs. Also: the README h
 package's long description, shown on an index page where such links break), and its contributors' section has
 exactly the two commands that CI runs one of (.ci/run).
 
-The install needs PyPI (pip's isolated build fetches setuptools and nvidia-cuda-runtime), so this is not a Bazel
+No `bazel` is on PATH and no CUDA_PATH or CUDA_HOME is set while it runs. The install needs PyPI (pip's isolated build fetches setuptools and nvidia-cuda-runtime), so this is not a Bazel
 test: tests/packaging/manylinux_wheel_test.sh runs it, on one interpreter.
 Usage, from the repository root: python3 tests/packaging/readme_test.py PYTHON FAKE_LIBCUDA_SO
     (without arguments: the checks of the README's text alone)
@@ -75,6 +75,22 @@ def relative_links(text):
     return [target for target in re.findall(r"\]\(([^)\s]+)\)", text) if not re.match(r"^[a-z]+://", target)]
 
 
+def path_without_bazel(path, shadow_root):
+    """`path` with each folder that holds a `bazel` replaced by a folder of links to everything else it holds:
+    the install must not need Bazel."""
+    folders = []
+    for number, folder in enumerate(path.split(os.pathsep)):
+        if folder and os.path.exists(os.path.join(folder, "bazel")):
+            shadow = os.path.join(shadow_root, str(number))
+            os.makedirs(shadow)
+            for entry in os.listdir(folder):
+                if not entry.startswith("bazel"):
+                    os.symlink(os.path.join(folder, entry), os.path.join(shadow, entry))
+            folder = shadow
+        folders.append(folder)
+    return os.pathsep.join(folders)
+
+
 def checkout_files():
     """The files of the checkout, as git lists them (tracked, and untracked ones it does not ignore)."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
@@ -120,11 +136,14 @@ class InstallTest(unittest.TestCase):
             shutil.copy2(os.path.join(ROOT, path), os.path.join(cls.checkout, path))
         venv = os.path.join(cls.tmp, "venv")
         subprocess.run([PYTHON, "-m", "venv", venv], check=True, timeout=RUN_LIMIT)
-        # As in a shell where the venv is active: its python first on PATH; no CUDA toolkit named.
+        # As in a shell where the venv is active: its python first on PATH; no Bazel on PATH, no CUDA toolkit.
         cls.env = {key: value for key, value in os.environ.items()
                    if key not in ("CUDA_PATH", "CUDA_HOME", "PYTHONPATH", "PYTHONHOME")}
-        cls.env.update(PATH=os.path.join(venv, "bin") + os.pathsep + cls.env.get("PATH", ""), VIRTUAL_ENV=venv,
+        path = path_without_bazel(cls.env.get("PATH", ""), os.path.join(cls.tmp, "path"))
+        cls.env.update(PATH=os.path.join(venv, "bin") + os.pathsep + path, VIRTUAL_ENV=venv,
                        PIP_DISABLE_PIP_VERSION_CHECK="1")
+        if shutil.which("bazel", path=cls.env["PATH"]):
+            raise AssertionError(f"bazel is still on PATH: {shutil.which('bazel', path=cls.env['PATH'])}")
         cls.python = os.path.join(venv, "bin", "python")
         cls.install_log = []
         for command in commands(code_blocks(section(readme(), "Install"), "sh")[0]):
