@@ -903,6 +903,25 @@ class Model:
         held = [kept for kept in self.kept if not kept.handle.done()]
         if held and held[0].handle.wait(PROMPT_LIMIT) is not False:
             problems.append(("a parent's attachment's wait() is False in a fork child", f"{held[0]!r}"))
+        # The child's own attachment, awaited on the loop made before the fork (while the parent's waits there, if
+        # any, are still registered): its hand-back wakes the loop.
+        graph = fake.fake_cuda_graph_create()
+        mark = self.take_mark(record=False)  # what a done-callback attached here before is not waited for
+        with self.attaching(foreign=False):
+            attachment = cuda_reclaim.keep_alive(graph, object())
+        task = self.loop.create_task(reclaim_asyncio.handed_back(since=mark.value))
+        self.run_loop(0)  # the task registers its wait
+        fake.fake_cuda_graph_destroy(graph)
+        deadline = time.monotonic() + PROMPT_LIMIT
+        while not task.done() and time.monotonic() < deadline:
+            try:
+                self.loop.run_until_complete(asyncio.wait([task], timeout=deadline - time.monotonic()))
+            except DeliberateInterrupt:
+                pass  # as in run_loop()
+        if not attachment.done() or not task.done() or task.cancelled() or task.exception() or not task.result():
+            detail = "pending" if not task.done() else repr(task.cancelled() or task.exception() or task.result())
+            problems.append(("a fork child's asyncio wait wakes when the child's own attachment is handed back",
+                             f"handed_back() on the loop made before the fork: {detail} {PROMPT_LIMIT:.0f} s on"))
         waits = [wait for wait in self.waits if wait.task is not None and wait.started.is_set()]
         for wait in waits:
             if not self.finish_wait(wait, PROMPT_LIMIT):
