@@ -4,12 +4,11 @@ It is the module Bazel builds as //bindings:cuda_reclaim/_reclaim.so, from the s
 defines and flags, found below (sources by a glob of the layer folders); //tests/packaging:build_drift_test
 compares them with what Bazel compiles, so a file one build compiles and the other does not fails the tests.
 
-Two headers come from outside the repository, and neither is copied into it (docs/packaging.md):
+Two headers come from outside the repository's own code (docs/packaging.md):
 
-- moodycamel's concurrentqueue.h (not on PyPI). The sdist carries it, with its license, under
-  third_party/concurrentqueue/; building from a git checkout takes it from the system's
-  libconcurrentqueue-dev (Debian, Ubuntu) and stages it there first (a path .gitignore keeps out of git),
-  which is also how `python -m build --sdist` bundles it.
+- moodycamel's concurrentqueue.h (not on PyPI), with its license, under third_party/concurrentqueue/: a copy
+  of Debian's libconcurrentqueue-dev (the one Bazel compiles; //tests/packaging:build_drift_test checks that
+  they are the same), so that `pip install .` from a checkout needs nothing but a C++ compiler.
 - NVIDIA's cuda.h and cudaTypedefs.h, for driver types and entry-point typedefs only: the extension loads
   the driver at run time and links no CUDA library. They come from the nvidia-cuda-runtime wheel, a build
   requirement in pyproject.toml, so no CUDA toolkit is needed; an offline build (--no-build-isolation)
@@ -67,12 +66,9 @@ LINK_FLAGS = ["-pthread", "-ldl", "-Wl,--version-script=" + VERSION_SCRIPT]
 PIP_ONLY_LINK_FLAGS = ["-static-libstdc++", "-Wl,--strip-debug"]
 
 # --- moodycamel's concurrentqueue.h ------------------------------------------------------------------
-BUNDLED_CONCURRENTQUEUE = "third_party/concurrentqueue"  # in the sdist; staged here in a checkout
+BUNDLED_CONCURRENTQUEUE = "third_party/concurrentqueue"  # in the repository and the sdist
 BUNDLED_CONCURRENTQUEUE_HEADER = BUNDLED_CONCURRENTQUEUE + "/include/concurrentqueue/concurrentqueue.h"
 BUNDLED_CONCURRENTQUEUE_LICENSE = BUNDLED_CONCURRENTQUEUE + "/LICENSE"  # pyproject.toml: license-files
-# Debian's and Ubuntu's libconcurrentqueue-dev (what Bazel's @concurrentqueue uses too).
-SYSTEM_CONCURRENTQUEUE_HEADER = "/usr/include/concurrentqueue/concurrentqueue.h"
-SYSTEM_CONCURRENTQUEUE_LICENSE = "/usr/share/doc/libconcurrentqueue-dev/copyright"
 
 
 def fail(message):
@@ -83,26 +79,11 @@ def note(message):
     print(f"cuda-reclaim setup.py: {message}", file=sys.stderr)
 
 
-def stage_concurrentqueue():
-    """Make BUNDLED_CONCURRENTQUEUE hold the header and its license; return its include directory."""
-    header = os.path.join(ROOT, BUNDLED_CONCURRENTQUEUE_HEADER)
-    license_file = os.path.join(ROOT, BUNDLED_CONCURRENTQUEUE_LICENSE)
-    if os.path.exists(os.path.join(ROOT, "PKG-INFO")):  # an unpacked sdist: build what it carries
-        if not (os.path.isfile(header) and os.path.isfile(license_file)):
-            fail(f"this sdist lacks {BUNDLED_CONCURRENTQUEUE_HEADER} or its license; it was not made by setup.py")
-        note(f"moodycamel's concurrentqueue.h: bundled in the sdist ({BUNDLED_CONCURRENTQUEUE_HEADER})")
-    else:  # a git checkout: the system's copy, staged where the sdist will carry it
-        if not (os.path.isfile(SYSTEM_CONCURRENTQUEUE_HEADER) and os.path.isfile(SYSTEM_CONCURRENTQUEUE_LICENSE)):
-            fail(
-                f"moodycamel's concurrentqueue.h was not found ({SYSTEM_CONCURRENTQUEUE_HEADER} and its "
-                f"license {SYSTEM_CONCURRENTQUEUE_LICENSE}). Building from a git checkout needs it from the "
-                "system: `apt-get install libconcurrentqueue-dev` (Debian, Ubuntu). Or install from an sdist "
-                "(cuda_reclaim-X.tar.gz), which bundles it."
-            )
-        os.makedirs(os.path.dirname(header), exist_ok=True)
-        shutil.copyfile(SYSTEM_CONCURRENTQUEUE_HEADER, header)
-        shutil.copyfile(SYSTEM_CONCURRENTQUEUE_LICENSE, license_file)
-        note(f"moodycamel's concurrentqueue.h: {SYSTEM_CONCURRENTQUEUE_HEADER} (staged in {BUNDLED_CONCURRENTQUEUE})")
+def concurrentqueue_include_dir():
+    """The include directory of the bundled header; fails when the tree lacks it or its license."""
+    for path in (BUNDLED_CONCURRENTQUEUE_HEADER, BUNDLED_CONCURRENTQUEUE_LICENSE):
+        if not os.path.isfile(os.path.join(ROOT, path)):
+            fail(f"{path} is missing: this source tree was not made from the repository or its sdist")
     return BUNDLED_CONCURRENTQUEUE + "/include"
 
 
@@ -152,7 +133,7 @@ def extension():
         "cuda_reclaim._reclaim",
         sources=EXTENSION_SOURCES,
         depends=EXTENSION_HEADERS + [VERSION_SCRIPT, BUNDLED_CONCURRENTQUEUE_HEADER],
-        include_dirs=INCLUDE_DIRS + [stage_concurrentqueue(), cuda_include_dir()],
+        include_dirs=INCLUDE_DIRS + [concurrentqueue_include_dir(), cuda_include_dir()],
         define_macros=DEFINE_MACROS,
         extra_compile_args=CXX_FLAGS + LIBRARY_COMPILE_FLAGS + werror_flags(),
         extra_link_args=LINK_FLAGS + PIP_ONLY_LINK_FLAGS,

@@ -20,7 +20,7 @@ EXTENSION = "//bindings:cuda_reclaim/_reclaim.so"
 SANITIZER_ONLY = {"third_party/concurrentqueue/tsan_suppressions.cc"}
 # Other repositories the extension is built from, and how setup.py gets each of them.
 EXTERNAL_REPOSITORIES = {
-    "@concurrentqueue": "moodycamel's header: bundled in the sdist (stage_concurrentqueue)",
+    "@concurrentqueue": "moodycamel's header: the copy in third_party/concurrentqueue (concurrentqueue_include_dir)",
     "@cuda_headers": "cuda.h from the nvidia-cuda-runtime wheel (cuda_include_dir)",
     "@python_headers": "Python.h of the building interpreter (setuptools)",
 }
@@ -192,6 +192,16 @@ def test_bundled_moodycamel_headers_are_the_included_ones(setup_py):
     for path in setup_py["EXTENSION_SOURCES"] + setup_py["EXTENSION_HEADERS"]:
         included |= set(re.findall(r'#include\s+[<"]concurrentqueue/([^">]+)[">]', open(path).read()))
     assert included == {os.path.basename(setup_py["BUNDLED_CONCURRENTQUEUE_HEADER"])}
+
+
+def test_the_bundled_moodycamel_header_is_the_one_bazel_compiles(setup_py):
+    # Bazel's @concurrentqueue is the system's (WORKSPACE: CUDA_RECLAIM_CONCURRENTQUEUE_DIR, Debian's by default).
+    system = os.path.join(os.environ.get("CUDA_RECLAIM_CONCURRENTQUEUE_DIR", "/usr/include/concurrentqueue"),
+                          "concurrentqueue.h")
+    with open(setup_py["BUNDLED_CONCURRENTQUEUE_HEADER"], "rb") as bundled, open(system, "rb") as compiled:
+        assert bundled.read() == compiled.read(), (
+            f"{setup_py['BUNDLED_CONCURRENTQUEUE_HEADER']} differs from {system}: copy it (and its license)"
+        )
 
 
 def test_every_listed_file_exists(setup_py):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # From source the way a user installs it, without Bazel: builds the sdist from the sources (setup.py,
-# pyproject.toml; moodycamel's header and license bundled from the system), checks what it carries,
+# pyproject.toml; moodycamel's header and license from third_party/concurrentqueue), checks what it carries,
 # pip-installs it into a fresh venv with no `bazel` on PATH, and runs the pytest suite of tests/python
 # against the installed package (not the source tree).
 # Offline: --no-build-isolation, so the build requirements (setuptools, nvidia-cuda-runtime) come from the
@@ -40,6 +40,8 @@ unset CUDA_PATH CUDA_HOME
 echo "--- python -m build --sdist"
 mkdir "${tmp}/src"
 cp -rL LICENSE README.md pyproject.toml setup.py bindings cleanup graph include "${tmp}/src/"
+mkdir -p "${tmp}/src/third_party"
+cp -rL third_party/concurrentqueue "${tmp}/src/third_party/"
 "${python}" -m build --sdist --no-isolation --outdir "${tmp}/dist" "${tmp}/src" >"${tmp}/sdist.log" 2>&1 ||
   { cat "${tmp}/sdist.log"; exit 1; }
 sdist="$(ls "${tmp}"/dist/cuda_reclaim-*.tar.gz)"
