@@ -163,11 +163,23 @@ bool parse_since(const char* function, PyObject* value, std::uint64_t* since) {
                  Py_TYPE(value)->tp_name);
     return false;
   }
+  PyObject* zero = PyLong_FromLong(0);
+  const int negative = zero == nullptr ? -1 : PyObject_RichCompareBool(value, zero, Py_LT);
+  Py_XDECREF(zero);
+  if (negative < 0) return false;
+  // Marks are never negative, and none past the latest one has been made: say which rule `value` breaks.
+  if (negative) {
+    PyErr_Format(PyExc_ValueError,
+                 "%s(): since must be a mark from hand_back_mark(), not %R: marks are never negative", function,
+                 value);
+    return false;
+  }
   const unsigned long long mark = PyLong_AsUnsignedLongLong(value);
   if (PyErr_Occurred() || mark > barrier().epoch()) {
     PyErr_Clear();
-    PyErr_Format(PyExc_ValueError, "%s(): since must be a mark from hand_back_mark() (an int from 0 to %llu)",
-                 function, static_cast<unsigned long long>(barrier().epoch()));
+    PyErr_Format(PyExc_ValueError,
+                 "%s(): since must be a mark from hand_back_mark(), not %R: the marks made so far go up to %llu",
+                 function, value, static_cast<unsigned long long>(barrier().epoch()));
     return false;
   }
   *since = mark;

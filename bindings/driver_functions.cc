@@ -22,11 +22,19 @@ const graph::Driver* loaded_driver() {
   return driver;
 }
 
+// `text` as a str: UTF-8, with any byte that is not (a library path from a non-UTF-8 CUDA_RECLAIM_LIBCUDA)
+// written as \xNN. Null with an exception set only when memory runs out.
+PyObject* readable(const char* text) {
+  return PyUnicode_DecodeUTF8(text, static_cast<Py_ssize_t>(std::strlen(text)), "backslashreplace");
+}
+
 PyObject* py_driver_info(PyObject*, PyObject*) {
   const graph::Driver* driver = loaded_driver();
   static const char* const kStatus[] = {"ok", "library_missing", "driver_too_old", "init_failed"};
-  return Py_BuildValue("{s:s,s:i,s:s}", "status", kStatus[static_cast<int>(driver->status)], "version",
-                       driver->version, "message", driver->message);
+  PyObject* message = readable(driver->message);
+  if (message == nullptr) return nullptr;
+  return Py_BuildValue("{s:s,s:i,s:N}", "status", kStatus[static_cast<int>(driver->status)], "version",
+                       driver->version, "message", message);
 }
 
 // One device as a dict: ordinal, name, compute capability ("9.0") and total memory in bytes.
@@ -48,7 +56,7 @@ PyObject* py_driver_devices(PyObject* module, PyObject*) {
   query = graph::device_count(*driver, &count);
   Py_END_ALLOW_THREADS
   if (!query.ok) {
-    PyErr_SetString(driver_error(module), query.why);
+    PyErr_SetString(driver_error(module), query.why);  // ASCII: names of calls and CUDA errors
     return nullptr;
   }
   PyObject* devices = PyList_New(0);
@@ -93,7 +101,11 @@ PyMethodDef kDriverMethods[] = {
 const graph::Driver* usable_driver(PyObject* module) {
   const graph::Driver* driver = loaded_driver();
   if (driver->status != graph::DriverStatus::kOk) {
-    PyErr_SetString(driver_error(module), driver->message);
+    PyObject* message = readable(driver->message);
+    if (message != nullptr) {
+      PyErr_SetObject(driver_error(module), message);
+      Py_DECREF(message);
+    }
     return nullptr;
   }
   return driver;

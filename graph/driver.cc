@@ -7,6 +7,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace reclaim {
 namespace graph {
@@ -102,6 +103,18 @@ bool initialized_for_query(const Driver& driver, DeviceQuery* query) {
   return true;
 }
 
+// Appends to the message of a driver that could not be loaded, or is not a usable driver, where the library
+// came from: CUDA_RECLAIM_LIBCUDA (`from_setting`), or the variable that names another one.
+void name_the_setting(Driver* driver, bool from_setting) {
+  if (driver->status != DriverStatus::kLibraryMissing && driver->status != DriverStatus::kDriverTooOld) return;
+  const std::size_t used = std::strlen(driver->message);
+  const char* note = from_setting ? "; CUDA_RECLAIM_LIBCUDA names this library"
+                     : driver->status == DriverStatus::kLibraryMissing
+                         ? "; set CUDA_RECLAIM_LIBCUDA to the driver library's path if it is installed elsewhere"
+                         : "; CUDA_RECLAIM_LIBCUDA may name another driver library";
+  std::snprintf(driver->message + used, sizeof driver->message - used, "%s", note);
+}
+
 }  // namespace
 
 Driver load_driver(const char* library) noexcept {
@@ -179,7 +192,10 @@ const Driver& driver() noexcept {
   // still call back into code that reads it.
   static const Driver* const loaded = [] {
     const char* library = std::getenv("CUDA_RECLAIM_LIBCUDA");
-    return new Driver(load_driver(library != nullptr && *library != '\0' ? library : "libcuda.so.1"));
+    const bool from_setting = library != nullptr && *library != '\0';
+    auto* loaded_driver = new Driver(load_driver(from_setting ? library : "libcuda.so.1"));
+    name_the_setting(loaded_driver, from_setting);
+    return loaded_driver;
   }();
   return *loaded;
 }

@@ -62,7 +62,7 @@ struct Driver {
   DriverStatus status = DriverStatus::kLibraryMissing;
   CUresult error = CUDA_SUCCESS;  // for kInitFailed
   int version = 0;                // cuDriverGetVersion, e.g. 13000; 0 when unknown
-  char message[384] = {};         // why the driver is unusable, for the user; empty when kOk
+  char message[512] = {};         // why the driver is unusable, for the user; empty when kOk
   DriverApi api;
   DeviceApi devices;  // see DeviceApi: may be usable when `api` is not
 };
@@ -73,9 +73,10 @@ struct Driver {
 // Any thread; never touches Python; may block (dlopen, cuInit).
 Driver load_driver(const char* library) noexcept;
 
-// The process-wide driver, loaded on first call from CUDA_RECLAIM_LIBCUDA (environment; for tests that
-// need a missing or fake driver) or else "libcuda.so.1". A failed load is remembered: later calls return
-// the same result without retrying. Never destroyed.
+// The process-wide driver, loaded on first call from CUDA_RECLAIM_LIBCUDA (environment: a driver installed
+// elsewhere, or a missing or fake one for tests) or else "libcuda.so.1". When the library cannot be loaded or
+// is not a usable driver, the message names CUDA_RECLAIM_LIBCUDA: the library it named, or the variable to
+// set. A failed load is remembered: later calls return the same result without retrying. Never destroyed.
 // Any thread; never touches Python; the first call may block (see load_driver), later calls do not.
 const Driver& driver() noexcept;
 
