@@ -68,6 +68,7 @@ __all__ = [
     "launch_host_func",
     "pending",
     "set_auto_drain",
+    "show_config",
     "stats",
     "trim",
     "wait_handed_back",
@@ -150,10 +151,16 @@ def defer_release(obj):
     """Hand one reference to ``obj`` over to the queue; it is released by a later drain.
 
     Any thread. Returns True if queued, False if the queue is already closed (the reference is then
-    counted as ``leaked_after_close`` and never released). Starts the automatic drain, lazily.
+    counted as ``leaked_after_close`` and never released, and a ``ResourceWarning`` says so, once per
+    process, not while the interpreter is finalizing). Starts the automatic drain, lazily.
     """
     _auto.note_handover()
-    return _reclaim.defer_release(obj)
+    if _reclaim.defer_release(obj):
+        return True
+    # _graph: bound here by the import of its names above (a submodule is an attribute of its package).
+    warn = _graph.warn_after_close  # noqa: F821
+    warn("defer_release", "the reference is never released (counted in leaked_after_close)")
+    return False
 
 
 def close():
@@ -185,6 +192,21 @@ def stats():
     fork child whose forking thread was inside a drain, as that drain settles).
     """
     return _reclaim._all_stats()
+
+
+def show_config(file=None):
+    """Print what a bug report needs, as ``python -m cuda_reclaim`` does: the versions, the build, the
+    Python and platform, the automatic drain, the ``CUDA_RECLAIM_*`` settings, the CUDA driver and its
+    devices, the GPU libraries installed and the counters. To ``file`` (default: ``sys.stdout``).
+
+    Reads only: no drain thread starts and no counter moves; the driver is loaded and initialized (cuInit,
+    no context) to list its devices, as CuPy's ``show_config()`` does. Returns None.
+    """
+    if file is not None and not callable(getattr(file, "write", None)):
+        raise TypeError(f"show_config(): file must be a text file (with write()) or None, not {type(file).__name__}")
+    from . import _info
+
+    _info.show(file)
 
 
 def get_include():

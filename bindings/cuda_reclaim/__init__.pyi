@@ -4,7 +4,7 @@
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, Callable, Final, Iterable, Literal, TypeAlias, TypeVar
+from typing import Any, Callable, Final, Iterable, Literal, TextIO, TypeAlias, TypeVar
 
 from . import asyncio as asyncio
 from ._reclaim import (
@@ -45,6 +45,7 @@ __all__ = [
     "launch_host_func",
     "pending",
     "set_auto_drain",
+    "show_config",
     "stats",
     "trim",
     "wait_handed_back",
@@ -53,6 +54,8 @@ __all__ = [
 __version__: Final[str]
 
 _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
+# What get_auto_drain() reports: a mode, or "closed" once close() began.
+_AutoDrainState: TypeAlias = Literal["thread", "gc", "off", "closed"]
 
 # The keys of stats(), by group (bindings/stats_table.cc defines them; tests/python/test_stats_table.py
 # checks these lines against it):
@@ -76,7 +79,8 @@ def stats() -> dict[str, int]: ...
 def conserved(counters: Mapping[str, int] | None = None) -> bool: ...
 def get_include() -> str: ...
 def set_auto_drain(mode: _AutoDrainMode) -> _AutoDrainMode: ...
-def get_auto_drain() -> _AutoDrainMode: ...
+def get_auto_drain() -> _AutoDrainState: ...
+def show_config(file: TextIO | None = None) -> None: ...
 def wait_handed_back(timeout: float | None = None, *, since: int | None = None) -> bool: ...
 def flush(timeout: float | None = None, *, since: int | None = None) -> int: ...
 def hand_back_mark() -> int: ...

@@ -62,14 +62,17 @@ _start_failure = None  # why the last start of a drain thread failed (text), Non
 
 
 def get_auto_drain():
-    """Return the automatic drain that really runs: ``"thread"``, ``"gc"`` or ``"off"``.
-
-    After ``set_auto_drain("thread")`` this says ``"off"`` while the drain thread cannot be started (a
+    """Return the automatic drain that really runs: ``"thread"``, ``"gc"`` or ``"off"``; ``"closed"`` once
+    :func:`close` began (or the atexit hook's): no automatic drain runs again in this process. After
+    ``set_auto_drain("thread")`` this says ``"off"`` while the drain thread cannot be started (a
     RuntimeWarning said why; the next hand-over tries again). Any thread; never blocks.
     """
-    if _mode == "thread" and _start_failure is not None:
-        return "off"
-    return _mode
+    return "closed" if _closed or _reclaim.is_closed() else _running_mode()
+
+
+def _running_mode():
+    # The mode that runs, closed or not: "off" while the drain thread cannot be started.
+    return "off" if _mode == "thread" and _start_failure is not None else _mode
 
 
 # Called with the new mode after every set_auto_drain(), outside _lock, on the switching thread (which may
@@ -89,7 +92,7 @@ def set_auto_drain(mode):
     ``"thread"`` (default): a Python thread wakes on the fd and drains; started lazily.
     ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
-    Returns the previous mode, as :func:`get_auto_drain` reported it.
+    Returns the previous mode, as :func:`get_auto_drain` reported it before any close (never ``"closed"``).
 
     Switching away from ``"thread"`` stops the drain thread and, unless called on that thread or from a
     finalizer that interrupted cuda_reclaim on this one, waits up to 2 s for it to leave, holding nothing a
@@ -109,7 +112,7 @@ def set_auto_drain(mode):
             f"set_auto_drain(): the mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}"
         )
     with _lock.held():
-        previous = get_auto_drain()
+        previous = _running_mode()
         _mode = mode
         if mode != "thread":
             _retire_locked()

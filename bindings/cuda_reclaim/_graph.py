@@ -13,13 +13,21 @@ Also the Python calls CUDA triggers (docs/callbacks.md): :func:`launch_host_func
 and :func:`add_host_node` (a graph host node); the call runs in a drain, never on CUDA's thread.
 """
 
+import os as _os
 import sys
+import warnings as _warnings
 from concurrent.futures import Future  # imported before the fork hooks: _auto._install_process_hooks
 
 from . import _auto
 from . import _reclaim
 
 DriverError = _reclaim.DriverError
+
+# What becomes of the objects of keep_alive() and keep_alive_until() after close().
+_LEAKED_WHEN_CUDA_LETS_GO = (
+    "the objects stay attached for as long as CUDA may use them, then are leaked on purpose (counted in "
+    "leaked_after_close)"
+)
 
 _EXEC_HINT = (
     "user objects cannot be attached to an executable graph (CUgraphExec); pass the graph it was "
@@ -135,6 +143,34 @@ def stream_handle(stream, function):
     )
 
 
+def _named(function, call, *args):
+    """``call(*args)``, a C entry point that loads the driver; a :class:`DriverError` it raises is re-raised
+    with the public function's name first (``keep_alive(): ...``)."""
+    try:
+        return call(*args)
+    except DriverError as error:
+        if error.args and isinstance(error.args[0], str) and not error.args[0].startswith(f"{function}(): "):
+            error.args = (f"{function}(): {error.args[0]}", *error.args[1:])
+        raise
+
+
+# Whether this process (its pid) has said that something was handed over after close().
+_warned_after_close_in = None
+
+
+def warn_after_close(function, what):
+    """A ResourceWarning, the first time in this process that a hand-over (by the public `function`) comes
+    after close(): `what` says what becomes of it. Not while the interpreter is finalizing (nothing can act on
+    it then). Any thread."""
+    global _warned_after_close_in
+    if _warned_after_close_in == _os.getpid() or sys.is_finalizing():
+        return
+    _warned_after_close_in = _os.getpid()
+    _warnings.warn(
+        f"{function}() after cuda_reclaim.close(): {what} (said once per process)", ResourceWarning, stacklevel=3
+    )
+
+
 def _payload(function, objs):
     if not objs:
         raise TypeError(f"{function}() needs at least one object to keep alive")
@@ -152,9 +188,12 @@ def keep_alive(graph, *objs):
     ``complete()``), a cuda.bindings ``CUgraph`` or an int handle. Executable graphs (cuda.core
     ``Graph``, ``CUgraphExec``) are refused with a TypeError. Raises :class:`DriverError` if the CUDA
     driver is missing or too old, or the driver call fails (then nothing is attached and the references
-    are not kept). Starts the automatic drain, lazily. After :func:`close` (at exit) the objects are still
-    attached, so that they stay alive for as long as CUDA may use them; when CUDA lets them go they are
-    leaked on purpose and counted in ``leaked_after_close``, as everything handed over after the close is.
+    are not kept); its message starts with the function's name and, where the driver library could not be
+    loaded, names ``CUDA_RECLAIM_LIBCUDA``. Starts the automatic drain, lazily. After :func:`close` (at
+    exit) the objects are still attached, so that they stay alive for as long as CUDA may use them; when
+    CUDA lets them go they are leaked on purpose and counted in ``leaked_after_close``, as everything handed
+    over after the close is; a ``ResourceWarning`` says so, once per process (not while the interpreter is
+    finalizing).
 
     Returns an :class:`~cuda_reclaim.Attachment`: ``done()`` / ``wait(timeout)`` tell when CUDA has handed
     these objects back. It holds the objects until a drain releases it and you no longer hold it: drop it
@@ -162,11 +201,11 @@ def keep_alive(graph, *objs):
     """
     payload = _payload("keep_alive", objs)
     kind, handle = graph_target(graph, "keep_alive")
-    if kind == "capture":
-        attachment = _reclaim._keep_alive_capture(handle, payload)
-    else:
-        attachment = _reclaim._keep_alive_graph(handle, payload)
+    attach = _reclaim._keep_alive_capture if kind == "capture" else _reclaim._keep_alive_graph
+    attachment = _named("keep_alive", attach, handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    if _reclaim.is_closed():
+        warn_after_close("keep_alive", _LEAKED_WHEN_CUDA_LETS_GO)
     return attachment
 
 
@@ -178,12 +217,15 @@ def keep_alive_until(stream, *objs):
     ``__cuda_stream__`` or an int handle. A stream that is capturing a graph is refused (use
     :func:`keep_alive` with the graph builder). Raises :class:`DriverError` as :func:`keep_alive` does.
     Starts the automatic drain, lazily. After :func:`close`, as :func:`keep_alive`: kept alive, then leaked
-    on purpose and counted. Returns an :class:`~cuda_reclaim.Attachment`, as :func:`keep_alive` does.
+    on purpose and counted, and a ``ResourceWarning`` once per process. Returns an
+    :class:`~cuda_reclaim.Attachment`, as :func:`keep_alive` does.
     """
     payload = _payload("keep_alive_until", objs)
     handle = stream_handle(stream, "keep_alive_until")
-    attachment = _reclaim._keep_alive_stream(handle, payload)
+    attachment = _named("keep_alive_until", _reclaim._keep_alive_stream, handle, payload)
     _auto.note_handover()  # only once something was attached: a failed call starts nothing
+    if _reclaim.is_closed():
+        warn_after_close("keep_alive_until", _LEAKED_WHEN_CUDA_LETS_GO)
     return attachment
 
 
@@ -201,10 +243,16 @@ def launch_host_func(stream, fn, /, *args, **kwargs):
     :func:`add_host_node`). Raises :class:`DriverError` if the driver is missing or the launch fails
     (nothing is launched then). After :func:`cuda_reclaim.close` (and at exit) nothing runs: a call whose
     host function CUDA has not run by then is cancelled (its future too, and its references are released),
-    and a launch after close returns an already-cancelled future. Starts the automatic drain, lazily.
+    and a launch after close returns an already-cancelled future, with a ``ResourceWarning`` once per process
+    (not while the interpreter is finalizing). A ``concurrent.futures.Future`` carries no reason for its
+    cancellation: :func:`cuda_reclaim.is_closed` tells whether the close was it. Starts the automatic drain,
+    lazily.
     Safe from a finalizer, on any thread.
     """
-    return launch("launch_host_func", stream, fn, args, kwargs)
+    future = launch("launch_host_func", stream, fn, args, kwargs)
+    if future.cancelled() and _reclaim.is_closed():
+        warn_after_close("launch_host_func", "the call never runs: its future is cancelled")
+    return future
 
 
 def launch(function, stream, fn, args, kwargs):
@@ -213,7 +261,7 @@ def launch(function, stream, fn, args, kwargs):
         raise TypeError(f"{function}(): fn must be callable, not {type(fn).__name__}")
     handle = stream_handle(stream, function)
     future = Future()
-    if _reclaim._launch_host_func(handle, future, fn, args, kwargs or None):
+    if _named(function, _reclaim._launch_host_func, handle, future, fn, args, kwargs or None):
         _auto.note_handover()  # only once something was launched
     return future
 
@@ -309,8 +357,10 @@ def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
     (cuda.core ``GraphNode``, ``CUgraphNode``, :class:`NodeHandle` or int handles) that must finish first;
     being this function's own keyword, ``dependencies`` is the one keyword ``fn`` cannot be given. Returns
     the new ``CUgraphNode`` as a :class:`NodeHandle` (an int; usable as a dependency). Raises
-    :class:`DriverError` as :func:`keep_alive` does. Starts the automatic drain, lazily. Safe from a
-    finalizer, on any thread.
+    :class:`DriverError` as :func:`keep_alive` does. Starts the automatic drain, lazily. After
+    :func:`cuda_reclaim.close` the node is still added, its firings never run and its function is never
+    released (counted in ``leaked_after_close``), and a ``ResourceWarning`` says so, once per process (not while
+    the interpreter is finalizing). Safe from a finalizer, on any thread.
     """
     if not callable(fn):
         raise TypeError(f"add_host_node(): fn must be callable, not {type(fn).__name__}")
@@ -326,9 +376,13 @@ def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
             "the node to a GraphDefinition (while capturing, launch_host_func is refused and cuda.core's "
             "GraphBuilder.callback runs Python on CUDA's thread)"
         )
-    node, attachment = _reclaim._add_host_node(handle, nodes, fn, args, kwargs or None)
+    node, attachment = _named("add_host_node", _reclaim._add_host_node, handle, nodes, fn, args, kwargs or None)
     _auto.note_handover()
     handle = int.__new__(NodeHandle, node)  # the driver's handle: no check needed
     _node_attachments[id(handle)] = attachment
+    if _reclaim.is_closed():
+        warn_after_close(
+            "add_host_node", "the node is added; its firings never run and its function is never released"
+        )
     return handle
 

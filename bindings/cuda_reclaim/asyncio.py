@@ -245,13 +245,13 @@ def _reached():
     return None
 
 
-def _copy_outcome(source, destination):
-    """On the loop: give `destination` the outcome of the finished concurrent future `source`."""
+def _copy_outcome(source, destination, function):
+    """On the loop: give `destination` the outcome of `function`'s finished concurrent future `source`."""
     if destination.done():  # the await was cancelled meanwhile
         return
-    if source.cancelled():
-        destination.cancel()
-        return
+    if source.cancelled():  # by close() (or exit), unless the call was released without running
+        why = "cuda_reclaim is closed: the call never runs" if _reclaim.is_closed() else "the call was cancelled"
+        return destination.cancel(msg=f"{function}(): {why}")
     error = source.exception()
     if error is None:
         destination.set_result(source.result())
@@ -288,7 +288,7 @@ class _CallWaiter(_asyncio.Future):
         return cancelled
 
 
-def _on_loop(future, loop):
+def _on_loop(future, loop, function):
     """A _CallWaiter of `loop` that follows the concurrent.futures.Future `future`.
 
     The outcome reaches the loop through call_soon_threadsafe from another thread (the drain thread), or
@@ -301,9 +301,9 @@ def _on_loop(future, loop):
     def deliver(finished):
         try:
             if _threading.get_ident() == loop_thread:
-                loop.call_soon(_copy_outcome, finished, waiter)
+                loop.call_soon(_copy_outcome, finished, waiter, function)
             else:
-                loop.call_soon_threadsafe(_copy_outcome, finished, waiter)
+                loop.call_soon_threadsafe(_copy_outcome, finished, waiter, function)
         except RuntimeError:  # the loop is closed
             pass
 
@@ -313,8 +313,8 @@ def _on_loop(future, loop):
 
 def _make_sure_something_drains(loop):
     # With the automatic drain thread, it runs the calls and wakes the loop. Without it ("gc" or "off"),
-    # only the loop itself can be relied on: drain from its reader.
-    if _auto.get_auto_drain() != "thread":
+    # only the loop itself can be relied on: drain from its reader. Closed: nothing runs any more.
+    if _auto.get_auto_drain() not in ("thread", "closed"):
         install(loop)
 
 
@@ -327,14 +327,14 @@ def _stop_awaiting(loop):
             _awaiting.pop(loop, None)
 
 
-async def _await_call(loop, call):
-    """Await the launched call `call` (a concurrent.futures.Future) on `loop`, with something draining
+async def _await_call(loop, call, function):
+    """Await `function`'s launched call `call` (a concurrent.futures.Future) on `loop`, with something draining
     until it completes: the loop counts as awaiting meanwhile, so that a switch away from the drain thread
     installs its reader. An exception before the await begins (a KeyboardInterrupt) cancels the call:
     nobody would await its outcome."""
     counted = False
     try:
-        waiter = _on_loop(call, loop)
+        waiter = _on_loop(call, loop, function)
         with _awaiting_lock:
             _awaiting[loop] = _awaiting.get(loop, 0) + 1
             counted = True
@@ -382,10 +382,10 @@ async def stream_reached(stream):
     or polling here. With the automatic drain off (or "gc"), the running loop's drain is installed
     (:func:`install`), since something must drain for the wait to end. Cancellation-safe. Raises
     :class:`cuda_reclaim.DriverError` as :func:`cuda_reclaim.launch_host_func` does; after
-    :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError``.
+    :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError`` whose message says so.
     """
     loop = _asyncio.get_running_loop()
-    await _await_call(loop, _graph.launch("stream_reached", stream, _reached, (), None))
+    await _await_call(loop, _graph.launch("stream_reached", stream, _reached, (), None), "stream_reached")
 
 
 async def run_when_reached(stream, fn, /, *args, **kwargs):
@@ -394,7 +394,7 @@ async def run_when_reached(stream, fn, /, *args, **kwargs):
     ``fn`` runs in a drain (the automatic drain thread, or this loop's reader drain), never on CUDA's
     thread, in stream order with the other calls of the stream; its result or exception comes back here.
     For code that must run on the loop's thread, ``await stream_reached(stream)`` and then call it.
-    Cancelling the await before the call starts means it never runs.
+    Cancelling the await before the call starts means it never runs; after close, as :func:`stream_reached`.
     """
     loop = _asyncio.get_running_loop()
-    return await _await_call(loop, _graph.launch("run_when_reached", stream, fn, args, kwargs))
+    return await _await_call(loop, _graph.launch("run_when_reached", stream, fn, args, kwargs), "run_when_reached")

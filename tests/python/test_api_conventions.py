@@ -160,6 +160,7 @@ BAD_CALLS = {
     "cuda_reclaim.launch_host_func": lambda: cuda_reclaim.launch_host_func(None, print),
     "cuda_reclaim.pending": lambda: cuda_reclaim.pending(1),
     "cuda_reclaim.set_auto_drain": lambda: cuda_reclaim.set_auto_drain("sometimes"),
+    "cuda_reclaim.show_config": lambda: cuda_reclaim.show_config(1),
     "cuda_reclaim.stats": lambda: cuda_reclaim.stats(1),
     "cuda_reclaim.trim": lambda: cuda_reclaim.trim(1),
     "cuda_reclaim.wait_handed_back": lambda: cuda_reclaim.wait_handed_back("1"),
