@@ -1,16 +1,13 @@
-"""``python -m cuda_reclaim COMMAND``: ``info [--json]`` prints what a bug report needs."""
+"""``python -m cuda_reclaim [info] [--json] [--version]``: print what a bug report needs (``info``, the one
+command, is the default), as :func:`cuda_reclaim.show_config` does, or the version."""
 
-import argparse
 import sys
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m cuda_reclaim")
-    parser.add_argument("command", choices=["info"], help="info: versions, build, driver, counters")
-    args, rest = parser.parse_known_args(argv)
     from . import _info
 
-    return _info.main(rest)
+    return _info.main(argv)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""``python -m cuda_reclaim info``: what a bug report needs, read only (no drain thread starts, no
-counter moves, no GPU library is imported; the driver is loaded and initialized with cuInit to list its
-devices, which creates no context); every section catches its own errors and reports them.
+"""``python -m cuda_reclaim [info] [--json] [--version]`` and :func:`cuda_reclaim.show_config`: what a bug
+report needs, read only (no drain thread starts, no counter moves, no GPU library is imported; the driver is
+loaded and initialized with cuInit to list its devices, which creates no context); every section catches its
+own errors and reports them.
 
 A ``CUDA_RECLAIM_*`` value that is not understood makes ``import cuda_reclaim`` fail with an ImportError in
 a program; ``python -m cuda_reclaim`` imports the package past it (its default stands in) and this report
@@ -73,8 +74,15 @@ def _auto_drain():
     return {"mode": cuda_reclaim.get_auto_drain()}
 
 
+def _readable(value):
+    """An environment value as text: bytes that are not UTF-8 (os.environ holds them as surrogates) as \\xNN."""
+    return os.fsencode(value).decode("utf-8", "backslashreplace")
+
+
 def _environment():
-    return {name: value for name, value in sorted(os.environ.items()) if name.startswith("CUDA_RECLAIM_")}
+    return {
+        name: _readable(value) for name, value in sorted(os.environ.items()) if name.startswith("CUDA_RECLAIM_")
+    }
 
 
 def _settings():
@@ -91,7 +99,10 @@ def _driver():
     from . import _reclaim
 
     info = dict(_reclaim._driver_info())
-    info["library"] = os.environ.get("CUDA_RECLAIM_LIBCUDA") or "libcuda.so.1"
+    # cuDriverGetVersion's 13000 is CUDA 13.0 (1000 * major + 10 * minor); 0: the driver did not say.
+    version = info["version"]
+    info["version"] = f"{version // 1000}.{version % 1000 // 10}" if version > 0 else "unknown"
+    info["library"] = _readable(os.environ.get("CUDA_RECLAIM_LIBCUDA") or "libcuda.so.1")
     # Always a list, with why it is empty when the driver could not be asked (no driver, cuInit failed, ...).
     try:
         info["devices"] = _reclaim._driver_devices()
@@ -178,14 +189,27 @@ def format_text(report):
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    """``info [--json]``: print the report; returns the exit status (0)."""
-    parser = argparse.ArgumentParser(prog="python -m cuda_reclaim info", description=main.__doc__)
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(argv)
+def show(file=None, *, as_json=False):
+    """Write the report to `file` (default: sys.stdout) as text, or as JSON."""
     report = collect()
-    if args.json:
-        sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
-    else:
-        sys.stdout.write(format_text(report))
+    text = json.dumps(report, indent=2, sort_keys=False) + "\n" if as_json else format_text(report)
+    (sys.stdout if file is None else file).write(text)
+
+
+def main(argv=None):
+    """``python -m cuda_reclaim [info] [--json] [--version]``: print the report (``info``, the one command, may
+    be left out) or the version; returns the exit status (0; 2 for a usage error, from argparse)."""
+    from ._version import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cuda_reclaim",
+        description="Print what a bug report needs: versions, build, settings, CUDA driver and devices, counters.",
+    )
+    parser.add_argument("command", nargs="?", choices=["info"], help="info: the report (the default)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--version", action="version", version=f"cuda_reclaim {__version__}")
+    args = parser.parse_args(argv)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")  # a device name the terminal cannot show
+    show(as_json=args.json)
     return 0

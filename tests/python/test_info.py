@@ -1,5 +1,6 @@
 """python -m cuda_reclaim info: the report's sections, with the fake driver and with none, read only."""
 
+import io
 import json
 import os
 import subprocess
@@ -36,6 +37,7 @@ def test_info_json_with_fake_driver():
     assert report["auto_drain"] == {"mode": cuda_reclaim.get_auto_drain()}
     assert report["environment"]["CUDA_RECLAIM_LIBCUDA"] == fake_cuda.PATH
     assert report["driver"]["status"] == "ok"
+    assert report["driver"]["version"] == "13.0"
     assert report["driver"]["library"] == fake_cuda.PATH
     assert report["driver"]["devices"] == [
         {"ordinal": 0, "name": "Fake CUDA Device 0", "compute_capability": "9.0", "total_memory": 80 << 30}
@@ -64,12 +66,78 @@ def test_info_text_has_every_section():
     assert f"  abi_version: {cuda_reclaim.ABI_VERSION}" in result.stdout.splitlines()
 
 
-def test_no_or_unknown_command_prints_usage():
-    for args in ([], ["nonsense"]):
-        result = run_info(*args, libcuda="/nonexistent/libcuda.so.1")
-        assert result.returncode == 2
-        assert result.stderr.startswith("usage: python -m cuda_reclaim")
-        assert result.stdout == ""
+def test_an_unknown_command_prints_usage():
+    result = run_info("nonsense", libcuda="/nonexistent/libcuda.so.1")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: python -m cuda_reclaim")
+    assert result.stdout == ""
+
+
+def test_without_a_command_it_prints_the_report_as_info_does():
+    plain = run_info(libcuda=fake_cuda.PATH)
+    assert plain.returncode == 0, plain.stderr
+    headings = [line[:-1] for line in plain.stdout.splitlines() if line and not line.startswith(" ")]
+    assert headings == SECTIONS
+    assert "  version: 13.0" in section_lines(plain.stdout, "driver")
+    as_json = run_info("--json", libcuda=fake_cuda.PATH)
+    assert as_json.returncode == 0, as_json.stderr
+    assert list(json.loads(as_json.stdout)) == SECTIONS
+    # `info` stays, before or after --json.
+    for args in (["info", "--json"], ["--json", "info"]):
+        result = run_info(*args, libcuda=fake_cuda.PATH)
+        assert result.returncode == 0, result.stderr
+        assert list(json.loads(result.stdout)) == SECTIONS
+
+
+def test_version_prints_the_package_version():
+    result = run_info("--version", libcuda="/nonexistent/libcuda.so.1")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"cuda_reclaim {cuda_reclaim.__version__}\n"
+
+
+@pytest.mark.parametrize("number, shown", [("13000", "13.0"), ("12080", "12.8"), ("11030", "11.3")])
+def test_the_driver_version_prints_as_major_dot_minor(number, shown):
+    result = run_info(libcuda=fake_cuda.PATH, FAKE_CUDA_VERSION=number)
+    assert result.returncode == 0, result.stderr
+    assert f"  version: {shown}" in section_lines(result.stdout, "driver")
+    result = run_info("--json", libcuda=fake_cuda.PATH, FAKE_CUDA_VERSION=number)
+    assert json.loads(result.stdout)["driver"]["version"] == shown
+    # A library that is no driver at all reports no version.
+    result = run_info("--json", libcuda="/nonexistent/libcuda.so.1")
+    assert json.loads(result.stdout)["driver"]["version"] == "unknown"
+
+
+def test_show_config_prints_the_same_report():
+    assert "show_config" in cuda_reclaim.__all__
+    written = io.StringIO()
+    assert cuda_reclaim.show_config(written) is None
+    headings = [line[:-1] for line in written.getvalue().splitlines() if line and not line.startswith(" ")]
+    assert headings == SECTIONS
+    # To stdout by default, in a program as from the command line.
+    result = subprocess.run(
+        [sys.executable, "-c", "import cuda_reclaim; cuda_reclaim.show_config()"],
+        env=dict(os.environ, CUDA_RECLAIM_LIBCUDA=fake_cuda.PATH, PYTHONPATH=os.pathsep.join(sys.path)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    command = run_info(libcuda=fake_cuda.PATH)
+    assert driver_lines(result.stdout) == driver_lines(command.stdout)
+    assert section_lines(result.stdout, "settings") == ["  all understood"]
+
+
+def test_a_library_path_that_is_not_utf8_is_shown_escaped():
+    # os.environ holds the byte 0xff as a surrogate; the report shows it as \xff, in text and in JSON.
+    library = "/nonexistent/\udcff/libcuda.so.1"
+    result = run_info(libcuda=library)
+    assert result.returncode == 0, result.stderr
+    assert "  library: /nonexistent/\\xff/libcuda.so.1" in section_lines(result.stdout, "driver")
+    assert "  CUDA_RECLAIM_LIBCUDA: /nonexistent/\\xff/libcuda.so.1" in section_lines(result.stdout, "environment")
+    driver = json.loads(run_info("--json", libcuda=library).stdout)["driver"]
+    assert driver["status"] == "library_missing"
+    assert driver["library"] == "/nonexistent/\\xff/libcuda.so.1"
+    assert "/nonexistent/\\xff/libcuda.so.1 could not be loaded" in driver["message"]
 
 
 def test_collect_is_read_only():
