@@ -1,5 +1,8 @@
 """The part of cuda_reclaim's pytest plugin that pytest loads at every start (entry point ``cuda_reclaim``
 in the ``pytest11`` group): the options, the ini names, the ``reclaim`` marker and fixture, the header line.
+A second entry point, ``cuda_reclaim_marker`` (:data:`marker_plugin`), registers the marker alone, so that
+``--strict-markers`` accepts a marked test also under ``-p no:cuda_reclaim`` (``-p no:cuda_reclaim_marker``
+removes the marker too).
 
 A module of its own, outside the package: importing it imports neither ``cuda_reclaim`` nor its extension,
 so a pytest run that neither enables the check nor requests the fixture never imports the library (a bad
@@ -19,6 +22,13 @@ __all__ = ["DEFAULT_TIMEOUT", "reclaim"]
 DEFAULT_TIMEOUT = 5.0
 
 MARKER = "reclaim"
+MARKER_LINE = (
+    f"{MARKER}(allow_held=False, allow_pending=False, allow_outstanding=False, timeout=None): with "
+    "--reclaim-check, allow this test's leftovers of each kind; and set its flush timeout (the check's, and the "
+    "reclaim fixture's)"
+)
+# pytest 8.4 added the "float" ini type; before it, the value is read as a string and converted here.
+_FLOAT_INI = tuple(getattr(pytest, "version_tuple", (0, 0))[:2]) >= (8, 4)
 #: item -> (stats() when the test began, hand_back_mark() then); set by the check, read by the fixture.
 BASELINE = pytest.StashKey()
 #: config -> the configured flush timeout in seconds (--reclaim-timeout, else the ini's reclaim_timeout).
@@ -58,7 +68,12 @@ def pytest_addoption(parser):
         f"default {DEFAULT_TIMEOUT:g})",
     )
     parser.addini("reclaim_check", help="default value for --reclaim-check", type="bool", default=False)
-    parser.addini("reclaim_timeout", help="default value for --reclaim-timeout", default=str(DEFAULT_TIMEOUT))
+    parser.addini(
+        "reclaim_timeout",
+        help="default value for --reclaim-timeout (seconds)",
+        type="float" if _FLOAT_INI else "string",
+        default=DEFAULT_TIMEOUT if _FLOAT_INI else str(DEFAULT_TIMEOUT),
+    )
 
 
 def _enabled(config):
@@ -70,18 +85,36 @@ def _timeout(config):
     value = config.getoption("reclaim_timeout")
     if value is not None:
         return seconds(value, "--reclaim-timeout")
-    return seconds(config.getini("reclaim_timeout"), "reclaim_timeout (ini)")
+    try:
+        value = config.getini("reclaim_timeout")
+    except (pytest.UsageError, TypeError, ValueError) as error:  # pytest's conversion to float refused it
+        raise pytest.UsageError(f"reclaim_timeout (ini): a number of seconds >= 0 is needed ({error})") from None
+    return seconds(value, "reclaim_timeout (ini)")
+
+
+def register_marker(config):
+    """Registers the ``reclaim`` marker with `config`, unless a line for it is there already."""
+    for line in config.getini("markers"):
+        if line.split(":", 1)[0].split("(", 1)[0].strip() == MARKER:
+            return
+    config.addinivalue_line("markers", MARKER_LINE)
+
+
+class _MarkerPlugin:
+    """The plugin of the ``cuda_reclaim_marker`` entry point: the ``reclaim`` marker alone."""
+
+    def pytest_configure(self, config):
+        register_marker(config)
+
+
+#: What the ``cuda_reclaim_marker`` entry point (``_cuda_reclaim_pytest:marker_plugin``) loads.
+marker_plugin = _MarkerPlugin()
 
 
 def pytest_configure(config):
     """pytest calls it: registers the ``reclaim`` marker, and the check where it is enabled (importing
     :mod:`cuda_reclaim.pytest_plugin`, and with it the library, only then)."""
-    config.addinivalue_line(
-        "markers",
-        f"{MARKER}(allow_held=False, allow_pending=False, allow_outstanding=False, timeout=None): "
-        "with --reclaim-check, allow this test's leftovers of each kind; and set its flush timeout (the "
-        "check's, and the reclaim fixture's)",
-    )
+    register_marker(config)
     timeout = _timeout(config)  # a bad value is an error even with the check off
     config.stash[TIMEOUT] = timeout
     if _enabled(config):

@@ -6,10 +6,12 @@ part, the module ``_cuda_reclaim_pytest`` (options, ini names, marker, fixture),
 enabled or a test requests the ``reclaim`` fixture. From a source tree, pass ``-p cuda_reclaim.pytest_plugin``
 (this module, with the same hooks; it imports the package). Loaded and not enabled, the plugin changes
 nothing: no flush, no failure, no stats read. No CUDA library is loaded until something is attached.
+``-p no:cuda_reclaim`` blocks it; the ``reclaim`` marker stays registered (a second entry point,
+``cuda_reclaim_marker``, registers it alone), so that ``--strict-markers`` still accepts a marked test.
 
 - ``pytest --reclaim-check`` (or ``reclaim_check = true`` in the ini file) enables the check: after each
   test, its function-scoped fixtures torn down, :func:`cuda_reclaim.flush` waits (``--reclaim-timeout``, ini
-  ``reclaim_timeout``, default 5 s) for CUDA to hand back what the test attached and drains the queue. The
+  ``reclaim_timeout``, a float, default 5 s) for CUDA to hand back what the test attached and drains the queue. The
   test then errors at teardown if, counted as a delta over the test, something is still held by CUDA,
   pending (queued or in a drain) or outstanding (a ``launch_host_func()`` call neither run nor cancelled),
   or if a law of :func:`cuda_reclaim.stats` that held when the test began no longer holds. Fixtures of a

@@ -297,7 +297,41 @@ def test_a_bad_timeout_is_an_error_with_the_check_off_too(pytester, run):
     pytester.makepyfile("def test_nothing():\n    pass\n")
     result = run()
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*reclaim_timeout (ini): a number of seconds >= 0 is needed, not 'later'"])
+    result.stderr.fnmatch_lines(["*reclaim_timeout (ini): a number of seconds >= 0 is needed (*'later'*)"])
+    pytester.makeini("[pytest]\nreclaim_timeout = -1\n")
+    result = run()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*reclaim_timeout (ini): a number of seconds >= 0 is needed, not -1*"])
+
+
+READS_THE_TIMEOUT = """
+def test_reads_the_timeout(request):
+    value = request.config.getini("reclaim_timeout")
+    assert type(value) is float and value == EXPECTED, repr(value)
+"""
+
+
+def test_reclaim_timeout_is_a_float_typed_ini(pytester, run_start_up):
+    # Registered with pytest's "float" ini type (pytest 8.4 and later): getini() gives a float.
+    if pytest.version_tuple[:2] < (8, 4):
+        pytest.skip("pytest before 8.4 has no float ini type: the value is a string, converted by the plugin")
+    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "5.0"))
+    run_start_up("-v").assert_outcomes(passed=1)
+    pytester.makeini("[pytest]\nreclaim_timeout = 0.25\n")
+    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "0.25"))
+    run_start_up("-v").assert_outcomes(passed=1)
+
+
+def test_reclaim_timeout_takes_a_toml_number(pytester, run_start_up):
+    # pytest 9's native TOML configuration ([tool.pytest]) checks the value's type against the registered one.
+    if pytest.version_tuple[:2] < (9, 0):
+        pytest.skip("native TOML configuration needs pytest 9")
+    pytester.makepyprojecttoml("[tool.pytest]\nreclaim_timeout = 0.5\n")
+    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "0.5"))
+    run_start_up("-v").assert_outcomes(passed=1)
+    pytester.makepyprojecttoml("[tool.pytest]\nreclaim_timeout = 2\n")
+    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "2").replace("type(value) is float", "True"))
+    run_start_up("-v").assert_outcomes(passed=1)
 
 
 def test_a_session_fixture_holding_a_graph_fails_no_test_and_a_leak_beside_it_is_still_found(pytester, run):
@@ -420,7 +454,7 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     if distribution is None:
         pytest.skip("cuda_reclaim runs from the source tree here: no entry point to load it")
     plugins = [(point.name, point.value) for point in distribution.entry_points if point.group == "pytest11"]
-    assert plugins == [("cuda_reclaim", START_UP_PLUGIN)]
+    assert sorted(plugins) == ENTRY_POINTS
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))
     pytester.makepyfile("import cuda_reclaim\n\ndef test_queues():\n    cuda_reclaim.defer_release(object())\n")
@@ -430,9 +464,11 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     on = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--reclaim-check")
     on.assert_outcomes(passed=1)
     on.stdout.fnmatch_lines(["cuda_reclaim: --reclaim-check on, flush timeout 5 s"])
-    # Blocked by its entry point's name, its option is gone.
+    # Blocked by its entry point's name, its option is gone; its marker stays (--strict-markers).
     blocked = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:cuda_reclaim", "--reclaim-check")
     assert blocked.ret == pytest.ExitCode.USAGE_ERROR
+    pytester.makepyfile(MARKED)
+    check_the_marker_under_no_cuda_reclaim(pytester)
 
 
 # A session fixture that keeps one graph (and its payload) attached for the whole session.
@@ -591,3 +627,53 @@ def test_fixture(reclaim):
     result.stdout.fnmatch_lines(
         ["cuda_reclaim: --reclaim-check on, flush timeout 0.1 s", "*ERROR at teardown of test_leaks*"]
     )
+
+
+# The entry points pyproject.toml declares ([project.entry-points.pytest11]): the plugin, and the marker alone.
+ENTRY_POINTS = [("cuda_reclaim", START_UP_PLUGIN), ("cuda_reclaim_marker", f"{START_UP_PLUGIN}:marker_plugin")]
+
+MARKED = """
+import pytest
+
+@pytest.mark.reclaim(allow_held=True)
+def test_marked():
+    pass
+"""
+
+
+def test_strict_markers_accept_the_marker_also_under_no_cuda_reclaim(pytester, monkeypatch):
+    # As where the package is installed: a distribution on sys.path declaring the two entry points, which
+    # pytest loads by itself (no -p).
+    if installed_distribution() is not None:
+        pytest.skip("the installed distribution's own entry points load the plugin (the test below checks them)")
+    site = pytester.mkdir("site")
+    dist_info = site / "cuda_reclaim_entry_points-0.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: cuda-reclaim-entry-points\nVersion: 0\n")
+    lines = "".join(f"{name} = {value}\n" for name, value in ENTRY_POINTS)
+    (dist_info / "entry_points.txt").write_text(f"[pytest11]\n{lines}")
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.setenv("CUDA_RECLAIM_LIBCUDA", fake_cuda.PATH)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *(path for path in sys.path if path)]))
+    pytester.makepyfile(MARKED)
+    check_the_marker_under_no_cuda_reclaim(pytester)
+
+
+def check_the_marker_under_no_cuda_reclaim(pytester):
+    """Runs pytest (entry points loaded by pytest) on MARKED, with and without -p no:cuda_reclaim."""
+
+    def run(*args):
+        return pytester.runpytest_subprocess("-p", "no:cacheprovider", "--strict-markers", *args)
+
+    run().assert_outcomes(passed=1)
+    markers = run("--markers")
+    assert markers.ret == 0
+    markers.stdout.fnmatch_lines(["@pytest.mark.reclaim(allow_held=False, *"])
+    assert sum(line.startswith("@pytest.mark.reclaim(") for line in markers.stdout.lines) == 1  # registered once
+    # The plugin blocked: its option is gone, its marker stays.
+    run("-p", "no:cuda_reclaim").assert_outcomes(passed=1)
+    assert run("-p", "no:cuda_reclaim", "--reclaim-check").ret == pytest.ExitCode.USAGE_ERROR
+    # Both blocked: the marker is unknown, as for any plugin that is not loaded.
+    blocked = run("-p", "no:cuda_reclaim", "-p", "no:cuda_reclaim_marker")
+    assert blocked.ret != pytest.ExitCode.OK
+    blocked.stdout.fnmatch_lines(["*'reclaim' not found in `markers` configuration option*"])
