@@ -75,7 +75,10 @@ def main():
         f"{dist_info}/WHEEL": wheel.encode(),
         f"{dist_info}/top_level.txt": b"_cuda_reclaim_pytest\ncuda_reclaim\n",
         # The pytest plugin (pyproject.toml's [project.entry-points.pytest11]).
-        f"{dist_info}/entry_points.txt": b"[pytest11]\ncuda_reclaim = _cuda_reclaim_pytest\n",
+        f"{dist_info}/entry_points.txt": (
+            b"[pytest11]\ncuda_reclaim = _cuda_reclaim_pytest\n"
+            b"cuda_reclaim_marker = _cuda_reclaim_pytest:marker_plugin\n"
+        ),
     }
 
     record = []

@@ -56,7 +56,7 @@ def test_without_a_driver_nothing_is_launched_and_nothing_kept():
         SCENARIOS, "without_a_driver", env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"}
     )
     assert result.returncode == 0, result.stderr
-    assert "DriverError: the CUDA driver library /nonexistent/libcuda.so.1" in result.stdout
+    assert "DriverError: launch_host_func(): the CUDA driver library /nonexistent/libcuda.so.1" in result.stdout
 
 
 def test_the_call_runs_in_a_drain_into_its_future_never_on_cudas_thread():

@@ -26,6 +26,7 @@ assert s["handed_over"] == s["released"] == 1, s
 # The pytest plugin's entry point (pytest itself is not in this venv: the suite's runs load it).
 from importlib import metadata
 plugins = [(p.name, p.value) for p in metadata.distribution("cuda-reclaim").entry_points if p.group == "pytest11"]
-assert plugins == [("cuda_reclaim", "_cuda_reclaim_pytest")], plugins
+assert sorted(plugins) == [("cuda_reclaim", "_cuda_reclaim_pytest"),
+                           ("cuda_reclaim_marker", "_cuda_reclaim_pytest:marker_plugin")], plugins
 print("wheel ok:", os.path.basename(_reclaim.__file__))
 PY
