@@ -357,6 +357,11 @@ class PublicApiModel(RuleBasedStateMachine):
     def inspect(self):
         self.step("inspect", "inspect")
 
+    @exercises("show_config")
+    @rule()
+    def show_config(self):
+        self.step("show_config", "show_config")
+
     @exercises("metrics.register", "metrics.ReclaimCollector")
     @rule()
     def scrape_metrics(self):

@@ -18,6 +18,7 @@ import atexit
 import concurrent.futures
 import contextlib
 import gc
+import io
 import logging
 import os
 import pickle
@@ -89,6 +90,12 @@ import cuda_reclaim  # noqa: E402
 import cuda_reclaim.asyncio as reclaim_asyncio  # noqa: E402
 import cuda_reclaim.metrics as reclaim_metrics  # noqa: E402
 import prometheus_client  # noqa: E402
+
+try:  # imported here, once, in the zygote: an import that a finalizer begins meets a half-made module
+    import cuda_reclaim.pytest_plugin as reclaim_plugin  # noqa: E402
+except ImportError as _plugin_error:  # reported by the rule that uses it, not by every example's death
+    reclaim_plugin = None
+    PLUGIN_IMPORT_ERROR = _plugin_error
 from cuda_reclaim import _auto, _reclaim  # noqa: E402
 
 fake = fake_cuda.load(os.environ["CUDA_RECLAIM_LIBCUDA"])
@@ -665,9 +672,9 @@ class Model:
             return cuda_reclaim.flush(timeout=timeout, since=since)
         if wait.entry in ("attachment", "node"):
             return wait.one.handle.wait(timeout)
-        # What the pytest plugin's `reclaim` fixture gives a test (imported here: it imports pytest).
-        import cuda_reclaim.pytest_plugin as reclaim_plugin
-
+        # What the pytest plugin's `reclaim` fixture gives a test.
+        if reclaim_plugin is None:
+            raise PLUGIN_IMPORT_ERROR
         fixture = reclaim_plugin.Reclaim(cuda_reclaim.stats())
         released = fixture.flush(timeout)
         if any(value < 0 for key, value in fixture.delta().items() if key in ("released", "handed_over")):
@@ -774,8 +781,9 @@ class Model:
             self.broke("is_closed() is True once close() returned", "False")
         if cuda_reclaim.is_closed() and not self.closes:
             self.broke("is_closed() is True only after a close()", "no close() began")
-        if cuda_reclaim.get_auto_drain() not in ("thread", "gc", "off"):
-            self.broke("get_auto_drain() is a mode", repr(cuda_reclaim.get_auto_drain()))
+        mode = cuda_reclaim.get_auto_drain()
+        if mode not in ("thread", "gc", "off", "closed") or (mode == "closed") != (self.closes > 0):
+            self.broke("get_auto_drain() is the mode that runs, 'closed' once close() began", f"{mode!r}")
         header = os.path.join(cuda_reclaim.get_include(), "cuda_reclaim", "cuda_reclaim.h")
         if not os.path.isabs(header):
             self.broke("get_include() is a directory's absolute path", header)
@@ -786,6 +794,15 @@ class Model:
         else:
             self.broke("NodeHandle.wait() of a handle made from an int raises ValueError", "it returned")
         return fd
+
+    def cmd_show_config(self):
+        """show_config(): the report, written to the file given, in any state; it returns None."""
+        report = io.StringIO()
+        result = cuda_reclaim.show_config(report)
+        if result is not None or not report.getvalue():
+            detail = f"{result!r}, {len(report.getvalue())} chars"
+            self.broke("show_config() writes its report and returns None", detail)
+        return len(report.getvalue().splitlines())
 
     def cmd_scrape(self):
         """cuda_reclaim.metrics: register in a registry of its own and scrape; one scrape is one stats() reading,
