@@ -8,7 +8,7 @@ Run from anywhere with any CPython 3.10 or later (standard library only):
 
 The files are those git would list (`git ls-files --cached --others --exclude-standard`: tracked and new
 files, less what .gitignore keeps out), or, where git cannot list them (no .git, no git), the same set found
-by walking the tree with the root .gitignore's rules. Nothing is imported or built: Python is read with
+by walking the tree with the rules of the root .gitignore and .git/info/exclude. Nothing is imported or built: Python is read with
 `ast`, C and C++ with regular expressions over the text with its comments blanked out.
 
 The numbers (keys of "numbers"; tests/repo/measure_budget.json holds a ceiling for each):
@@ -46,6 +46,8 @@ LAYERS = {
     "include": lambda p: p.startswith("include/") and p.endswith(".h"),
 }
 PRODUCT_FOLDERS = ("cleanup/", "graph/", "bindings/", "include/")
+# Left out of every count: this tool and the tests of tests/repo/, whose texts are made to be counted.
+INSTRUMENTS = ("tools/", "tests/repo/")
 
 # The modules that may use CPython private names: every such use lives in one of them.
 COMPAT_MODULES = ("bindings/cuda_reclaim/_python_compat.py", "bindings/python_compat.h")
@@ -93,12 +95,14 @@ def git_files(root):
 
 
 def _ignore_rules(root):
-    rules = []
-    try:
-        with open(os.path.join(root, ".gitignore")) as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return rules
+    """The patterns of the root .gitignore and of .git/info/exclude: (pattern, anchored, directories only)."""
+    rules, lines = [], []
+    for name in (".gitignore", os.path.join(".git", "info", "exclude")):
+        try:
+            with open(os.path.join(root, name)) as f:
+                lines += f.read().splitlines()
+        except OSError:
+            pass
     for line in lines:
         line = line.strip()
         if line and not line.startswith("#"):
@@ -117,7 +121,7 @@ def _ignored(path, is_dir, rules):
 
 
 def walked_files(root):
-    """The files of the tree, less .git, links and what the root .gitignore keeps out."""
+    """The files of the tree, less .git, links and what the root .gitignore and .git/info/exclude keep out."""
     rules, files = _ignore_rules(root), []
     for directory, subdirectories, names in os.walk(root):
         relative = os.path.relpath(directory, root)
@@ -145,7 +149,8 @@ class Tree:
         return self._texts[path]
 
     def matching(self, predicate):
-        return [p for p in self.files if predicate(p)]
+        """The files that `predicate` accepts, less the measuring tools and their tests."""
+        return [p for p in self.files if predicate(p) and not p.startswith(INSTRUMENTS)]
 
 
 # --- text helpers ----------------------------------------------------------------------------------------
@@ -370,6 +375,8 @@ def python_private_uses(module):
             if value.id == "loop" or value.id.endswith("_loop"):
                 return "loop"
         if isinstance(value, ast.Attribute):
+            if value.attr == "loop" or value.attr.endswith("_loop"):
+                return "loop"
             outer = base_name(value.value)
             return f"{outer}.{value.attr}" if outer and outer != "loop" else None
         return None
