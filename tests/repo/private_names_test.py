@@ -1,0 +1,120 @@
+"""CPython private names live in the two compat modules only, less an allowlist that only shrinks.
+
+The product code (cleanup/, graph/, bindings/ and include/: Python and C/C++) is scanned by
+tools/measure.py's private_name_uses(): in Python, a private attribute of a standard-library module (also
+through an alias, getattr or hasattr) or of an event loop, a private standard-library module, a private
+method of a threading lock; in C and C++, `_Py...` functions and macros and PyThreadState's fields. Such a
+use is allowed in bindings/cuda_reclaim/_python_compat.py and bindings/python_compat.h, where a test pins
+what it relies on, and elsewhere only as an entry of ALLOWED below. A use outside both fails, and so does an
+entry of ALLOWED that is no longer found (remove it).
+
+Run by hand: python3 tests/repo/private_names_test.py.
+"""
+
+import ast
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import measure  # noqa: E402 - tools/, from the source tree
+
+# (file, name): why it is there. Each entry goes when its use moves into a compat module or disappears.
+ALLOWED = {
+    ("bindings/cuda_reclaim/_auto_threads.py", "_imp"):
+        "the gc mode's callback asks whether any thread holds the import lock (no public test of it)",
+    ("bindings/cuda_reclaim/_auto_threads.py", "_imp.lock_held"):
+        "the same: _imp.lock_held() is the only way to know, and imp.lock_held is gone since 3.12",
+    ("bindings/cuda_reclaim/_auto_threads.py", "threading._shutdown_locks_lock"):
+        "the gc mode does not drain while threading's shutdown-locks lock (3.10-3.12) is held",
+    ("bindings/cuda_reclaim/_auto_threads.py", "threading._SHUTTING_DOWN"):
+        "Thread.start() refused at exit (3.12) is told apart from a real failure",
+    ("bindings/cuda_reclaim/_auto_threads.py", "._is_owned"):
+        "the drain's state lock asks whether this thread holds its RLock (threading.Condition's own test)",
+    ("bindings/cuda_reclaim/asyncio.py", "loop._selector"):
+        "a fork child renews the epoll of a loop made before the fork (no public access to it)",
+    ("bindings/cuda_reclaim/asyncio.py", "loop._get_backend_id"):
+        "the same for uvloop: libuv's epoll descriptor",
+}
+
+
+def unexpected_and_stale(uses, allowed=ALLOWED, compat=measure.COMPAT_MODULES):
+    """(uses outside the compat modules that ALLOWED does not name, ALLOWED entries that match no use)."""
+    outside = [(path, line, name) for path, line, name in uses if path not in compat]
+    unexpected = [f"{path}:{line} {name}" for path, line, name in outside if (path, name) not in allowed]
+    found = {(path, name) for path, _, name in outside}
+    stale = sorted(f"{path} {name}" for path, name in allowed if (path, name) not in found)
+    return unexpected, stale
+
+
+class SourceTreeTest(unittest.TestCase):
+    """The product code of this tree."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.uses = measure.private_name_uses(measure.Tree(measure.source_root()))
+
+    def test_the_compat_modules_were_scanned(self):
+        self.assertIn("bindings/cuda_reclaim/_python_compat.py", {path for path, _, _ in self.uses})
+        self.assertIn("bindings/python_compat.h", {path for path, _, _ in self.uses})
+
+    def test_no_private_name_outside_the_compat_modules_and_the_allowlist(self):
+        unexpected, _ = unexpected_and_stale(self.uses)
+        self.assertEqual(unexpected, [], "move these behind bindings/cuda_reclaim/_python_compat.py or "
+                                         "bindings/python_compat.h, or use a public API")
+
+    def test_every_allowlist_entry_is_still_used(self):
+        _, stale = unexpected_and_stale(self.uses)
+        self.assertEqual(stale, [], "no longer used: remove these from ALLOWED")
+
+
+class ScannerTest(unittest.TestCase):
+    """What the scan finds, on texts made for it."""
+
+    def python(self, source):
+        return [name for _, name in measure.python_private_uses(ast.parse(source))]
+
+    def test_private_attributes_of_standard_modules_through_aliases_getattr_and_from_imports(self):
+        source = ("import threading as _threading\nimport sys\nimport asyncio\nfrom threading import _shutdown\n"
+                  "_threading._register_atexit(f)\nsys._getframe()\ngetattr(threading_alias, '_x', None)\n"
+                  "hasattr(sys, '_is_gil_enabled')\nasyncio.events._get_running_loop()\n")
+        self.assertEqual(self.python(source), ["threading._shutdown", "threading._register_atexit",
+                                               "sys._getframe", "sys._is_gil_enabled",
+                                               "asyncio.events._get_running_loop"])
+
+    def test_private_modules_loops_and_lock_methods(self):
+        source = ("import _imp\nimport _thread\n_imp.lock_held()\n_thread.get_ident()\nloop._selector\n"
+                  "getattr(self.loop, '_ready')\ngetattr(event_loop, '_get_backend_id', None)\nlock._is_owned()\n")
+        self.assertEqual(sorted(self.python(source)),
+                         sorted(["_imp", "_imp.lock_held", "loop._selector", "loop._ready", "loop._get_backend_id",
+                                 "._is_owned"]))
+
+    def test_our_own_private_names_and_public_names_are_not_cpython_private(self):
+        source = ("from . import _reclaim\nimport threading\nimport os\n_reclaim._drain_references()\n"
+                  "self._lock\nthreading.get_ident()\nos.__name__\nos._exit(0)\n")
+        self.assertEqual(self.python(source), ["os._exit"])
+
+    def test_c_private_functions_and_thread_state_fields_outside_comments_and_strings(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, root)
+        os.makedirs(os.path.join(root, "bindings"))
+        with open(os.path.join(root, "bindings", "a.cc"), "w") as f:
+            f.write("// _Py_IsFinalizing() in a comment\nconst char* s = \"_PyObject in a string\";\n"
+                    "int a = _Py_IsFinalizing();\n/* tstate->curexc_type */\nx = tstate->current_exception;\n"
+                    "Py_IsFinalizing();\n")
+        uses = measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
+        self.assertEqual(uses, [("bindings/a.cc", 3, "_Py_IsFinalizing"), ("bindings/a.cc", 5, "->current_exception")])
+
+    def test_a_use_outside_the_allowlist_and_a_stale_entry_both_fail(self):
+        uses = [("bindings/x.py", 3, "sys._getframe"), ("bindings/python_compat.h", 9, "_Py_IsFinalizing"),
+                ("bindings/y.py", 1, "loop._selector")]
+        allowed = {("bindings/y.py", "loop._selector"): "r", ("bindings/z.py", "_imp"): "r"}
+        self.assertEqual(unexpected_and_stale(uses, allowed), (["bindings/x.py:3 sys._getframe"], ["bindings/z.py _imp"]))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1], verbosity=2)
