@@ -8,8 +8,9 @@ Run from anywhere with any CPython 3.10 or later (standard library only):
 
 The files are those git would list (`git ls-files --cached --others --exclude-standard`: tracked and new
 files, less what .gitignore keeps out), or, where git cannot list them (no .git, no git), the same set found
-by walking the tree with the rules of the root .gitignore and .git/info/exclude. Nothing is imported or built: Python is read with
-`ast`, C and C++ with regular expressions over the text with its comments blanked out.
+by walking the tree with the rules of the root .gitignore and .git/info/exclude. Nothing is imported or
+built: Python is read with `ast`, C and C++ with regular expressions over the text with its comments
+blanked out.
 
 The numbers (keys of "numbers"; tests/repo/measure_budget.json holds a ceiling for each):
 - lines.<layer>: lines of the product files of each layer (cleanup/, graph/, bindings/ C++, the shipped
@@ -66,7 +67,8 @@ ENV_KINDS = (
 
 def is_shipped_python(path):
     """The Python that the package installs: the cuda_reclaim package and the pytest entry-point module."""
-    return (path.startswith("bindings/cuda_reclaim/") and path.endswith(".py")) or path == "bindings/_cuda_reclaim_pytest.py"
+    return ((path.startswith("bindings/cuda_reclaim/") and path.endswith(".py"))
+            or path == "bindings/_cuda_reclaim_pytest.py")
 
 
 # --- the files -------------------------------------------------------------------------------------------
@@ -128,7 +130,8 @@ def walked_files(root):
         relative = "" if relative == "." else relative + "/"
         subdirectories[:] = sorted(
             d for d in subdirectories
-            if d != ".git" and not os.path.islink(os.path.join(directory, d)) and not _ignored(relative + d, True, rules))
+            if d != ".git" and not os.path.islink(os.path.join(directory, d))
+            and not _ignored(relative + d, True, rules))
         files += [relative + n for n in sorted(names)
                   if not os.path.islink(os.path.join(directory, n)) and not _ignored(relative + n, False, rules)]
     return sorted(files)
@@ -224,7 +227,8 @@ def all_names(module):
 def public_modules(tree):
     """{module name: path}: cuda_reclaim and each public submodule (no leading underscore) with an __all__."""
     found = {}
-    for path in tree.matching(lambda p: re.fullmatch(r"bindings/cuda_reclaim/[a-z]\w*\.py|bindings/cuda_reclaim/__init__\.py", p)):
+    pattern = re.compile(r"bindings/cuda_reclaim/([a-z]\w*|__init__)\.py")
+    for path in tree.matching(pattern.fullmatch):
         name = os.path.basename(path)[:-3]
         module = parse(tree, path)
         if module is not None and (name == "__init__" or all_names(module)):
@@ -358,7 +362,8 @@ def python_private_uses(module):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if _stdlib(alias.name):
-                    aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+                    top = alias.name.split(".")[0]
+                    aliases[alias.asname or top] = alias.name if alias.asname else top
                     if any(_private(part) and part not in PUBLIC_UNDERSCORE_MODULES for part in alias.name.split(".")):
                         uses.append((node.lineno, alias.name))
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and _stdlib(node.module):
@@ -386,7 +391,8 @@ def python_private_uses(module):
         if isinstance(node, ast.Attribute):
             attribute, value = node.attr, node.value
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+              and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+              and isinstance(node.args[1].value, str)):
             attribute, value = node.args[1].value, node.args[0]
         if attribute is None:
             continue

@@ -113,7 +113,8 @@ class ScannerTest(unittest.TestCase):
         uses = [("bindings/x.py", 3, "sys._getframe"), ("bindings/python_compat.h", 9, "_Py_IsFinalizing"),
                 ("bindings/y.py", 1, "loop._selector")]
         allowed = {("bindings/y.py", "loop._selector"): "r", ("bindings/z.py", "_imp"): "r"}
-        self.assertEqual(unexpected_and_stale(uses, allowed), (["bindings/x.py:3 sys._getframe"], ["bindings/z.py _imp"]))
+        self.assertEqual(unexpected_and_stale(uses, allowed),
+                         (["bindings/x.py:3 sys._getframe"], ["bindings/z.py _imp"]))
 
 
 if __name__ == "__main__":
