@@ -9,6 +9,12 @@
 //             asleep     one waiter thread asleep in wait() on the span of an older epoch (one ticket of
 //                        that epoch's slot stays held; the measured ones count in the current epoch's slot,
 //                        whose emptying wakes nobody)
+//   BM_ManyEpochs/<what>          a waiter's cost beside kManyEpochs epochs (a graph each, attached in its
+//                                 own epoch), per call:
+//     held/mark              mark() while every one of them still holds its ticket
+//     held/wait_since_mark   since = mark(), then wait(request(since), 0): reached, nothing came after it
+//     held/build             building the kManyEpochs held epochs (begin() + request(0) each), per epoch
+//     released/wait          wait(request(0), 0) after all of them were held at once and then ended
 //   BM_FormerCounters/<what>      the baseline: the graph counters before the barrier, relaxed fetch_add /
 //                                 fetch_sub on separate atomics (pair: held +1 at attach, then handed back
 //                                 +1 and held -1; end: the last two).
@@ -114,6 +120,53 @@ void BM_HandBack(benchmark::State& state, What what, Waiter waiter_kind) {
   waiter.reset();
 }
 
+// Epochs that each hold one ticket, as graphs attached one per epoch and kept.
+constexpr int kManyEpochs = 10000;
+
+std::vector<int> hold_epochs(HandBackBarrier& barrier, int epochs) {
+  std::vector<int> tickets;
+  tickets.reserve(static_cast<std::size_t>(epochs));
+  for (int i = 0; i < epochs; ++i) {
+    tickets.push_back(barrier.begin());
+    (void)barrier.request(0);
+  }
+  return tickets;
+}
+
+enum class Many { kMark, kWaitSinceMark, kBuild, kReleasedWait };
+
+void BM_ManyEpochs(benchmark::State& state, Many what) {
+  if (what == Many::kBuild) {
+    for (auto _ : state) {
+      HandBackBarrier barrier;
+      const std::vector<int> tickets = hold_epochs(barrier, kManyEpochs);
+      state.PauseTiming();
+      for (const int ticket : tickets) barrier.end(ticket, nullptr);
+      state.ResumeTiming();
+    }
+    state.SetItemsProcessed(state.iterations() * kManyEpochs);
+    return;
+  }
+  HandBackBarrier barrier;
+  const std::vector<int> tickets = hold_epochs(barrier, kManyEpochs);
+  if (what == Many::kReleasedWait) {
+    for (const int ticket : tickets) barrier.end(ticket, nullptr);
+  }
+  bool all_reached = true;
+  for (auto _ : state) {
+    if (what == Many::kMark) {
+      benchmark::DoNotOptimize(barrier.mark());
+    } else {
+      const std::uint64_t since = what == Many::kWaitSinceMark ? barrier.mark() : 0;
+      all_reached &= barrier.wait(barrier.request(since), 0) == HandBackBarrier::WaitResult::kReached;
+    }
+  }
+  if (!all_reached) state.SkipWithError("a wait that should be reached was not");
+  if (what != Many::kReleasedWait) {
+    for (const int ticket : tickets) barrier.end(ticket, nullptr);
+  }
+}
+
 // The graph counters' hand-back before the barrier: two relaxed read-modify-writes on separate lines.
 struct FormerCounters {
   alignas(64) std::atomic<std::uint64_t> held{0};
@@ -139,6 +192,14 @@ void register_all() {
       const std::string name = std::string("BM_HandBack/") + what.first + "/" + waiter.first;
       benchmark::RegisterBenchmark(name.c_str(), BM_HandBack, what.second, waiter.second);
     }
+  }
+  const std::pair<const char*, Many> manys[] = {{"held/mark", Many::kMark},
+                                                {"held/wait_since_mark", Many::kWaitSinceMark},
+                                                {"held/build", Many::kBuild},
+                                                {"released/wait", Many::kReleasedWait}};
+  for (const auto& many : manys) {
+    const std::string name = std::string("BM_ManyEpochs/") + many.first;
+    benchmark::RegisterBenchmark(name.c_str(), BM_ManyEpochs, many.second);
   }
   benchmark::RegisterBenchmark("BM_FormerCounters/pair", BM_FormerCounters, What::kPair);
   benchmark::RegisterBenchmark("BM_FormerCounters/end", BM_FormerCounters, What::kEnd);
