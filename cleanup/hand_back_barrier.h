@@ -14,10 +14,20 @@
 // request(): waiters, under the waiters' mutex), never begin()/end() on CUDA's thread; slots live in
 // chunks that are never moved or freed before the barrier itself (the first inline, each further one twice
 // the size of the one before it), so begin()/end() stay lock-free and allocation-free and a ticket stays a
-// plain index. reached() and the free-slot search look at the slots ever used alone (a high-water mark),
-// lowest first, so the table stays as small as the most epochs ever held at once. Past the bound (or when a
-// chunk cannot be allocated) a new epoch shares the youngest slot: a waiter covering that slot then also
-// waits for what shares it (correct, maybe later), counted in shared_slots.
+// plain index. Past the bound (or when a chunk cannot be allocated) a new epoch shares the slot of the
+// epoch before the current one: a waiter covering that slot then also waits for what shares it (correct,
+// maybe later), counted in shared_slots.
+//
+// An occupied bitmap (two levels: a bit per slot, a bit per word of it; inline, as are the other bitmaps,
+// about 24 KiB in all for kMaxSlots) names the slots that may hold a ticket: a switch sets a slot's bit
+// before it makes the slot current, and a switch clears it (under the waiters' mutex) once the slot is
+// neither current nor counting. reached() visits the occupied slots alone, skipping every word of slots
+// whose epochs all came before the span; the free-slot search takes the lowest clear bit through a bitmap
+// of full words; a switch clears the bits of the slots that end() reported emptied (an emptied bitmap that
+// end() sets lock-free) and of the slot it leaves. So a switch costs a constant plus the slots emptied
+// since the last one, and reached() the occupied slots of the words it cannot skip, plus a word read per
+// 4,096 slots of the table's high-water mark: after a burst of held epochs ends, both are back to the cost
+// of a small table.
 //
 // The end() that empties a slot other than the current one wakes the waiters: a futex wake when a thread
 // sleeps, an eventfd write when an event loop listens; nothing when nobody waits.
@@ -85,23 +95,27 @@ class HandBackBarrier {
   // store, `done`'s memory is never touched again (its address only picks the bucket, computed before):
   // the caller must not touch it either if the store may let it be freed. A ticket that is not a slot of
   // this barrier (-1, or out of range) ends nothing; a slot already at zero stays there (a fork child's
-  // parent ticket). Wakes the waiters only when this end() empties a slot other than the current one: one
-  // futex wake, plus one eventfd write when listeners are registered. Never blocks.
+  // parent ticket). When this end() empties a slot other than the current one, it reports the slot in the
+  // emptied bitmap (one atomic or, two when its word was clear) and wakes the waiters: one futex wake, plus
+  // one eventfd write when listeners are registered. Never blocks.
   void end(int ticket, std::atomic<std::uint32_t>* done) noexcept;
 
   // --- waiters: threads that may block (never CUDA's), usually with the GIL released --------------------
 
   // The current epoch, after switching to a new one: attachments whose begin() returns after this call
   // have this number or a higher one. Pass it as `since` to wait only for them. Takes the waiters' mutex
-  // briefly (never held across a wait or a callback); allocates a chunk of slots when the table must grow
-  // (a failed allocation shares a slot instead).
+  // briefly (never held across a wait or a callback): the switch clears the occupied bits of the slots
+  // emptied since the last one and takes the lowest free slot, in time proportional to those slots, not to
+  // the slots held.
+  // Allocates a chunk of slots when the table must grow (a failed allocation shares a slot instead).
   std::uint64_t mark() noexcept;
 
   // Switches to a new epoch and returns what to wait for: everything whose begin() returned before this
   // call, from epoch `since` on. Takes the waiters' mutex briefly; may allocate as mark() does.
   Span request(std::uint64_t since) noexcept;
 
-  // Non-blocking: true once no slot holds an attachment of an epoch in `span`. Any thread; never allocates.
+  // Non-blocking: true once no slot holds an attachment of an epoch in `span`. Reads the occupied slots of
+  // the bitmap words whose newest epoch reaches span.since (no mutex). Any thread; never allocates.
   bool reached(const Span& span) const noexcept;
 
   // Blocks until `span` is reached (kReached), the barrier is closed (kClosed), `timeout_ns` passed
@@ -140,9 +154,11 @@ class HandBackBarrier {
 
   struct Stats {
     std::uint64_t epoch;            // the current epoch
-    std::uint64_t held;             // tickets not yet ended, all slots
+    std::uint64_t held;             // tickets not yet ended, in the occupied slots
     int slots_in_use;               // slots holding a ticket, the current one included
     int slots_used;                 // the slot table's high-water mark: slots ever used (never shrinks)
+    int slots_occupied;             // slots whose occupied bit is set: the current one and those that
+                                    // held a ticket at the last switch (or emptied since)
     std::uint64_t shared_slots;     // epochs that had to share a slot (past max_slots, or no memory)
     std::uint32_t sleepers;         // threads inside wait() or wait_cell() now
     std::uint64_t futex_wakes;      // futex wake calls made by end() and close()
@@ -151,6 +167,9 @@ class HandBackBarrier {
     // word was woken or bumped (for a cell sleeper: its own cell, another cell of its bucket, or close()).
     std::uint64_t grace_wakeups;
     std::uint64_t cell_wakeups;
+    // What reached() has read, over every call: occupied-bitmap words (both levels) and slots.
+    std::uint64_t reached_words;
+    std::uint64_t reached_slots;
   };
   // Any thread; never blocks; never allocates.
   Stats stats() const noexcept;
@@ -160,8 +179,8 @@ class HandBackBarrier {
   std::uint64_t forks() const noexcept { return forks_.load(std::memory_order_relaxed); }
 
   // Fork child, single-threaded: no tickets (the parent's attachments are never handed back here), open;
-  // epochs go on from the parent's; the slot table keeps its size; the listener eventfd is replaced
-  // behind the same number. Never allocates.
+  // epochs go on from the parent's; the slot table keeps its size, with slot 0 current and the only one
+  // occupied; the listener eventfd is replaced behind the same number. Never allocates.
   void reset_after_fork() noexcept;
 
  private:
@@ -190,11 +209,28 @@ class HandBackBarrier {
   };
   static std::size_t bucket_of(const void* cell) noexcept;
 
+  // The bitmaps: a bit per slot in kWords words, and a bit per word in kWordGroups group words (bit
+  // w % 64 of group w / 64 stands for word w).
+  static constexpr int kWords = (kMaxSlots + 63) / 64;
+  static constexpr int kWordGroups = (kWords + 63) / 64;
+  struct Bitmap {
+    std::atomic<std::uint64_t> words[kWords] = {};
+    std::atomic<std::uint64_t> groups[kWordGroups] = {};
+  };
+
   // The slot of index `index` (< slots_used_, or the index a switch is making current). Never blocks.
   Slot& slot_at(int index) const noexcept;
   // The waiters' mutex held: makes sure the chunk of `index` exists; false if it cannot be allocated.
   bool ensure_chunk_locked(int index) noexcept;
   void switch_epoch_locked() noexcept;  // the waiters' mutex held
+  // The waiters' mutex held: sets / clears `index`'s occupied bit, with its word's group bit and full bit.
+  void occupy_locked(int index, std::uint64_t epoch) noexcept;
+  void vacate_locked(int index) noexcept;
+  // The waiters' mutex held: clears the occupied bits of the emptied slots that are not current and count
+  // nothing; consumes the emptied bitmap.
+  void prune_locked(int current) noexcept;
+  // end()'s report of a slot it emptied while another one was current. Lock-free; never allocates.
+  void report_emptied(int index) noexcept;
   // One ticket of `slot` ended (or, `undo`, a begin() that lost a race took its count back); wakes the
   // waiters if that emptied the slot, unless the slot was the current one holding only the current epoch.
   void release(int slot, bool undo) noexcept;
@@ -210,13 +246,34 @@ class HandBackBarrier {
   alignas(64) std::atomic<std::uint64_t> current_{0};
   std::atomic<std::uint64_t> epoch_{0};  // the current epoch, whole; stored by a switch before current_
   // The slot table's high-water mark: slots [0, slots_used_) have been current at least once; raised
-  // (release) by a switch, after the slot's chunk is published and before current_ names the slot.
+  // (release) by a switch, after the slot's chunk is published and before current_ names the slot. Bounds
+  // the group words that reached() reads, and the slots end() counts down.
   std::atomic<int> slots_used_{1};
   int max_slots_;
   Slot first_chunk_[kFirstChunk];
   // Chunks 1 .. kChunks - 1 (null until needed): published with release under the mutex, freed only by
   // the destructor.
   std::atomic<Slot*> chunks_[kChunks] = {};
+  // Occupied slots. A slot's bit is set (seq_cst, the mutex held) before the switch that makes it
+  // current stores current_, and cleared only under the mutex while the slot is not current and its count
+  // reads 0; a word's group bit is set while the word is non-zero (set after the word's first bit, cleared
+  // after its last). reached() reads both levels without the mutex.
+  Bitmap occupied_;
+  // Slots that end() emptied while another slot was current: set lock-free by end() (the word, then the
+  // group bit when the word was clear), taken (exchanged with 0) by the next switch. A hint only: a slot is
+  // vacated on what the switch reads of it, never on the report.
+  Bitmap emptied_;
+  // The newest epoch made current in any slot of a word / of a group of words: raised (seq_cst, the mutex
+  // held) before the switch stores current_, never lowered, so an upper bound of every slot's newest there.
+  std::atomic<std::uint64_t> word_newest_[kWords] = {};
+  std::atomic<std::uint64_t> group_newest_[kWordGroups] = {};
+  // The mutex held: bit w % 64 of full_[w / 64] is set while occupied word w has every bit set.
+  std::uint64_t full_[kWordGroups] = {};
+  // The mutex held: the slot that was current before the current one (its newest epoch is the current
+  // epoch less one, the youngest of the slots not current): the slot a switch shares past the bound.
+  int previous_ = 0;
+  mutable std::atomic<std::uint64_t> reached_words_{0};
+  mutable std::atomic<std::uint64_t> reached_slots_{0};
   std::atomic<bool> closed_{false};
   // The wait() sleepers' futex word (bumped only when someone sleeps) and their number; the cells'.
   std::atomic<std::uint32_t> grace_generation_{0};

@@ -1,8 +1,8 @@
 // tests/cleanup/hand_back_barrier_test.cc — reclaim::HandBackBarrier: epochs counted in slots, tickets taken
 // with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
-// (futex), which end() wakes whom, the slot table's growth and the slots shared past its bound, the done
-// cells and their buckets, the listener eventfd, close() and the fork reset, and stress runs that check the
-// barrier's promises under concurrency.
+// (futex), which end() wakes whom, the slot table's growth and the slots shared past its bound, the
+// occupied slots that a switch vacates once they empty, the done cells and their buckets, the listener
+// eventfd, close() and the fork reset, and stress runs that check the barrier's promises under concurrency.
 
 #include "cleanup/hand_back_barrier.h"
 
@@ -793,6 +793,199 @@ TEST(HandBackBarrier, ACellSleeperIsNotWokenByOtherCellsHandBacks) {
   for (auto& waiter : waiters) EXPECT_EQ(waiter->join(), WaitResult::kReached);
   EXPECT_EQ(barrier.stats().sleepers, 0u);
   EXPECT_EQ(barrier.stats().held, 0u);
+}
+
+// A burst of held epochs (a graph each, attached in its own epoch) and what it leaves once it ends. While
+// held, a wait since a later mark reads the word of the mark's slot alone, not the burst. Once every ticket
+// ended, the next switch vacates the burst's slots: one slot stays occupied (the current one), a wait on a
+// fresh span reads one word and one slot past the group words, and new epochs take the lowest slots again.
+// The table's high-water mark stays where the burst left it.
+TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
+  constexpr int kBurst = 10000;
+  // Group words that cover kBurst + 2 slots (4,096 slots each): what reached() reads before any slot.
+  constexpr std::uint64_t kGroups = (kBurst + 2 + 4095) / 4096;
+  HandBackBarrier barrier;
+  std::vector<int> held;
+  for (int i = 0; i < kBurst; ++i) {
+    held.push_back(barrier.begin());
+    barrier.request(0);
+  }
+  HandBackBarrier::Stats stats = barrier.stats();
+  EXPECT_EQ(stats.slots_in_use, kBurst);
+  EXPECT_EQ(stats.slots_occupied, kBurst + 1);  // and the current slot
+  EXPECT_EQ(stats.shared_slots, 0u);
+
+  const std::uint64_t mark = barrier.mark();
+  const int after = barrier.begin();
+  const Span since_mark = barrier.request(mark);
+  EXPECT_FALSE(barrier.reached(since_mark));
+  barrier.end(after, nullptr);
+  HandBackBarrier::Stats before = barrier.stats();
+  EXPECT_TRUE(barrier.reached(since_mark));
+  HandBackBarrier::Stats read = barrier.stats();
+  EXPECT_LE(read.reached_words - before.reached_words, kGroups + 1);
+  EXPECT_LE(read.reached_slots - before.reached_slots, 64u);  // the slots of one word at most
+  EXPECT_FALSE(barrier.reached(barrier.request(0)));  // the burst is still held
+
+  for (const int ticket : held) barrier.end(ticket, nullptr);
+  const Span fresh = barrier.request(0);  // the switch that vacates the burst's slots
+  stats = barrier.stats();
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.slots_occupied, 1);
+  EXPECT_GT(stats.slots_used, kBurst);  // the high-water mark does not shrink
+  before = barrier.stats();
+  EXPECT_TRUE(barrier.reached(fresh));
+  read = barrier.stats();
+  EXPECT_LE(read.reached_words - before.reached_words, kGroups + 1);
+  EXPECT_LE(read.reached_slots - before.reached_slots, 1u);
+
+  // New epochs take the lowest slots, and a span over them reads their word alone.
+  const int first = barrier.begin();
+  const Span one = barrier.request(0);
+  const int second = barrier.begin();
+  const Span two = barrier.request(0);
+  EXPECT_LT(first, 64);
+  EXPECT_LT(second, 64);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(barrier.stats().slots_occupied, 3);
+  barrier.end(second, nullptr);
+  EXPECT_FALSE(barrier.reached(one));
+  EXPECT_FALSE(barrier.reached(two));  // `two` covers `first`'s epoch too
+  barrier.end(first, nullptr);
+  EXPECT_TRUE(barrier.reached(one));
+  EXPECT_TRUE(barrier.reached(two));
+  barrier.mark();
+  EXPECT_EQ(barrier.stats().slots_occupied, 1);
+}
+
+// The fork reset leaves slot 0 current and the only occupied slot, whatever the parent held; epochs,
+// marks and the table's size go on.
+TEST(HandBackBarrier, ResetAfterForkLeavesSlotZeroTheOnlyOccupiedSlot) {
+  constexpr int kEpochs = 200;
+  HandBackBarrier barrier;
+  for (int i = 0; i < kEpochs; ++i) {
+    barrier.begin();
+    barrier.request(0);
+  }
+  const std::uint64_t since = barrier.mark();
+  barrier.reset_after_fork();
+  HandBackBarrier::Stats stats = barrier.stats();
+  EXPECT_EQ(stats.slots_occupied, 1);
+  EXPECT_EQ(stats.held, 0u);
+  EXPECT_GT(stats.slots_used, kEpochs);
+  EXPECT_EQ(barrier.begin(), 0);  // two tickets of the epoch after the reset, in slot 0
+  EXPECT_EQ(barrier.begin(), 0);
+  const Span held = barrier.request(since);
+  EXPECT_FALSE(barrier.reached(held));
+  const int later = barrier.begin();
+  EXPECT_EQ(later, 1);  // the lowest free slot
+  barrier.end(0, nullptr);
+  barrier.end(0, nullptr);
+  EXPECT_TRUE(barrier.reached(held));
+  barrier.end(later, nullptr);
+  barrier.request(0);
+  EXPECT_EQ(barrier.stats().slots_occupied, 1);
+}
+
+// Producers begin and end tickets in random order, one in 64 held for long (up to 32 per producer, across
+// many epochs), while two waiters mark now and then, request, wait or spin on reached(), and look again at
+// the last spans they requested: slots empty, are vacated and taken again all the time, and a span that is
+// reached never covers a ticket still held (one whose begin() returned before its request).
+TEST(HandBackBarrier, StressNoReachedSpanWhileSlotsAreVacatedAndTakenAgain) {
+  constexpr int kProducers = 4;
+  constexpr int kPerProducer = 25000;
+  constexpr int kTickets = kProducers * kPerProducer;
+  constexpr int kWaiters = 2;
+  HandBackBarrier barrier;
+  std::unique_ptr<std::atomic<bool>[]> ended(new std::atomic<bool>[kTickets]);
+  for (int i = 0; i < kTickets; ++i) ended[i].store(false);
+  std::atomic<int> numbered{0};
+  std::atomic<int> producers_left{kProducers};
+  std::atomic<int> violations{0};
+  std::atomic<int> not_reached{0};
+  std::atomic<int> reached{0};
+
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kProducers; ++t) {
+    threads.emplace_back([&, t] {
+      std::minstd_rand random(static_cast<unsigned>(t) + 11);
+      struct Held {
+        int ticket;
+        int number;
+      };
+      std::vector<Held> brief;
+      std::vector<Held> long_lived;
+      const auto end_one = [&](std::vector<Held>& held, std::size_t pick) {
+        const Held back = held[pick];
+        held[pick] = held.back();
+        held.pop_back();
+        ended[back.number].store(true);
+        barrier.end(back.ticket, nullptr);
+      };
+      for (int i = 0; i < kPerProducer; ++i) {
+        const int ticket = barrier.begin();
+        const Held held{ticket, numbered.fetch_add(1)};
+        (random() % 64 == 0 ? long_lived : brief).push_back(held);
+        while (!brief.empty() && random() % 3 != 0) end_one(brief, random() % brief.size());
+        if (long_lived.size() > 32) end_one(long_lived, random() % long_lived.size());
+        if (random() % 64 == 0) std::this_thread::yield();
+      }
+      while (!brief.empty()) end_one(brief, brief.size() - 1);
+      while (!long_lived.empty()) end_one(long_lived, long_lived.size() - 1);
+      producers_left.fetch_sub(1);
+    });
+  }
+  for (int w = 0; w < kWaiters; ++w) {
+    threads.emplace_back([&, w] {
+      std::minstd_rand random(static_cast<unsigned>(w) + 101);
+      int verified = 0;  // tickets [0, verified) were all seen ended; flags are never cleared
+      // A span found reached: every ticket numbered below `before` (taken before its request) has ended.
+      const auto check = [&](int before) {
+        while (verified < before && ended[verified].load()) ++verified;
+        for (int i = verified; i < before; ++i) {
+          if (!ended[i].load()) violations.fetch_add(1);
+        }
+      };
+      struct Requested {
+        Span span;
+        int before;
+      };
+      std::vector<Requested> earlier;  // the last spans requested, looked at again each round
+      while (producers_left.load() != 0) {
+        if (random() % 4 == 0) barrier.mark();  // two switches in a row
+        const int before = numbered.load();
+        const Span span = barrier.request(0);
+        for (const Requested& old : earlier) {
+          if (barrier.reached(old.span)) check(old.before);
+        }
+        if (earlier.size() == 16) earlier.erase(earlier.begin());
+        earlier.push_back({span, before});
+        bool ok;
+        if (random() % 2 == 0) {
+          ok = barrier.wait(span, kLongEnough) == WaitResult::kReached;
+        } else {
+          const std::int64_t deadline = reclaim::monotonic_ns() + kLongEnough;
+          while (!(ok = barrier.reached(span)) && reclaim::monotonic_ns() < deadline) std::this_thread::yield();
+        }
+        if (!ok) {
+          not_reached.fetch_add(1);
+          continue;
+        }
+        reached.fetch_add(1);
+        check(before);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+
+  EXPECT_EQ(not_reached.load(), 0);
+  EXPECT_EQ(violations.load(), 0);
+  EXPECT_GT(reached.load(), 0);
+  EXPECT_EQ(barrier.stats().held, 0u);
+  const Span last = barrier.request(0);
+  EXPECT_EQ(barrier.wait(last, kLongEnough), WaitResult::kReached);
+  EXPECT_EQ(barrier.stats().slots_occupied, 1);
 }
 
 // close() wakes cell sleepers whatever their bucket.
