@@ -1,4 +1,5 @@
-// cleanup/hand_back_barrier.cc — see hand_back_barrier.h.
+// cleanup/hand_back_barrier.cc — see hand_back_barrier.h: tickets, waits, wake-ups, the listener fd, fork (the
+// epochs and their slot table: hand_back_epochs.cc).
 
 #include "cleanup/hand_back_barrier.h"
 
@@ -10,7 +11,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <algorithm>
 #include <climits>
 #include <new>
 
@@ -47,46 +47,6 @@ HandBackBarrier::~HandBackBarrier() {
   const int fd = listener_fd_.load(std::memory_order_relaxed);
   if (fd >= 0) ::close(fd);
   for (int chunk = 1; chunk < kChunks; ++chunk) delete[] chunks_[chunk].load(std::memory_order_relaxed);
-}
-
-namespace {
-constexpr std::uint64_t bit_of(int index) noexcept { return std::uint64_t{1} << (index & 63); }
-// The group words that cover slots [0, used): 4,096 slots each.
-constexpr int groups_below(int used) noexcept { return (used + 4095) >> 12; }
-int lowest(std::uint64_t bits) noexcept { return __builtin_ctzll(bits); }
-
-// Chunk k starts at slot kFirst * (2^k - 1): for an index past the first chunk, k is the bit width of
-// index / kFirst + 1, less one.
-template <int kFirstBits>
-int chunk_of(int index) noexcept {
-  const unsigned scaled = (static_cast<unsigned>(index) >> kFirstBits) + 1;
-  return 31 - __builtin_clz(scaled);
-}
-template <int kFirstBits>
-int chunk_start(int chunk) noexcept {
-  return ((1 << chunk) - 1) << kFirstBits;
-}
-}  // namespace
-
-HandBackBarrier::Slot& HandBackBarrier::slot_at(int index) const noexcept {
-  if (index < kFirstChunk) return const_cast<Slot&>(first_chunk_[index]);
-  const int chunk = chunk_of<kFirstChunkBits>(index);
-  // Published (release) before the index was first made current or counted in slots_used_, whose loads
-  // (seq_cst, acquire) came before this one.
-  Slot* const slots = chunks_[chunk].load(std::memory_order_acquire);
-  return slots[index - chunk_start<kFirstChunkBits>(chunk)];
-}
-
-bool HandBackBarrier::ensure_chunk_locked(int index) noexcept {
-  if (index < kFirstChunk) return true;
-  const int chunk = chunk_of<kFirstChunkBits>(index);
-  if (chunks_[chunk].load(std::memory_order_relaxed) != nullptr) return true;
-  const int start = chunk_start<kFirstChunkBits>(chunk);
-  const int size = std::min(kFirstChunk << chunk, max_slots_ - start);
-  Slot* const slots = new (std::nothrow) Slot[static_cast<std::size_t>(size)];
-  if (slots == nullptr) return false;
-  chunks_[chunk].store(slots, std::memory_order_release);
-  return true;
 }
 
 std::size_t HandBackBarrier::bucket_of(const void* cell) noexcept {
@@ -170,149 +130,6 @@ void HandBackBarrier::write_listener_fd() noexcept {
   } while (wrote < 0 && errno == EINTR);
 }
 
-void HandBackBarrier::report_emptied(int index) noexcept {
-  const int word = index >> 6;
-  // The word before its group bit: a switch that takes the group bit takes the word after it. A bit set
-  // into a word that was not clear finds the group bit set, or taken by a switch that has yet to take the
-  // word (both are read-modify-writes of one word, in one order).
-  if (emptied_.words[word].fetch_or(bit_of(index), std::memory_order_seq_cst) == 0) {
-    emptied_.groups[word >> 6].fetch_or(bit_of(word), std::memory_order_seq_cst);
-  }
-}
-
-void HandBackBarrier::occupy_locked(int index, std::uint64_t epoch) noexcept {
-  const int word = index >> 6;
-  // Epochs only grow: each store raises the bound. Both come before the bit, and all before current_.
-  word_newest_[word].store(epoch, std::memory_order_seq_cst);
-  group_newest_[word >> 6].store(epoch, std::memory_order_seq_cst);
-  const std::uint64_t before = occupied_.words[word].fetch_or(bit_of(index), std::memory_order_seq_cst);
-  if (before == 0) occupied_.groups[word >> 6].fetch_or(bit_of(word), std::memory_order_seq_cst);
-  if ((before | bit_of(index)) == ~std::uint64_t{0}) full_[word >> 6] |= bit_of(word);
-}
-
-void HandBackBarrier::vacate_locked(int index) noexcept {
-  const int word = index >> 6;
-  const std::uint64_t before = occupied_.words[word].fetch_and(~bit_of(index), std::memory_order_seq_cst);
-  if ((before & bit_of(index)) == 0) return;  // vacated already
-  full_[word >> 6] &= ~bit_of(word);
-  if (before == bit_of(index)) occupied_.groups[word >> 6].fetch_and(~bit_of(word), std::memory_order_seq_cst);
-}
-
-// Why a vacated slot holds no ticket that a waiter must see. A ticket of slot S is one whose begin() read
-// current_ naming S before and after its count (same value: no switch in between), so S was current at
-// that count. A switch vacates S, the mutex held, only when S is not current and its count reads 0:
-//  - every ticket counted while S was current before: its count and its second load of current_ precede,
-//    in the seq_cst order, the store that made another slot current, which precedes the vacating count
-//    load; so that load sees the ticket, unless it ended: the count reads 0 only when all of them ended;
-//  - a later ticket of S needs S current again, that is a switch (under the same mutex) that sets S's bit
-//    before it stores current_: the bit is set again before the ticket is counted;
-//  - what else reaches S's count is a begin() that read an old current_, counts, finds current_ changed
-//    and undoes: a transient count that no waiter needs (that begin() returns a ticket of a later epoch,
-//    newer than any span requested before it returned). Its undo reports S again when not current.
-// So a waiter's reached() (after its request) finds the bit of every slot holding a ticket it covers: the
-// bit was set before that ticket's count and stays set until the ticket ends.
-void HandBackBarrier::prune_locked(int current) noexcept {
-  const int groups = groups_below(slots_used_.load(std::memory_order_relaxed));
-  for (int group = 0; group < groups; ++group) {
-    if (emptied_.groups[group].load(std::memory_order_relaxed) == 0) continue;
-    for (std::uint64_t words = emptied_.groups[group].exchange(0, std::memory_order_seq_cst); words != 0;
-         words &= words - 1) {
-      const int word = group * 64 + lowest(words);
-      for (std::uint64_t bits = emptied_.words[word].exchange(0, std::memory_order_seq_cst); bits != 0;
-           bits &= bits - 1) {
-        const int index = word * 64 + lowest(bits);
-        if (index != current && slot_at(index).count.load(std::memory_order_seq_cst) == 0) vacate_locked(index);
-      }
-    }
-  }
-}
-
-void HandBackBarrier::switch_epoch_locked() noexcept {
-  const std::uint64_t now = current_.load(std::memory_order_seq_cst);
-  const int current = static_cast<int>(now & kSlotMask);
-  const std::uint64_t next = epoch_.load(std::memory_order_relaxed) + 1;
-  const int used = slots_used_.load(std::memory_order_relaxed);
-  prune_locked(current);
-  // The lowest clear bit (never the current slot's): a slot ever used that holds nothing, else `used`, so
-  // that the table grows only when every slot holds an epoch. The last word is never full (slot kMaxSlots
-  // is never occupied), so some group has a word that is not full.
-  int chosen = kMaxSlots;
-  for (int group = 0; group < kWordGroups; ++group) {
-    if (full_[group] == ~std::uint64_t{0}) continue;
-    const int word = group * 64 + lowest(~full_[group]);
-    chosen = word * 64 + lowest(~occupied_.words[word].load(std::memory_order_relaxed));
-    break;
-  }
-  if (chosen < used || (chosen < max_slots_ && ensure_chunk_locked(chosen))) {
-    slot_at(chosen).oldest.store(next, std::memory_order_relaxed);
-  } else {
-    // Every slot holds an epoch and the table cannot grow: share the youngest slot other than the current
-    // one, the one current before it (its oldest epoch stays).
-    chosen = previous_ != current ? previous_ : current;
-    shared_slots_.fetch_add(1, std::memory_order_relaxed);
-  }
-  slot_at(chosen).newest.store(next, std::memory_order_relaxed);
-  occupy_locked(chosen, next);
-  if (chosen == used) slots_used_.store(used + 1, std::memory_order_release);
-  epoch_.store(next, std::memory_order_seq_cst);
-  current_.store((next << kSlotBits) | static_cast<std::uint64_t>(chosen), std::memory_order_seq_cst);
-  if (chosen == current) return;
-  previous_ = current;
-  // The slot left: vacated now if it counts nothing. Its count is read after the store above, so it holds
-  // every ticket of the slot (see prune_locked); an end() that empties it later finds it not current and
-  // reports it.
-  if (slot_at(current).count.load(std::memory_order_seq_cst) == 0) vacate_locked(current);
-}
-
-std::uint64_t HandBackBarrier::mark() noexcept {
-  std::lock_guard<std::mutex> lock(waiters_mutex_);
-  switch_epoch_locked();
-  return epoch();
-}
-
-HandBackBarrier::Span HandBackBarrier::request(std::uint64_t since) noexcept {
-  std::lock_guard<std::mutex> lock(waiters_mutex_);
-  const std::uint64_t until = epoch();
-  switch_epoch_locked();
-  return Span{since, until};
-}
-
-bool HandBackBarrier::reached(const Span& span) const noexcept {
-  // Without the mutex. A bit set after its load is a slot made current after this call began, so of an
-  // epoch newer than any requested span; a bit cleared before its load was a slot that counted nothing
-  // and was not current (see prune_locked); a word whose newest epoch is older than span.since holds no
-  // slot of the span. A group bit stays set while its word has a bit set.
-  const int groups = groups_below(slots_used_.load(std::memory_order_acquire));
-  std::uint64_t words_read = 0;
-  std::uint64_t slots_read = 0;
-  bool result = true;
-  for (int group = 0; group < groups && result; ++group) {
-    ++words_read;
-    std::uint64_t words = occupied_.groups[group].load(std::memory_order_seq_cst);
-    if (words == 0 || group_newest_[group].load(std::memory_order_seq_cst) < span.since) continue;
-    for (; words != 0 && result; words &= words - 1) {
-      const int word = group * 64 + lowest(words);
-      if (word_newest_[word].load(std::memory_order_seq_cst) < span.since) continue;
-      ++words_read;
-      for (std::uint64_t bits = occupied_.words[word].load(std::memory_order_seq_cst); bits != 0;
-           bits &= bits - 1) {
-        ++slots_read;
-        // The bit's acquire ordered the chunk's publication, which came before the bit was set.
-        const Slot& slot = slot_at(word * 64 + lowest(bits));
-        if (slot.count.load(std::memory_order_seq_cst) == 0) continue;
-        // The count's acquire ordered the epochs written before the switch that made the slot current.
-        if (slot.oldest.load(std::memory_order_relaxed) <= span.until &&
-            slot.newest.load(std::memory_order_relaxed) >= span.since) {
-          result = false;
-          break;
-        }
-      }
-    }
-  }
-  reached_words_.fetch_add(words_read, std::memory_order_relaxed);
-  reached_slots_.fetch_add(slots_read, std::memory_order_relaxed);
-  return result;
-}
 
 HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* generation,
                                                    std::atomic<std::uint32_t>* sleepers,
@@ -406,7 +223,7 @@ HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
   for (int word = 0; word < (used + 63) / 64; ++word) {
     for (std::uint64_t bits = occupied_.words[word].load(std::memory_order_seq_cst); bits != 0;
          bits &= bits - 1) {
-      const std::uint64_t held = slot_at(word * 64 + lowest(bits)).count.load(std::memory_order_seq_cst);
+      const std::uint64_t held = slot_at(word * 64 + __builtin_ctzll(bits)).count.load(std::memory_order_seq_cst);
       stats.held += held;
       if (held != 0) ++stats.slots_in_use;
       ++stats.slots_occupied;
