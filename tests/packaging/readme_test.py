@@ -123,6 +123,17 @@ class TextTest(unittest.TestCase):
             self.assertIn("bash tests/run_all.sh", f.read())
 
 
+def make_venv_with_pip(venv):
+    """A fresh venv with pip in it, as `python -m venv` makes one. An interpreter without ensurepip (Debian's
+    splits it out) makes the venv without pip and installs pip into it with its own pip, from PyPI."""
+    if subprocess.run([PYTHON, "-c", "import ensurepip"], capture_output=True).returncode == 0:
+        subprocess.run([PYTHON, "-m", "venv", venv], check=True, timeout=RUN_LIMIT)
+        return
+    subprocess.run([PYTHON, "-m", "venv", "--without-pip", venv], check=True, timeout=RUN_LIMIT)
+    subprocess.run([PYTHON, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), "install", "--quiet",
+                    "pip"], check=True, timeout=INSTALL_LIMIT)
+
+
 @unittest.skipIf(len(sys.argv) != 3, "the install runs with PYTHON and FAKE_LIBCUDA_SO given")
 class InstallTest(unittest.TestCase):
     """The README's install lines, example and command, in a fresh venv; setUpClass installs once."""
@@ -135,7 +146,7 @@ class InstallTest(unittest.TestCase):
             os.makedirs(os.path.dirname(os.path.join(cls.checkout, path)), exist_ok=True)
             shutil.copy2(os.path.join(ROOT, path), os.path.join(cls.checkout, path))
         venv = os.path.join(cls.tmp, "venv")
-        subprocess.run([PYTHON, "-m", "venv", venv], check=True, timeout=RUN_LIMIT)
+        make_venv_with_pip(venv)
         # As in a shell where the venv is active: its python first on PATH; no Bazel on PATH, no CUDA toolkit.
         cls.env = {key: value for key, value in os.environ.items()
                    if key not in ("CUDA_PATH", "CUDA_HOME", "PYTHONPATH", "PYTHONHOME")}
