@@ -24,11 +24,18 @@ fi
 out=build/docs-site
 venv=build/docs-site-venv
 
-# 1. The venv, made by the interpreter's venv module (again if it is another interpreter's).
+# 1. The venv, made by the interpreter's venv module (again if it is another interpreter's, or has no pip). An
+# interpreter without ensurepip (Debian keeps it apart) makes it without pip and installs pip into it with its own.
 version() { "$1" -c 'import sys; print(sys.version)'; }
-if [[ ! -x "$venv/bin/python" ]] || [[ "$(version "$venv/bin/python")" != "$(version "$python")" ]]; then
+if [[ ! -x "$venv/bin/python" ]] || [[ "$(version "$venv/bin/python")" != "$(version "$python")" ]] ||
+  ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
   rm -rf "$venv"
-  "$python" -m venv "$venv"
+  if "$python" -c 'import ensurepip' >/dev/null 2>&1; then
+    "$python" -m venv "$venv"
+  else
+    "$python" -m venv --without-pip "$venv"
+    "$python" -m pip --python "$venv/bin/python" install --quiet --disable-pip-version-check pip
+  fi
 fi
 vpython="$PWD/$venv/bin/python"
 
