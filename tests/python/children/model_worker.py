@@ -140,6 +140,10 @@ class DeliberateInterrupt(KeyboardInterrupt):
     """An interrupt arriving mid-call, on purpose."""
 
 
+# True while the main thread records a wait it issues (perform()): the drain's interrupt waits until it is done.
+IN_WAIT_BOOKKEEPING = [False]
+
+
 def _quiet_about_deliberate(unraisable, default=sys.unraisablehook):
     # A finalizer's exception is unraisable by design; only the ones raised on purpose are left out.
     if not isinstance(unraisable.exc_value, (Deliberate, DeliberateInterrupt)):
@@ -454,7 +458,9 @@ class Model:
             # updated whatever the library does (docs/design.md, the callers' table). Elsewhere, try again soon.
             if not armed[0]:
                 return
-            if frame is None or frame.f_code.co_filename != __file__:
+            # Nor inside the model's own bookkeeping of a wait issued from the drain (perform(): what it records
+            # of the wait is the model's, not the library's).
+            if frame is None or frame.f_code.co_filename != __file__ or IN_WAIT_BOOKKEEPING[0]:
                 signal.setitimer(signal.ITIMER_REAL, 0.0001)
                 return
             armed[0] = False
@@ -683,6 +689,16 @@ class Model:
 
     def perform(self, wait):
         """Issue the wait on this thread and check what it returned."""
+        on_main = threading.current_thread() is threading.main_thread()
+        if on_main:
+            IN_WAIT_BOOKKEEPING[0] = True
+        try:
+            self._perform(wait)
+        finally:
+            if on_main:
+                IN_WAIT_BOOKKEEPING[0] = False
+
+    def _perform(self, wait):
         wait.started.set()
         self.look(wait)
         start = time.monotonic()
