@@ -13,9 +13,7 @@
 #
 # Build the extension with include_dirs=[cuda_reclaim.get_include()]; Cython finds this file on sys.path.
 # Only declarations: cimporting it adds no import of a cuda_reclaim.c_api module at run time.
-# Who may call what (the header says the same): push, host_destructor, get_stats, is_closed, pending,
-# wakeup_fd and write_report: any thread, no GIL, never block; drain, attach and cuda_reclaim_import: with
-# the GIL.
+# Who may call each entry, and what it owns: the header, beside each field of reclaim_api (written there once).
 
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stddef cimport ptrdiff_t
@@ -48,18 +46,18 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
     ctypedef struct cuda_reclaim_c_api:
         uint32_t abi_version
         uint32_t struct_size
-        int (*push)(void* item) noexcept nogil                    # steals item (a PyObject*)
-        void (*host_destructor)(void* user_data) noexcept nogil   # steals user_data (a PyObject*)
-        ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept          # GIL required
+        int (*push)(void* item) noexcept nogil
+        void (*host_destructor)(void* user_data) noexcept nogil
+        ptrdiff_t (*drain)(ptrdiff_t max_items) noexcept
         int (*get_stats)(cuda_reclaim_stats* out, size_t size) noexcept nogil
         int (*is_closed)() noexcept nogil
         size_t (*pending)() noexcept nogil
         int (*wakeup_fd)() noexcept nogil
         int (*write_report)(int fd) noexcept nogil
-        int (*attach)() except -1                                 # GIL required
+        int (*attach)() except -1
         int (*hand_back_begin)() noexcept nogil
         void (*hand_back_end)(int ticket, uint32_t* done) noexcept nogil
-        int (*wait_handed_back)(double timeout_seconds) noexcept nogil  # blocks: call without the GIL
+        int (*wait_handed_back)(double timeout_seconds) noexcept nogil
 
 cdef extern from "cuda_reclaim/cuda_reclaim.h":
     int cuda_reclaim_import(const cuda_reclaim_c_api** api) except -1
