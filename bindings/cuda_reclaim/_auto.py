@@ -18,10 +18,10 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
 - Never two drain threads at once: no thread starts while a stopped one is still alive (it may still be
   inside a release); the stopped one, as it leaves, starts its successor itself if the state still calls
   for one. So toggles (from finalizers too) and a fork that could not wait for the thread never add one.
-- A thread that cannot start is reported: a RuntimeWarning naming the cause, get_auto_drain() says
-  "off" (what runs), and the next hand-over tries again. Only a refusal because the interpreter is
-  exiting (3.12 refuses new threads once exit began) is not a failure: the same loop then runs on a
-  native thread (_reclaim._NativeThread), which the atexit hook joins like the others.
+- When threading refuses a new thread (3.12 refuses every one once exit began), the same loop runs on a
+  native thread (_reclaim._NativeThread), which the atexit hook joins like the others. A thread that cannot
+  start that way either (a memory or pids limit) is reported: a RuntimeWarning naming the cause,
+  get_auto_drain() says "off" (what runs), and the next hand-over tries again.
 - The thread is a daemon that keeps draining through interpreter shutdown until the atexit hook
   (``cuda_reclaim.close``), so releases keep happening while non-daemon threads are joined (a worker
   bounded by finalizer-released slots can finish); the hook stops and joins it, then closes the queue.
@@ -34,14 +34,13 @@ import time
 import warnings
 from collections.abc import Callable
 
-from . import _reclaim
+from . import _python_compat, _reclaim
 from ._auto_threads import (
     _DrainThread,
     _NativeDrainThread,
     _StateLock,
     _gc_callback,
     current_drain_thread,
-    refused_at_exit,
     wait_for_os_thread_exit,
 )
 
@@ -185,9 +184,7 @@ def _start_locked():
         thread = _DrainThread(worker, _drain_thread_leaves)
         try:
             thread.start()
-        except RuntimeError as error:
-            if not refused_at_exit(error):
-                raise
+        except RuntimeError:  # refused at exit, or no resources: a native thread's start raises then too
             thread = _NativeDrainThread(worker, _drain_thread_leaves)
             thread.start()
         _worker, _thread = worker, thread
@@ -307,7 +304,7 @@ def stop_for_good():
 
 def close_at_exit():
     """The atexit hook: stop the automatic drain, release everything queued, close the queue."""
-    if isinstance(getattr(sys, "last_value", None), KeyboardInterrupt):
+    if isinstance(_python_compat.last_exception(), KeyboardInterrupt):
         # CPython ends this exit by re-raising SIGINT after finalization: no C exit handler will run.
         _reclaim._report_at_finalize()
     try:

@@ -4,13 +4,12 @@ Nothing here holds state of the automatic drain: ``_auto`` owns which thread run
 thread runs one ``_reclaim._DrainWorker``, then calls the ``on_leave`` it was made with, on itself.
 """
 
-import _imp
 import os
 import sys
 import threading
 import time
 
-from . import _reclaim
+from . import _python_compat, _reclaim
 
 
 class _StateLock:
@@ -38,7 +37,8 @@ class _StateLock:
         return self._lock
 
     def is_owned(self):
-        return self._lock._is_owned()  # RLock's own test, the one threading.Condition uses
+        """True when the calling thread holds the lock."""
+        return _python_compat.rlock_is_owned(self._lock)
 
 
 class _TakenIfFree:
@@ -91,9 +91,10 @@ class _DrainThread(threading.Thread):
 
 class _NativeDrainThread:
     """The same loop on a native thread that attaches by itself (PyThreadState_EnsureFromView on 3.15+,
-    PyGILState_Ensure before; see bindings/drain_native_thread.h), for when threading refuses
-    new threads because the interpreter is exiting (3.12 does from the start of Py_FinalizeEx, so a first
-    hand-over from a non-daemon thread being joined, or from an atexit hook, would find nobody draining).
+    PyGILState_Ensure before; see bindings/drain_native_thread.h), for when threading refuses a new
+    thread. 3.12 refuses every one from the start of Py_FinalizeEx (a first hand-over from a non-daemon thread
+    being joined, or from an atexit hook, would find nobody draining); a refusal for want of resources
+    fails here too, and _auto reports it.
     PyGILState_Ensure works until runtime finalization, which comes after the atexit hooks; the atexit
     hook joins it (with the GIL released, bounded) before it closes the queue. Same interface as the
     threading one where _auto uses it: start, join, is_alive, worker, native_id, given_up."""
@@ -115,13 +116,6 @@ class _NativeDrainThread:
 
     def is_alive(self):
         return self._native is not None and self._native.is_alive()
-
-
-def refused_at_exit(error):
-    """True when ``error`` (Thread.start()'s RuntimeError) only says that the interpreter is exiting."""
-    # 3.12 refuses every new threading thread once Py_FinalizeEx began (threading._shutdown, then the
-    # atexit hooks), before sys.is_finalizing() turns true: not a failure, the native thread takes over.
-    return getattr(threading, "_SHUTTING_DOWN", False) or "shutdown" in str(error)
 
 
 def wait_for_os_thread_exit(thread, limit=1.0):
@@ -151,5 +145,4 @@ def _inside_interpreter_bookkeeping():
     the child a lock held for ever (3.11's child takes the shutdown-locks lock before it resets it), and
     one on another thread that forks waits for the import lock that the draining thread holds.
     """
-    shutdown_locks_lock = getattr(threading, "_shutdown_locks_lock", None)  # rebound in a fork child
-    return _imp.lock_held() or (shutdown_locks_lock is not None and shutdown_locks_lock.locked())
+    return _python_compat.import_lock_held() or _python_compat.threading_shutdown_locks_held()

@@ -1,7 +1,10 @@
-"""The package's one use of a CPython private name, kept here so that a change of its meaning fails one test
-(tests/python/test_python_compat.py, run on every interpreter of the matrix).
+"""The package's uses of CPython private names, kept here so that a change of their meaning fails one test
+(tests/python/test_python_compat.py, run on every interpreter of the matrix), and the version-dependent
+spelling of public ones.
 """
 
+import _imp
+import sys as _sys
 import threading as _threading
 
 
@@ -13,3 +16,34 @@ def register_threading_exit_hook(function):
     the other threads (``atexit`` runs after it), and a thread that waits for CUDA there would hold the exit.
     """
     _threading._register_atexit(function)  # private: see above
+
+
+def rlock_is_owned(lock):
+    """True when the calling thread holds ``lock`` (a ``threading.RLock``). Any thread; never blocks.
+
+    ``RLock._is_owned`` is private (threading.Condition's own test): a wrapper that records its owner would run
+    Python code between the acquire and the with block, where a KeyboardInterrupt leaves the lock held for good.
+    """
+    return lock._is_owned()  # private: see above
+
+
+def import_lock_held():
+    """True while any thread holds the interpreter's import lock (imports, fork). Any thread; never blocks."""
+    return _imp.lock_held()  # private: imp.lock_held, the public spelling, is gone since 3.12
+
+
+def threading_shutdown_locks_held():
+    """True while any thread holds threading's shutdown-locks lock (3.10-3.12; False on 3.13+, which has none).
+    Any thread; never blocks."""
+    # private: no public way; read at each call, since a fork child rebinds it
+    lock = getattr(_threading, "_shutdown_locks_lock", None)
+    return lock is not None and lock.locked()
+
+
+def last_exception():
+    """The exception that ended the main program (set as it was printed), or None. Any thread; never blocks.
+
+    ``sys.last_exc`` on 3.12+, ``sys.last_value`` before (deprecated since 3.12)."""
+    if _sys.version_info >= (3, 12):
+        return getattr(_sys, "last_exc", None)
+    return getattr(_sys, "last_value", None)

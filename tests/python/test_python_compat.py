@@ -1,7 +1,13 @@
 """The meaning of each CPython private name the package uses (cuda_reclaim/_python_compat.py), pinned on every
 interpreter: the day a release changes it, this fails."""
 
-from conftest import run_child
+import _imp
+import sys
+import threading
+
+from conftest import run_child, run_child_script
+
+from cuda_reclaim import _python_compat
 
 
 def test_a_threading_exit_hook_runs_after_the_main_thread_before_the_join_last_registered_first():
@@ -47,3 +53,58 @@ _python_compat.register_threading_exit_hook(late)
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("refused:"), result.stdout + result.stderr
+
+
+def test_rlock_is_owned_is_true_for_the_holding_thread_only():
+    lock = threading.RLock()
+    assert not _python_compat.rlock_is_owned(lock)
+    seen_elsewhere = []
+    with lock:
+        with lock:
+            assert _python_compat.rlock_is_owned(lock)
+        assert _python_compat.rlock_is_owned(lock)  # still held once
+        other = threading.Thread(target=lambda: seen_elsewhere.append(_python_compat.rlock_is_owned(lock)))
+        other.start()
+        other.join(30)
+    assert seen_elsewhere == [False]
+    assert not _python_compat.rlock_is_owned(lock)
+
+
+def test_import_lock_held_sees_the_import_lock_of_any_thread():
+    assert not _python_compat.import_lock_held()
+    taken, seen, done = threading.Event(), [], threading.Event()
+
+    def holds_the_import_lock():
+        _imp.acquire_lock()
+        try:
+            taken.set()
+            done.wait(30)
+        finally:
+            _imp.release_lock()
+
+    holder = threading.Thread(target=holds_the_import_lock)
+    holder.start()
+    try:
+        assert taken.wait(30)
+        seen.append(_python_compat.import_lock_held())
+    finally:
+        done.set()
+        holder.join(30)
+    assert seen == [True]
+    assert not _python_compat.import_lock_held()
+
+
+def test_threading_shutdown_locks_held_follows_threadings_lock_where_there_is_one():
+    lock = getattr(threading, "_shutdown_locks_lock", None)
+    assert (lock is not None) == (sys.version_info < (3, 13)), "threading's shutdown-locks lock came or went"
+    assert not _python_compat.threading_shutdown_locks_held()
+    if lock is not None:
+        with lock:
+            assert _python_compat.threading_shutdown_locks_held()
+
+
+def test_last_exception_is_the_exception_that_ended_the_main_program_when_atexit_hooks_run():
+    result = run_child_script("lifecycle_scenarios.py", "the_exception_that_ended_the_main_program_at_exit")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "last exception at exit: LookupError('ends the main program')" in result.stdout.splitlines(), (
+        result.stdout + result.stderr)

@@ -217,19 +217,28 @@ def finalizers_that_a_drain_runs_wait_for_the_stopped_drain_thread_once():
 
 
 def a_drain_thread_that_cannot_start(limit_text):
-    # Thread.start() fails as it does under a memory or pids limit; a later hand-over, once it can, starts
-    # the thread. `limit_text`: how many starts fail.
+    # Thread.start() and the native thread both fail, as they do under a memory or pids limit; a later
+    # hand-over, once they can, starts the thread. `limit_text`: how many starts fail.
+    from cuda_reclaim import _reclaim
+
     failures = [int(limit_text)]
     name = "_start_joinable_thread" if hasattr(threading, "_start_joinable_thread") else "_start_new_thread"
     real = getattr(threading, name)
+    real_native = _reclaim._NativeThread
 
     def refuses(*args, **kwargs):
         if failures[0] > 0:
-            failures[0] -= 1
             raise RuntimeError("can't start new thread")
         return real(*args, **kwargs)
 
+    def native_refuses(target):  # tried after threading's refusal: one failed start of the drain thread
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise RuntimeError("can't start new thread: Resource temporarily unavailable")
+        return real_native(target)
+
     setattr(threading, name, refuses)
+    _reclaim._NativeThread = native_refuses
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         first = hand_over_marker()
@@ -331,7 +340,22 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
     print("done", flush=True)
 
 
+def the_exception_that_ended_the_main_program_at_exit():
+    # What the package's atexit hook reads (_python_compat.last_exception()) to tell an exit by Ctrl-C.
+    import atexit
+
+    from cuda_reclaim import _python_compat
+
+    def report():
+        os.write(1, f"last exception at exit: {_python_compat.last_exception()!r}\n".encode())
+
+    atexit.register(report)
+    print("done", flush=True)
+    raise LookupError("ends the main program")
+
+
 scenario.run(
+    the_exception_that_ended_the_main_program_at_exit,
     switch_off_while_the_drain_thread_works_through_a_backlog,
     switch_back_on_while_the_stopped_thread_is_inside_a_release,
     toggles_from_a_finalizer_on_the_drain_thread,
