@@ -5,9 +5,9 @@ thread runs one ``_reclaim._DrainWorker``, then calls the ``on_leave`` it was ma
 """
 
 import os
+import select
 import sys
 import threading
-import time
 
 from . import _python_compat, _reclaim
 
@@ -118,17 +118,35 @@ class _NativeDrainThread:
         return self._native is not None and self._native.is_alive()
 
 
+# PIDFD_THREAD of <linux/pidfd.h> (Linux 6.9+): pidfd_open() of a thread rather than a process. It is O_EXCL's
+# value; os has no name for it.
+_PIDFD_THREAD = os.O_EXCL
+
+
 def wait_for_os_thread_exit(thread, limit=1.0):
-    """After ``thread.join()``: wait (at most ``limit`` seconds) until the kernel no longer lists it."""
-    # join() returns once the thread's Python state is gone; the OS thread ends a moment later. fork()
-    # in CPython 3.12+ counts OS threads (/proc/self/stat) to decide on its DeprecationWarning.
+    """After ``thread.join()``: wait (at most ``limit`` seconds) until the kernel has reaped the OS thread.
+
+    join() returns once the thread's Python state is gone (3.10-3.12) or its pthread_join returned (3.13+);
+    the kernel drops the thread from the process's thread count a moment later, and fork() in CPython
+    3.12+ warns when that count (/proc/self/stat) is above one. The event is a thread pidfd, which turns
+    readable as the thread is reaped. Without one (a kernel before 6.9, or not Linux) this returns at once
+    and a fork in that window may warn: no polling stands in for the event. Any thread but ``thread``;
+    blocks up to ``limit``; allocates a descriptor while it waits.
+    """
     native_id = getattr(thread, "native_id", None)
-    if native_id is None:
+    pidfd_open = getattr(os, "pidfd_open", None)
+    if native_id is None or pidfd_open is None:
         return
-    path = f"/proc/self/task/{native_id}"
-    deadline = time.monotonic() + limit
-    while os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.0005)
+    try:
+        pidfd = pidfd_open(native_id, _PIDFD_THREAD)
+    except OSError:  # ESRCH: reaped already; EINVAL: no thread pidfds in this kernel
+        return
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(limit * 1000)
+    finally:
+        os.close(pidfd)
 
 
 def _gc_callback(phase, info):

@@ -176,8 +176,40 @@ def a_fork_waits_for_a_finalizer_that_takes_loggings_lock():
     print("logger made:", "cuda_reclaim.test.fork" in logging.Logger.manager.loggerDict)
 
 
+def forks_that_each_stop_a_running_drain_thread(count_text):
+    # Each fork finds the drain thread running (the parent restarts it after the previous fork) and stops
+    # it first. Prints how many forks warned that the process was multi-threaded (3.12+ warns so).
+    import warnings
+
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    class P:
+        pass
+
+    try:
+        os.close(os.pidfd_open(os.getpid(), os.O_EXCL))  # PIDFD_THREAD: Linux 6.9+
+        thread_pidfds = "yes"
+    except (AttributeError, OSError):
+        thread_pidfds = "no"
+    count = int(count_text)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DeprecationWarning)
+        for _ in range(count):
+            cuda_reclaim.defer_release(P())
+            assert _auto.is_thread_running()
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+    warned = [w for w in caught if "multi-threaded" in str(w.message)]
+    print(f"forks {count} warned {len(warned)} thread pidfds {thread_pidfds}", flush=True)
+
+
 if __name__ == "__main__":
     scenario.run(
+        forks_that_each_stop_a_running_drain_thread,
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
         a_child_drains_what_a_c_api_users_native_threads_hand_over,
         work_queued_at_a_raw_fork_is_abandoned_in_the_child,
