@@ -57,6 +57,7 @@ required = {
     "bindings/exports.lds", "bindings/reclaim_module.cc", "cleanup/reclaim_queue.cc", "graph/driver.cc",
     "bindings/cuda_reclaim/__init__.py", "bindings/cuda_reclaim/__init__.pyi", "bindings/cuda_reclaim/py.typed",
     "bindings/cuda_reclaim/c_api.pxd", "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
+    "bindings/cuda_reclaim/integrations/__init__.py", "bindings/cuda_reclaim/integrations/cuda_core.py",
     "include/cuda_reclaim/cuda_reclaim.h", "include/cuda_reclaim/reclaim_abi.h",
 }
 missing = sorted(required - names)

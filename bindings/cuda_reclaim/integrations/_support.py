@@ -1,0 +1,134 @@
+"""What the integrations share: the record of the class attributes one integration sets (install/uninstall),
+the import of the library with an ImportError that names the package, and the report of a callback's
+exception to ``sys.unraisablehook``."""
+
+import ctypes
+import gc
+import importlib
+import threading
+
+_ABSENT = object()  # the class had no attribute of that name in its own __dict__ (it inherited one, or none)
+
+
+def import_library(module, function, package, pip_name):
+    """``module`` imported, for the public `function` (named in the error); an ImportError that names the
+    package and how to install it when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise ImportError(
+            f"{function}: {package} is not installed (pip install {pip_name}): {error}", name=module
+        ) from error
+
+
+_type_modified = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("PyType_Modified", ctypes.pythonapi))
+
+
+def _namespace_of(cls):
+    """The dict behind ``cls.__dict__`` (a read-only proxy)."""
+    (namespace,) = [referent for referent in gc.get_referents(cls.__dict__) if isinstance(referent, dict)]
+    return namespace
+
+
+def _set(cls, name, value):
+    """``cls.name = value``, or ``del cls.name`` for _ABSENT. A class compiled as an extension type (a Cython
+    ``cdef class``) refuses setattr: then its namespace is written and PyType_Modified() tells CPython, so
+    that its attribute caches (of the class and its subclasses) see the change."""
+    try:
+        if value is _ABSENT:
+            delattr(cls, name)
+        else:
+            setattr(cls, name, value)
+        return
+    except TypeError:
+        pass  # an immutable type: below
+    namespace = _namespace_of(cls)
+    if value is _ABSENT:
+        namespace.pop(name, None)
+    else:
+        namespace[name] = value
+    _type_modified(cls)
+
+
+def call_original(original, instance, *args, **kwargs):
+    """The attribute `original` (as found on the class before install()) called as a method of `instance`."""
+    return original.__get__(instance, type(instance))(*args, **kwargs)
+
+
+class Patches:
+    """The attributes that one integration sets on its library's classes, and what each class held before.
+    install() and uninstall() are idempotent and safe from any thread (a lock orders them)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._saved = None  # [(cls, name, what cls.__dict__ held or _ABSENT, the replacement)] while installed
+
+    def is_installed(self):
+        return self._saved is not None
+
+    def install(self, targets):
+        """Set each (cls, name, replacement) of `targets`; False (and nothing set) if already installed. A
+        failure part way puts back what was set before it and raises."""
+        with self._lock:
+            if self._saved is not None:
+                return False
+            saved = []
+            try:
+                for cls, name, replacement in targets:
+                    own = cls.__dict__.get(name, _ABSENT)
+                    _set(cls, name, replacement)
+                    saved.append((cls, name, own, replacement))
+            except BaseException:
+                self._restore(saved)
+                raise
+            self._saved = saved
+            return True
+
+    def uninstall(self):
+        """Put back what each class held; False if not installed. An attribute that someone else replaced
+        after install() is left as they set it."""
+        with self._lock:
+            if self._saved is None:
+                return False
+            saved, self._saved = self._saved, None
+            self._restore(saved)
+            return True
+
+    @staticmethod
+    def _restore(saved):
+        for cls, name, own, replacement in reversed(saved):
+            if cls.__dict__.get(name, _ABSENT) is replacement:
+                _set(cls, name, own)
+
+
+class _Unraisable:
+    """Raises its exception from __del__: CPython hands it to ``sys.unraisablehook`` (with the arguments type
+    only CPython can make), exactly as for an exception a callback on CUDA's thread raises."""
+
+    __slots__ = ("error",)
+
+    def __del__(self):
+        error, self.error = self.error, None
+        raise error
+
+
+def report_unraisable(error):
+    """Hand `error` to ``sys.unraisablehook``, in the calling thread."""
+    carrier = _Unraisable()
+    carrier.error = error
+    del carrier
+
+
+def reporting(fn):
+    """A call of ``fn(*args, **kwargs)`` that returns its result, and whose exception goes to
+    ``sys.unraisablehook`` instead of to its caller (the drain's future, whose result is then None), reported
+    before the call returns: a stream-ordered call has reported it before the stream goes on."""
+
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - every exception of a callback is reported, as CUDA's libraries do
+            report_unraisable(error)
+
+    call.__wrapped__ = fn
+    return call

@@ -1,0 +1,104 @@
+"""CuPy's stream callbacks through cuda-reclaim: ``add_callback`` and ``launch_host_func``.
+
+:func:`install` sets both methods on ``cupy.cuda.stream._BaseStream``, the class of ``cupy.cuda.Stream`` and
+``cupy.cuda.ExternalStream`` (CuPy's own files are not edited); :func:`uninstall` puts back CuPy's own;
+:func:`installed` is both as a context manager.
+
+While installed:
+
+- ``stream.add_callback(callback, arg)`` calls ``callback(stream, error_status, arg)`` and
+  ``stream.launch_host_func(callback, arg)`` calls ``callback(arg)``, once all work enqueued on the stream
+  before it is done; the stream's later work waits for the call to return (the ordered form,
+  :func:`cuda_reclaim.launch_host_func_ordered`), as with CuPy's own. An exception in the callback goes to
+  ``sys.unraisablehook`` before the stream goes on, as CuPy's callbacks (Cython ``noexcept``) report it.
+  Both return None.
+
+What differs from CuPy's own:
+
+- The callback runs in a cuda-reclaim drain (the automatic drain thread, an event loop's drain, or an
+  explicit :func:`cuda_reclaim.drain`), never on CUDA's thread: CUDA's thread waits without the GIL.
+- ``add_callback``'s error status is always 0: the call is made by a host function (``cudaLaunchHostFunc``
+  semantics), which CUDA does not run at all once the context has an error; then the callback is never
+  called.
+- ``launch_host_func`` on a stream that is capturing a graph is CuPy's own (the callback becomes a host node
+  of the captured graph and runs on CUDA's thread at each launch): cuda-reclaim launches nothing on a
+  capturing stream.
+- After :func:`cuda_reclaim.close` (and at exit) a callback whose point the stream has not reached is never
+  called.
+"""
+
+import contextlib
+
+from . import _support
+
+__all__ = ["install", "uninstall", "is_installed", "installed"]
+
+_PATCHES = _support.Patches()
+_own_launch_host_func = None  # CuPy's launch_host_func, for a capturing stream, while installed
+
+
+def _base_stream(function):
+    stream = _support.import_library("cupy.cuda.stream", function, "CuPy", "cupy-cuda12x")
+    return stream._BaseStream
+
+
+def _stream_callback(stream, callback, arg):
+    callback(stream, 0, arg)
+
+
+def add_callback(self, callback, arg):
+    """Call ``callback(stream, 0, arg)`` once the work enqueued before it is done; the stream's later work
+    waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
+    ``sys.unraisablehook``."""
+    import cuda_reclaim
+
+    cuda_reclaim.launch_host_func_ordered(
+        self.ptr, _support.reporting(_stream_callback), self, callback, arg
+    )
+
+
+def launch_host_func(self, callback, arg):
+    """Call ``callback(arg)`` once the work enqueued before it is done; the stream's later work waits for the
+    call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
+    ``sys.unraisablehook``. On a stream that is capturing a graph, CuPy's own launch_host_func."""
+    if self.is_capturing():
+        own = _own_launch_host_func
+        if own is not None:
+            return _support.call_original(own, self, callback, arg)
+    import cuda_reclaim
+
+    cuda_reclaim.launch_host_func_ordered(self.ptr, _support.reporting(callback), arg)
+
+
+def install():
+    """Make CuPy's ``add_callback`` and ``launch_host_func`` go through cuda-reclaim. Idempotent: True if this
+    call installed them, False if they were installed already. ImportError when CuPy is missing."""
+    global _own_launch_host_func
+    base = _base_stream("cuda_reclaim.integrations.cupy.install()")
+    own = base.launch_host_func
+    mine = _PATCHES.install([(base, "add_callback", add_callback), (base, "launch_host_func", launch_host_func)])
+    if mine:
+        _own_launch_host_func = own
+    return mine
+
+
+def uninstall():
+    """Put back CuPy's own methods (exactly what the class held before :func:`install`). Idempotent: False if
+    nothing was installed."""
+    return _PATCHES.uninstall()
+
+
+def is_installed():
+    """Whether :func:`install` is in force."""
+    return _PATCHES.is_installed()
+
+
+@contextlib.contextmanager
+def installed():
+    """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
+    mine = install()
+    try:
+        yield
+    finally:
+        if mine:
+            uninstall()
