@@ -124,3 +124,38 @@ def test_the_report_names_the_rows_that_ran_once():
     sentence = gpu_tables._passes_and_gate(data)
     assert "first pass took over 5 s ran once (cupy/busy, second stream with cupy:" in sentence
     assert "reclaim/busy" not in sentence
+
+
+def test_the_ordered_variant_launches_each_callback_with_launch_host_func_ordered():
+    launched = []
+    reclaim = types.SimpleNamespace(
+        launch_host_func=lambda *call: launched.append(("launch_host_func", *call)) or "future",
+        launch_host_func_ordered=lambda *call: launched.append(("launch_host_func_ordered", *call)) or "ordered",
+    )
+    state = types.SimpleNamespace(reclaim=reclaim)
+    futures = []
+    bench.Bench.python_callback(state, "reclaim-ordered", "stream", print, 3, futures)
+    bench.Bench.python_callback(state, "reclaim", "stream", print, 4, futures)
+    assert launched == [("launch_host_func_ordered", "stream", print, 3), ("launch_host_func", "stream", print, 4)]
+    assert futures == ["ordered", "future"]
+
+
+def test_in_asyncio_mode_only_the_unordered_variant_is_left_to_the_loop():
+    assert bench.drain_in_asyncio_mode("reclaim") == "off"
+    for variant in ("reclaim-ordered", "cupy", "native"):
+        assert bench.drain_in_asyncio_mode(variant) == "thread", variant
+
+
+def test_the_target_compares_each_reclaim_variants_busy_p99_with_its_idle_p99():
+    def row(variant, mode, p99):
+        return {"variant": variant, "mode": mode, "stall_ms": {"p99": p99}}
+
+    rows = [row("reclaim", "idle", 2.0), row("reclaim", "busy", 2.5), row("reclaim-ordered", "idle", 2.0),
+            row("reclaim-ordered", "busy", 4.0), row("cupy", "idle", 1.0)]
+    assert bench.busy_against_idle(rows, "reclaim") == {
+        "idle_p99_ms": 2.0, "busy_p99_ms": 2.5, "ratio": 1.25, "met": True}
+    ordered = bench.busy_against_idle(rows, "reclaim-ordered")
+    assert ordered["ratio"] == 2.0 and ordered["met"] is False
+    assert bench.busy_against_idle(rows, "cupy") is None, "no busy row"
+    assert bench.busy_against_idle([row("reclaim", "idle", 0.0), row("reclaim", "busy", 1.0)], "reclaim") == {
+        "idle_p99_ms": 0.0, "busy_p99_ms": 1.0, "ratio": None, "met": False}
