@@ -2,7 +2,9 @@
 // call that makes the main thread give the GIL up until a drain thread has had it. The call runs no Python
 // and releases nothing: the drain and its finalizers stay on the drain thread (a drain inside a pending call
 // would run finalizers within threading's locked sections, where one that sets an Event the main thread
-// waits on deadlocks it). Used only by the drain worker (drain_worker.cc).
+// waits on deadlocks it; it calls only the builtin sys.getswitchinterval()). The main thread sleeps on a
+// futex word until a drain thread has had the GIL, at most a switch interval. Used only by the drain worker
+// (drain_worker.cc).
 
 #pragma once
 
