@@ -72,16 +72,12 @@ inline void restore_exception(SavedException saved) noexcept {
 #endif
 }
 
-// True when an exception is set on `thread` (this thread's state): PyErr_Occurred() without the call,
-// for a loop that checks after every release. The field is `current_exception` since 3.12 and
-// `curexc_type` before.
-// Requires an attached thread state (GIL); `thread` must be the calling thread's.
-inline bool exception_set(const PyThreadState* thread) noexcept {
-#if PY_VERSION_HEX >= 0x030C0000
-  return thread->current_exception != nullptr;
-#else
-  return thread->curexc_type != nullptr;
-#endif
+// True when an exception is set on this thread: PyErr_Occurred(), the public read of the thread state's
+// exception field in every version. The release loop asks once per batch and before each call, not per
+// release, so the call costs a plain release nothing. `thread` is the calling thread's state, unused.
+// Requires an attached thread state (GIL).
+inline bool exception_set([[maybe_unused]] const PyThreadState* thread) noexcept {
+  return PyErr_Occurred() != nullptr;
 }
 
 }  // namespace reclaim::bindings::python_compat
