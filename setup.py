@@ -26,11 +26,11 @@ from setuptools import Extension, setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # --- The extension, as Bazel builds it ---------------------------------------------------------------
-# Paths are relative to this directory. Sources and headers: every .cc and .h of the three layer folders
+# Paths are relative to this directory. Sources and headers: every .cc and .h of the four layer folders
 # (each BUILD file globs its folder the same way), less the header of a library the extension does not
 # link; plus the installed C API headers of include/. //tests/packaging:build_drift_test compares them with
 # Bazel's.
-LAYERS = ("bindings", "cleanup", "graph")
+LAYERS = ("bindings", "cleanup", "graph", "handback")
 C_API_HEADERS = ("include/cuda_reclaim/cuda_reclaim.h", "include/cuda_reclaim/reclaim_abi.h")
 NOT_IN_EXTENSION = {"bindings/shared_queue.h"}  # //bindings:shared_queue, for other extensions
 

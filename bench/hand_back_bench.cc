@@ -1,4 +1,4 @@
-// bench/hand_back_bench.cc — what reclaim::HandBackBarrier costs CUDA's thread, and how soon a waiter
+// bench/hand_back_bench.cc — what reclaim::handback::HandBackBarrier costs CUDA's thread, and how soon a waiter
 // learns that everything was handed back. No Python, no GPU: the calling thread stands in for CUDA's.
 //
 //   BM_HandBack/<what>/<waiter>   one thread, cost per hand-back:
@@ -47,11 +47,11 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "cleanup/hand_back_barrier.h"
+#include "handback/barrier.h"
 
 namespace {
 
-using reclaim::HandBackBarrier;
+using reclaim::handback::HandBackBarrier;
 using Clock = std::chrono::steady_clock;
 
 int g_rounds = 2000;

@@ -12,16 +12,18 @@
 
 #include "bindings/arguments.h"
 #include "bindings/drain.h"
-#include "cleanup/hand_back_barrier.h"
+#include "handback/process_barrier.h"
 
 namespace reclaim::bindings {
 namespace {
 
-using WaitResult = reclaim::HandBackBarrier::WaitResult;
+using reclaim::handback::HandBackBarrier;
+using reclaim::handback::monotonic_ns;
+using WaitResult = HandBackBarrier::WaitResult;
 
 PyTypeObject* g_attachment_type = nullptr;  // module init; the module is main-interpreter only
 
-reclaim::HandBackBarrier& barrier() noexcept { return queue().hand_backs(); }
+HandBackBarrier& barrier() noexcept { return reclaim::handback::process_barrier(); }
 
 // Runs `wait(nanoseconds left, or -1)` with the GIL released until it stops for a reason other than a
 // signal; between signals, runs the Python handlers (a KeyboardInterrupt ends the wait with that
@@ -31,11 +33,11 @@ PyObject* wait_releasing_the_gil(int timeout_ms, const Wait& wait) {
   // In a finalizer or call that a drain runs, what the wait is for may be queued behind the caller: look,
   // never block.
   if (releasing_on_this_thread()) timeout_ms = 0;
-  const std::int64_t deadline = timeout_ms < 0 ? -1 : reclaim::monotonic_ns() + std::int64_t{timeout_ms} * 1000000;
+  const std::int64_t deadline = timeout_ms < 0 ? -1 : monotonic_ns() + std::int64_t{timeout_ms} * 1000000;
   for (;;) {
     std::int64_t left = -1;
     if (deadline >= 0) {
-      left = deadline - reclaim::monotonic_ns();
+      left = deadline - monotonic_ns();
       if (left < 0) left = 0;
     }
     WaitResult result;
@@ -195,7 +197,7 @@ PyObject* py_wait_handed_back(PyObject*, PyObject* const* args, Py_ssize_t nargs
   if (!parse_timeout("wait_handed_back", "timeout", values[0], -1, &timeout_ms)) return nullptr;
   if (!parse_since("wait_handed_back", values[1], &since)) return nullptr;
   if (barrier().is_closed()) Py_RETURN_FALSE;
-  const reclaim::HandBackBarrier::Span span = barrier().request(since);
+  const HandBackBarrier::Span span = barrier().request(since);
   return wait_releasing_the_gil(timeout_ms, [span](std::int64_t left) { return barrier().wait(span, left); });
 }
 
@@ -216,7 +218,7 @@ PyObject* py_hand_back_mark(PyObject*, PyObject*) { return PyLong_FromUnsignedLo
 PyObject* py_hand_back_request(PyObject*, PyObject* since_value) {
   std::uint64_t since;
   if (!parse_since("handed_back", since_value, &since)) return nullptr;
-  const reclaim::HandBackBarrier::Span span = barrier().request(since);
+  const HandBackBarrier::Span span = barrier().request(since);
   return Py_BuildValue("(KK)", static_cast<unsigned long long>(span.since),
                        static_cast<unsigned long long>(span.until));
 }
@@ -229,7 +231,7 @@ PyObject* py_hand_back_reached(PyObject*, PyObject* const* args, Py_ssize_t narg
   const unsigned long long since = PyLong_AsUnsignedLongLong(args[0]);
   const unsigned long long until = PyLong_AsUnsignedLongLong(args[1]);
   if (PyErr_Occurred()) return nullptr;
-  return PyBool_FromLong(barrier().reached(reclaim::HandBackBarrier::Span{since, until}));
+  return PyBool_FromLong(barrier().reached(HandBackBarrier::Span{since, until}));
 }
 
 PyObject* py_hand_back_listener_fd(PyObject*, PyObject*) {
@@ -257,12 +259,12 @@ PyObject* py_hand_back_consume(PyObject*, PyObject*) {
 PyObject* py_hand_back_closed(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_closed()); }
 
 PyObject* py_hand_back_close(PyObject*, PyObject*) {
-  barrier().close();
+  reclaim::handback::shut_process_barrier();
   Py_RETURN_NONE;
 }
 
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
-  const reclaim::HandBackBarrier::Stats stats = barrier().stats();
+  const HandBackBarrier::Stats stats = barrier().stats();
   return Py_BuildValue("{sKsKsisisKsIsKsKsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch),
                        "held", static_cast<unsigned long long>(stats.held), "slots_in_use", stats.slots_in_use,
                        "slots_used", stats.slots_used, "shared_slots",
@@ -325,7 +327,11 @@ Attachment* new_attachment(const char* kind, PyObject* objects) {
   return attachment;
 }
 
+void shut_hand_back_barrier() noexcept { reclaim::handback::shut_process_barrier(); }
+
 int add_attachment_functions(PyObject* module) {
+  // The process barrier and its fork handler exist from module init, before anything is attached.
+  (void)barrier();
   g_attachment_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kAttachmentSpec));
   if (g_attachment_type == nullptr) return -1;
   if (PyModule_AddObjectRef(module, "Attachment", reinterpret_cast<PyObject*>(g_attachment_type)) < 0) return -1;

@@ -1,6 +1,7 @@
 // bindings/attachments.h — waiting for CUDA's hand-backs: cuda_reclaim.Attachment (one attachment, as
-// keep_alive() returns it and a host node's NodeHandle holds it) and the barrier builtins over the queue's
-// HandBackBarrier (wait_handed_back, and the pieces cuda_reclaim.asyncio builds handed_back() from).
+// keep_alive() returns it and a host node's NodeHandle holds it) and the barrier builtins over the process's
+// hand-back barrier (handback/process_barrier.h: wait_handed_back, and the pieces cuda_reclaim.asyncio builds
+// handed_back() from).
 //
 // Everything here requires an attached thread state (GIL) except where a function says it releases it.
 
@@ -33,5 +34,10 @@ Attachment* new_attachment(const char* kind, PyObject* objects);
 // Adds the Attachment type, wait_handed_back and the private barrier builtins to the module. Returns 0, or
 // -1 with an exception set. Module init.
 int add_attachment_functions(PyObject* module);
+
+// Shuts the process's hand-back barrier for good: every wait_handed_back, Attachment.wait and
+// asyncio.handed_back that is not over returns False, now and later. The module's close() calls it before
+// it closes the queue. Any thread (no GIL needed); never blocks.
+void shut_hand_back_barrier() noexcept;
 
 }  // namespace reclaim::bindings

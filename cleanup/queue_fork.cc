@@ -25,7 +25,6 @@ void ReclaimQueue::reset_after_fork_in_child() noexcept {
   // Same descriptor numbers (an event loop in the child may have registered the wake-up fd), new eventfds
   // behind them: the child's queue is open and empty whatever the parent's state.
   signal_.reset_after_fork();
-  hand_backs_.reset_after_fork();  // the parent's attachments never come back here
 }
 
 }  // namespace reclaim

@@ -1,5 +1,6 @@
 // cleanup/reclaim_c_api.cc — the C entry points of cleanup/reclaim.h: through this copy's own process
-// queue's table, or an adopted one.
+// queue's table, or an adopted one. The table's hand-back entries are this copy's process barrier's
+// (//handback).
 
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include "cleanup/process_queue.h"
 #include "cleanup/reclaim.h"
 #include "cleanup/reclaim_queue.h"
+#include "handback/process_barrier.h"
 
 namespace {
 
@@ -60,29 +62,16 @@ int own_attach() {
   return owner != nullptr ? owner->attach() : 0;
 }
 
-int own_hand_back_begin() { return own().hand_backs().begin(); }
-
-void own_hand_back_end(int ticket, uint32_t* done) {
-  // The table is plain C; the cell is the caller's word, stored to atomically.
-  static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "a done cell is a plain word");
-  own().hand_backs().end(ticket, reinterpret_cast<std::atomic<uint32_t>*>(done));
-}
-
+// The hand-back barrier's entries are //handback's (handback/process_barrier.h); the wait is 0 once the
+// queue is closed too (before the call, whatever is held), as the Python form's False.
 int own_wait_handed_back(double timeout_seconds) {
-  reclaim::HandBackBarrier& barrier = own().hand_backs();
-  // Closed: 0, whatever is held (also nothing), as the Python form's False; a wait already in progress
-  // that a close interrupts returns 0 as well (kClosed).
-  if (barrier.is_closed()) return 0;
-  const std::int64_t timeout_ns = reclaim::timeout_to_ns(timeout_seconds);
-  switch (barrier.wait(barrier.request(0), timeout_ns)) {
-    case reclaim::HandBackBarrier::WaitResult::kReached:
-      return 1;
-    case reclaim::HandBackBarrier::WaitResult::kInterrupted:
-      return -1;
-    default:
-      return 0;
-  }
+  if (own().is_closed()) return 0;
+  return reclaim::handback::wait_handed_back(timeout_seconds);
 }
+
+int own_hand_back_begin() { return reclaim::handback::hand_back_begin(); }
+
+void own_hand_back_end(int ticket, uint32_t* done) { reclaim::handback::hand_back_end(ticket, done); }
 
 // Constant-initialized and never destroyed (invariant 2): another copy may call through it during exit().
 const reclaim_api kOwnApi = {
@@ -174,6 +163,11 @@ int reclaim_adopt(const reclaim_api* adopted) {
     return 0;
   }
   return expected == adopted ? 0 : -1;
+}
+
+void reclaim_set_report_fields(size_t (*fields)(char* buffer, size_t size)) {
+  // The C pointer type has no noexcept; the contract (no throw, no allocation) is the caller's.
+  reclaim::set_report_fields(reinterpret_cast<reclaim::ReportFieldsFn>(fields));
 }
 
 int reclaim_own_process_queue(const reclaim_owner* owner) {

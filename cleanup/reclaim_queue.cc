@@ -197,7 +197,6 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
   admission_.close();
   // Wakes every waiter, now and later: a drain(timeout) blocked on an open queue returns.
   signal_.mark_closed();
-  hand_backs_.close();  // and every wait_handed_back
   // A push that took its slot before the bit was set may still be enqueueing; one that took it after
   // sees the bit (its slot exchange and the close's CAS are both seq_cst) and only counts a leak. Wait
   // for the first kind: after that, every push admitted while open is in the queue.

@@ -42,7 +42,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cleanup/hand_back_barrier.h"
 #include "cleanup/producer_admission.h"
 #include "cleanup/queue_counters.h"
 #include "cuda_reclaim/reclaim_abi.h"
@@ -276,10 +275,6 @@ class ReclaimQueue {
   bool wait_for_work_or(int extra_fd, int timeout_ms) noexcept;
 
 
-  // The grace periods over what CUDA holds for this queue (cleanup/hand_back_barrier.h): attachments count
-  // into it, waiters wait on it; close() closes it and the fork reset resets it. Any thread.
-  HandBackBarrier& hand_backs() noexcept { return hand_backs_; }
-
   // Call in the child right after fork(), while it is single-threaded: the child gets a fresh, open,
   // empty queue (same fd number, new eventfd behind it), whether or not the parent had closed its own;
   // whatever the parent had queued or was pushing is counted as abandoned_after_fork and never touched.
@@ -317,7 +312,6 @@ class ReclaimQueue {
   StorageSet storages_;          // where the pointers are, and the readers' guard against trim()
   WakeupSignal signal_;          // the eventfds and the flag behind them
   QueueCounters counters_;       // the owner-side counters (the push counters are in the slots)
-  HandBackBarrier hand_backs_;   // what CUDA will hand back, by grace period
   // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
   // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
   std::atomic<std::uint32_t> plain_batches_in_a_row_{0};

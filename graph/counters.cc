@@ -6,9 +6,8 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "cleanup/hand_back_barrier.h"
 #include "cleanup/reclaim.h"
-#include "cleanup/reclaim_queue.h"
+#include "cuda_reclaim/reclaim_abi.h"
 
 namespace reclaim {
 namespace graph {
@@ -63,11 +62,14 @@ void note_handed_back(int ticket, std::atomic<std::uint32_t>* done) noexcept {
 }
 
 namespace {
-// The top 16 bits: 0 for no ticket, else the ticket (a slot of the barrier, fewer than 65,535) plus one.
+// The top RECLAIM_HAND_BACK_TICKET_BITS bits: 0 for no ticket, else the ticket plus one (a ticket is below
+// 2^RECLAIM_HAND_BACK_TICKET_BITS - 1, so the sum fits).
 static_assert(sizeof(void*) == 8, "a ticket rides in a 64-bit pointer's top bits");
-constexpr int kTicketShift = 48;
+constexpr int kTicketShift = 64 - RECLAIM_HAND_BACK_TICKET_BITS;
 constexpr std::uintptr_t kTicketMask = ~std::uintptr_t{0} << kTicketShift;
-static_assert(HandBackBarrier::kMaxSlots <= static_cast<int>(kTicketMask >> kTicketShift), "a ticket fits");
+// Tickets 0 .. kTickets - 1; kTickets itself and above are no ticket.
+constexpr int kTickets = (1 << RECLAIM_HAND_BACK_TICKET_BITS) - 1;
+static_assert(kTicketShift >= 48, "a user-space address stays below the ticket bits");
 }  // namespace
 
 bool taggable(const void* pointer) noexcept {
@@ -76,7 +78,7 @@ bool taggable(const void* pointer) noexcept {
 
 void* tag(void* pointer, int ticket) noexcept {
   if (!taggable(pointer)) return nullptr;
-  const std::uintptr_t bits = ticket >= 0 && ticket < HandBackBarrier::kMaxSlots
+  const std::uintptr_t bits = ticket >= 0 && ticket < kTickets
                                   ? (static_cast<std::uintptr_t>(ticket) + 1) << kTicketShift
                                   : 0;
   return reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(pointer) | bits);
@@ -100,7 +102,7 @@ void note_host_call_push() noexcept { g_host_calls.fetch_add(1, std::memory_orde
 
 void note_host_node_push() noexcept { g_host_node_calls.fetch_add(1, std::memory_order_relaxed); }
 
-void register_report_fields() noexcept { set_report_fields(format_report_fields); }
+void register_report_fields() noexcept { reclaim_set_report_fields(format_report_fields); }
 
 std::size_t format_report_fields(char* buffer, std::size_t size) noexcept {
   if (buffer == nullptr || size == 0) return 0;

@@ -50,9 +50,9 @@ GraphCounters graph_counters() noexcept;
 // --- updates, for graph/'s own attach functions and trampolines -------------------------------------------
 
 // Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
-// before the call returns never makes the gauge negative; returns its hand-back ticket (the queue's
-// barrier, reclaim_hand_back_begin: a slot index, or -1 when not counted), which travels with the pointer
-// CUDA gets (tag()).
+// before the call returns never makes the gauge negative; returns its hand-back ticket (the process's
+// hand-back barrier, reclaim_hand_back_begin: a slot index, or -1 when not counted), which travels with the
+// pointer CUDA gets (tag()).
 // Any thread; never touches Python; never blocks.
 int note_attach_begin() noexcept;
 
@@ -67,12 +67,13 @@ void note_attach_end(bool taken, int ticket) noexcept;
 // Any thread; never touches Python; never blocks.
 void note_handed_back(int ticket, std::atomic<std::uint32_t>* done = nullptr) noexcept;
 
-// The pointer CUDA gets for `pointer`, with its ticket in the pointer's top 16 bits (the ticket plus one;
+// The pointer CUDA gets for `pointer`, with its ticket in the pointer's top 16 bits
+// (RECLAIM_HAND_BACK_TICKET_BITS of cuda_reclaim/reclaim_abi.h: the ticket plus one;
 // 0: none, as for a pointer that did not come through tag(), e.g. a test firing a trampoline by hand), and
 // back. User-space pointers on Linux x86-64 and aarch64 are below 2^48, so those bits are free; a pointer
 // with any of them set (a tagged pointer, as from aarch64's memory tagging, or an address above 2^48) is
 // not taggable(): tag() refuses it (returns null), and graph/'s attach functions refuse it first, with
-// the error "a payload with its top 16 bits set". A ticket outside 0 .. kMaxSlots - 1 travels as none.
+// the error "a payload with its top 16 bits set". A ticket outside 0 .. 2^16 - 2 travels as none.
 // Any thread; never blocks; never allocates.
 void* tag(void* pointer, int ticket) noexcept;
 struct Untagged {
@@ -98,7 +99,7 @@ void note_host_node_push() noexcept;
 
 // --- the exit report ---------------------------------------------------------------------------------------
 
-// Makes format_report_fields the report hook of this copy of cleanup/ (reclaim::set_report_fields), so that
+// Makes format_report_fields the report hook of this copy of cleanup/ (reclaim_set_report_fields), so that
 // its exit report says what CUDA still holds. The owner of the queue calls it once, when it takes the queue
 // (bindings: bind_queue(), at module init); a program without that owner calls it itself.
 // Any thread; never touches Python; never blocks.

@@ -6,7 +6,8 @@
 #      which covers the C++ tests, the pytest suite, the wheel and everything else registered with
 #      Bazel; a missing 3.14 or 3.15 is first assembled from Debian's packages by
 #      third_party/install_python.sh;
-#   3. the C++ tests of cleanup/ and graph/ again under --config=tsan, asan and ubsan (with strict too);
+#   3. the C++ tests of cleanup/, handback/ and graph/ again under --config=tsan, asan and ubsan (with strict
+#      too);
 #   4. the sdist and the zig-built manylinux wheel, and the documentation site (tests/docs_site/build.sh),
 #      each on one interpreter.
 # Ends with one line "Tests: N passed, N failed" (Bazel test targets, all runs added up).
@@ -71,8 +72,8 @@ for python in "${pythons[@]}"; do
     --config=strict --repo_env=PYTHON_BIN_PATH="$python" //...
 done
 for config in tsan asan ubsan; do
-  run_bazel_tests "cleanup/ and graph/ tests under --config=$config --config=strict" --config="$config" \
-    --config=strict //tests/cleanup/... //tests/graph/...
+  run_bazel_tests "cleanup/, handback/ and graph/ tests under --config=$config --config=strict" \
+    --config="$config" --config=strict //tests/cleanup/... //tests/handback/... //tests/graph/...
 done
 
 # Packaging: the sdist and a manylinux_2_28 wheel built as a release builds them (pip and PyPI's

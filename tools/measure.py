@@ -13,8 +13,8 @@ built: Python is read with `ast`, C and C++ with regular expressions over the te
 blanked out.
 
 The numbers (keys of "numbers"; tests/repo/measure_budget.json holds a ceiling for each):
-- lines.<layer>: lines of the product files of each layer (cleanup/, graph/, bindings/ C++, the shipped
-  Python of bindings/, include/) and their total; details give the lines that are neither blank nor comments.
+- lines.<layer>: lines of the product files of each layer (cleanup/, handback/, graph/, bindings/ C++, the
+  shipped Python of bindings/, include/) and their total; details give the lines that are neither blank nor comments.
 - public_names: the names of the `__all__` lists of cuda_reclaim and of its public submodules.
 - stats_keys: the keys of cuda_reclaim.stats(), read from the table kStats of bindings/stats_table.cc.
 - env_vars.runtime / .build / .tests: the CUDA_RECLAIM_* environment variables that product code, the
@@ -41,12 +41,13 @@ import textwrap
 
 LAYERS = {
     "cleanup": lambda p: p.startswith("cleanup/") and p.endswith((".h", ".cc")),
+    "handback": lambda p: p.startswith("handback/") and p.endswith((".h", ".cc")),
     "graph": lambda p: p.startswith("graph/") and p.endswith((".h", ".cc")),
     "bindings_cpp": lambda p: p.startswith("bindings/") and p.endswith((".h", ".cc")),
     "bindings_python": lambda p: is_shipped_python(p),
     "include": lambda p: p.startswith("include/") and p.endswith(".h"),
 }
-PRODUCT_FOLDERS = ("cleanup/", "graph/", "bindings/", "include/")
+PRODUCT_FOLDERS = ("cleanup/", "handback/", "graph/", "bindings/", "include/")
 # Left out of every count: this tool and the tests of tests/repo/, whose texts are made to be counted.
 INSTRUMENTS = ("tools/", "tests/repo/")
 

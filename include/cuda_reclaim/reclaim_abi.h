@@ -73,6 +73,10 @@ enum {
   RECLAIM_INVALID_ARGUMENT = 3    /* NULL item: nothing handed over, nothing counted */
 };
 
+/* The width of a hand-back ticket plus one: a ticket (hand_back_begin) is 0 to 2^16 - 2, so that a
+ * ticket plus one (0 for "no ticket") fits in this many bits of whatever carries it. */
+#define RECLAIM_HAND_BACK_TICKET_BITS 16
+
 /* The table. Each entry states who may call it. */
 typedef struct reclaim_api {
   uint32_t abi_version; /* RECLAIM_ABI_VERSION of the copy that made the table */

@@ -126,25 +126,4 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
 
 TEST(ReclaimCApi, WriteReportToABadFdFails) { EXPECT_EQ(reclaim_write_report(-1), -1); }
 
-// Once the queue is closed, wait_handed_back returns 0 (as the docs say, and as Python's form returns
-// False), also when nothing is held. The test before it closed the queue; alone, this one closes it.
-TEST(ReclaimCApi, WaitHandedBackIsZeroOnceClosedEvenWithNothingHeld) {
-  reclaim::ReclaimQueue* queue = reclaim::own_process_queue();
-  ASSERT_NE(queue, nullptr);
-  ReleaseRecorder recorder(16);
-  if (reclaim_is_closed() == 0) {
-    EXPECT_EQ(reclaim_wait_handed_back(0.0), 1) << "open, nothing held";
-    queue->close(ReleaseRecorder::release, &recorder);
-  }
-  ASSERT_EQ(reclaim_is_closed(), 1);
-  EXPECT_EQ(queue->hand_backs().stats().held, 0u);
-  EXPECT_EQ(reclaim_wait_handed_back(0.0), 0);
-  EXPECT_EQ(reclaim_wait_handed_back(-1.0), 0);  // no limit: still 0 at once
-  uint32_t done = 0;
-  const int ticket = reclaim_hand_back_begin();
-  reclaim_hand_back_end(ticket, &done);
-  EXPECT_EQ(done, 1u);
-  EXPECT_EQ(reclaim_wait_handed_back(0.0), 0);
-}
-
 }  // namespace

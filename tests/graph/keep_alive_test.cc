@@ -14,8 +14,8 @@
 
 #include <gtest/gtest.h>
 
-#include "cleanup/hand_back_barrier.h"
-#include "cleanup/reclaim_queue.h"
+#include "cleanup/reclaim.h"
+#include "cuda_reclaim/reclaim_abi.h"
 #include "graph/counters.h"
 #include "tests/graph/fake_driver.h"
 #include "tests/graph/queue_and_counters.h"
@@ -252,19 +252,20 @@ TEST_F(KeepAliveTest, RegisteredReportHookAddsWhatCudaStillHoldsBeforeTheLawsVer
   drain();
 }
 
-// The hand-back ticket rides in a pointer's top 16 bits: any slot of the barrier's table goes there and
-// back, a pointer needs no alignment, and "none" travels as none.
+// The hand-back ticket rides in a pointer's top RECLAIM_HAND_BACK_TICKET_BITS (16) bits: any ticket goes
+// there and back, a pointer needs no alignment, and "none" travels as none.
 TEST(HandBackTag, EveryTicketOfTheTableTravelsInThePointersTopBits) {
+  constexpr int kTickets = (1 << RECLAIM_HAND_BACK_TICKET_BITS) - 1;  // tickets 0 .. kTickets - 1
   alignas(8) char bytes[16];
   for (int offset = 0; offset < 8; ++offset) {
     void* const pointer = bytes + offset;
-    for (const int ticket : {0, 6, 7, 8, 63, 64, 100, 1000, HandBackBarrier::kMaxSlots - 1}) {
+    for (const int ticket : {0, 6, 7, 8, 63, 64, 100, 1000, kTickets - 1}) {
       ASSERT_TRUE(taggable(pointer));
       const Untagged back = untag(tag(pointer, ticket));
       EXPECT_EQ(back.pointer, pointer);
       EXPECT_EQ(back.ticket, ticket);
     }
-    for (const int none : {-1, HandBackBarrier::kMaxSlots}) {
+    for (const int none : {-1, kTickets}) {
       EXPECT_EQ(tag(pointer, none), pointer);
       EXPECT_EQ(untag(pointer).ticket, -1);
     }
@@ -293,46 +294,30 @@ TEST_F(KeepAliveTest, APayloadWithItsTopBitsSetIsRefused) {
   EXPECT_TRUE(drain().empty());
 }
 
-// A hundred graphs attached one epoch apart, each still held: their tickets are a hundred slots, carried
-// through CUDA to the destructors. Destroyed in any order, each ends its own epoch's ticket, and a wait
-// since a mark taken after them never waits for them.
+// A hundred graphs attached one epoch apart (each wait switches to a new epoch), each still held: their
+// tickets are a hundred slots, carried through CUDA to the destructors. Destroyed in any order, each ends
+// its own epoch's ticket: the C entry's wait sees something held until the last one is destroyed.
 TEST_F(KeepAliveTest, HundredsOfEpochsHeldAtOnceEachEndTheirOwnTicket) {
   constexpr int kGraphs = 100;
-  HandBackBarrier& barrier = own_process_queue()->hand_backs();
-  const std::uint64_t first = barrier.mark();  // what earlier tests left held is not this test's
-  std::vector<int> payloads(kGraphs + 1);
+  ASSERT_EQ(reclaim_wait_handed_back(0.0), 1) << "nothing held before this test";
+  std::vector<int> payloads(kGraphs);
   std::vector<CUgraph> graphs;
-  std::vector<HandBackBarrier::Span> spans;
   for (int i = 0; i < kGraphs; ++i) {
-    const std::uint64_t since = barrier.epoch();
     graphs.push_back(fake_.graph_create());
     ASSERT_EQ(retain_on_graph(driver_.api, graphs.back(), &payloads[static_cast<std::size_t>(i)]).handover,
               Handover::kAttached);
-    spans.push_back(barrier.request(since));  // that epoch alone
+    EXPECT_EQ(reclaim_wait_handed_back(0.0), 0) << i;  // held; the next one counts in a new epoch
   }
-  const std::uint64_t mark = barrier.mark();
-  CUgraph later = fake_.graph_create();
-  ASSERT_EQ(retain_on_graph(driver_.api, later, &payloads[kGraphs]).handover, Handover::kAttached);
-  const HandBackBarrier::Span since_mark = barrier.request(mark);
-  EXPECT_FALSE(barrier.reached(since_mark));
-  fake_.graph_destroy(later);
-  EXPECT_TRUE(barrier.reached(since_mark)) << "only what came after the mark";
-  EXPECT_EQ(barrier.stats().shared_slots, 0u);
-  for (int i = kGraphs - 1; i >= 0; i -= 2) {  // every other one, from the last
-    EXPECT_FALSE(barrier.reached(spans[static_cast<std::size_t>(i)]));
-    fake_.graph_destroy(graphs[static_cast<std::size_t>(i)]);
-    EXPECT_TRUE(barrier.reached(spans[static_cast<std::size_t>(i)])) << i;
-    if (i > 0) {
-      EXPECT_FALSE(barrier.reached(spans[static_cast<std::size_t>(i - 1)])) << i - 1;
-    }
+  std::vector<int> order;
+  for (int i = kGraphs - 1; i >= 0; i -= 2) order.push_back(i);  // every other one, from the last
+  for (int i = kGraphs - 2; i >= 0; i -= 2) order.push_back(i);
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    fake_.graph_destroy(graphs[static_cast<std::size_t>(order[k])]);
+    const int expected = k + 1 == order.size() ? 1 : 0;
+    EXPECT_EQ(reclaim_wait_handed_back(0.0), expected) << "after graph " << order[k];
   }
-  for (int i = kGraphs - 2; i >= 0; i -= 2) {
-    fake_.graph_destroy(graphs[static_cast<std::size_t>(i)]);
-    EXPECT_TRUE(barrier.reached(spans[static_cast<std::size_t>(i)])) << i;
-  }
-  EXPECT_EQ(drain().size(), static_cast<std::size_t>(kGraphs + 1));
+  EXPECT_EQ(drain().size(), static_cast<std::size_t>(kGraphs));
   EXPECT_EQ(held_delta().held_by_cuda, 0u);
-  EXPECT_TRUE(barrier.reached(barrier.request(first)));
 }
 
 }  // namespace

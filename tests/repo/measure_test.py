@@ -119,11 +119,13 @@ class MeasuresTest(unittest.TestCase):
 
     def test_lines_per_layer(self):
         tree = self.tree({"cleanup/a.cc": "// c\nint a;\n\n", "bindings/cuda_reclaim/x.py": "# c\nx = 1\n",
-                          "bindings/b.h": "int b;\n", "bindings/cuda_reclaim/x.pyi": "x: int\n", "docs/a.md": "a\n"})
+                          "bindings/b.h": "int b;\n", "bindings/cuda_reclaim/x.pyi": "x: int\n", "docs/a.md": "a\n",
+                          "handback/h.cc": "int h;\nint i;\n"})
         numbers, details = measure.measure_lines(tree)
         self.assertEqual((numbers["lines.cleanup"], numbers["lines.bindings_cpp"], numbers["lines.bindings_python"]),
                          (3, 1, 2))
-        self.assertEqual(numbers["lines.total"], 6)
+        self.assertEqual(numbers["lines.handback"], 2)
+        self.assertEqual(numbers["lines.total"], 8)
         self.assertEqual(details["lines.cleanup"]["code_lines"], 1)
 
     def test_public_names_come_from_the_all_lists_of_public_modules(self):

@@ -1,4 +1,4 @@
-// cleanup/hand_back_barrier.h — know when CUDA has handed back what was attached, without polling: epochs
+// handback/barrier.h — know when CUDA has handed back what was attached, without polling: epochs
 // of attachments (as in RCU's grace periods), counted where the hand-back happens.
 //
 // An attachment (a payload given to CUDA that a CUDA thread will hand back later, in any order) takes a
@@ -40,8 +40,9 @@
 // in kCellBuckets, per distinct bucket slept on, when addresses spread as the hash intends) and for
 // close().
 //
-// One instance per ReclaimQueue (its close() closes the barrier; its fork reset resets it). Linux only
-// (futex, eventfd).
+// One instance per process for what CUDA hands back (handback/process_barrier.h: made on first use, reset
+// in a fork child by its own atfork handler, shut when the owner closes the queue); tests and benchmarks
+// make their own. Linux only (futex, eventfd).
 #pragma once
 
 #include <atomic>
@@ -49,7 +50,9 @@
 #include <cstdint>
 #include <mutex>
 
-namespace reclaim {
+#include "cuda_reclaim/reclaim_abi.h"
+
+namespace reclaim::handback {
 
 // Seconds as a barrier timeout: negative or NaN is no limit, and anything past about 292 years is too.
 // Never blocks.
@@ -60,9 +63,10 @@ std::int64_t monotonic_ns() noexcept;
 
 class HandBackBarrier {
  public:
-  // Tickets are slot indices 0 .. max_slots - 1 (at most kMaxSlots - 1 = 65,534: graph/ carries a ticket
-  // plus one in 16 bits). kUncounted: an end() that counts nothing (a pointer that never got a ticket).
-  static constexpr int kMaxSlots = 65535;
+  // Tickets are slot indices 0 .. max_slots - 1 (at most kMaxSlots - 1 = 65,534: a ticket plus one fits in
+  // RECLAIM_HAND_BACK_TICKET_BITS, the width graph/ carries it in). kUncounted: an end() that counts
+  // nothing (a pointer that never got a ticket).
+  static constexpr int kMaxSlots = (1 << RECLAIM_HAND_BACK_TICKET_BITS) - 1;
   static constexpr int kUncounted = -1;
   // Futex words of the cell sleepers: one per bucket of cell addresses.
   static constexpr int kCellBuckets = 1024;
@@ -291,4 +295,4 @@ class HandBackBarrier {
   std::mutex waiters_mutex_;  // serializes epoch switches, the table's growth and the fd's creation
 };
 
-}  // namespace reclaim
+}  // namespace reclaim::handback

@@ -1,14 +1,14 @@
-// cleanup/hand_back_epochs.cc — the hand-back barrier's epochs and their slot table (see hand_back_barrier.h):
+// handback/epochs.cc — the hand-back barrier's epochs and their slot table (see barrier.h):
 // the chunks, the occupied bitmap and its pruning, epoch switches, marks, requests and reached().
 
-#include "cleanup/hand_back_barrier.h"
+#include "handback/barrier.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <new>
 
-namespace reclaim {
+namespace reclaim::handback {
 namespace {
 constexpr std::uint64_t bit_of(int index) noexcept { return std::uint64_t{1} << (index & 63); }
 // The group words that cover slots [0, used): 4,096 slots each.
@@ -194,4 +194,4 @@ bool HandBackBarrier::reached(const Span& span) const noexcept {
   return result;
 }
 
-}  // namespace reclaim
+}  // namespace reclaim::handback

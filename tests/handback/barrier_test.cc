@@ -1,10 +1,10 @@
-// tests/cleanup/hand_back_barrier_test.cc — reclaim::HandBackBarrier: epochs counted in slots, tickets taken
+// tests/handback/barrier_test.cc — reclaim::handback::HandBackBarrier: epochs counted in slots, tickets taken
 // with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
 // (futex), which end() wakes whom, the slot table's growth and the slots shared past its bound, the
 // occupied slots that a switch vacates once they empty, the done cells and their buckets, the listener
 // eventfd, close() and the fork reset, and stress runs that check the barrier's promises under concurrency.
 
-#include "cleanup/hand_back_barrier.h"
+#include "handback/barrier.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,7 +27,9 @@
 
 namespace {
 
-using reclaim::HandBackBarrier;
+using reclaim::handback::HandBackBarrier;
+using reclaim::handback::monotonic_ns;
+using reclaim::handback::timeout_to_ns;
 using WaitResult = HandBackBarrier::WaitResult;
 using Span = HandBackBarrier::Span;
 
@@ -523,11 +525,11 @@ TEST(HandBackBarrier, ResetAfterForkLeavesNoTicketsAndAnOpenBarrier) {
 }
 
 TEST(HandBackBarrier, TimeoutToNs) {
-  EXPECT_EQ(reclaim::timeout_to_ns(-1.0), -1);
-  EXPECT_EQ(reclaim::timeout_to_ns(std::nan("")), -1);
-  EXPECT_EQ(reclaim::timeout_to_ns(1e12), -1);
-  EXPECT_EQ(reclaim::timeout_to_ns(0.0), 0);
-  EXPECT_EQ(reclaim::timeout_to_ns(1.5), 1500000000);
+  EXPECT_EQ(timeout_to_ns(-1.0), -1);
+  EXPECT_EQ(timeout_to_ns(std::nan("")), -1);
+  EXPECT_EQ(timeout_to_ns(1e12), -1);
+  EXPECT_EQ(timeout_to_ns(0.0), 0);
+  EXPECT_EQ(timeout_to_ns(1.5), 1500000000);
 }
 
 // Several threads begin and end tickets in random order while a waiter requests and waits: every wait
@@ -965,8 +967,8 @@ TEST(HandBackBarrier, StressNoReachedSpanWhileSlotsAreVacatedAndTakenAgain) {
         if (random() % 2 == 0) {
           ok = barrier.wait(span, kLongEnough) == WaitResult::kReached;
         } else {
-          const std::int64_t deadline = reclaim::monotonic_ns() + kLongEnough;
-          while (!(ok = barrier.reached(span)) && reclaim::monotonic_ns() < deadline) std::this_thread::yield();
+          const std::int64_t deadline = monotonic_ns() + kLongEnough;
+          while (!(ok = barrier.reached(span)) && monotonic_ns() < deadline) std::this_thread::yield();
         }
         if (!ok) {
           not_reached.fetch_add(1);

@@ -1,7 +1,7 @@
-// cleanup/hand_back_barrier.cc — see hand_back_barrier.h: tickets, waits, wake-ups, the listener fd, fork (the
-// epochs and their slot table: hand_back_epochs.cc).
+// handback/barrier.cc — see barrier.h: tickets, waits, wake-ups, the listener fd, fork (the epochs and
+// their slot table: epochs.cc).
 
-#include "cleanup/hand_back_barrier.h"
+#include "handback/barrier.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
@@ -14,7 +14,7 @@
 #include <climits>
 #include <new>
 
-namespace reclaim {
+namespace reclaim::handback {
 namespace {
 
 std::uint32_t* futex_address(std::atomic<std::uint32_t>* word) noexcept {
@@ -285,4 +285,4 @@ void HandBackBarrier::reset_after_fork() noexcept {
   }
 }
 
-}  // namespace reclaim
+}  // namespace reclaim::handback

@@ -1,0 +1,36 @@
+// handback/process_barrier.h — the process's hand-back barrier: the one this copy's attachments count in,
+// and the three entries of the C ABI table (cuda_reclaim/reclaim_abi.h) that reach it.
+//
+// The owner of the process queue publishes its table, so every copy in a process ends up counting in the
+// owner's barrier: graph/ and other extensions reach it through reclaim_hand_back_begin / _end /
+// reclaim_wait_handed_back (cleanup/reclaim.h), the owner's bindings through process_barrier(). The
+// barrier resets itself in a fork child (its own pthread_atfork handler: no tickets, open) and is shut by
+// the owner when it closes the queue, and by the threading-exit hook before that.
+#pragma once
+
+#include <cstdint>
+
+#include "handback/barrier.h"
+
+namespace reclaim::handback {
+
+// This copy's process barrier. Made on first use in static storage (no allocation) and never destroyed:
+// CUDA's thread may end a ticket during exit(). The first call registers the fork child handler.
+// Any thread; never blocks (the first call takes the static-initialization guard).
+HandBackBarrier& process_barrier() noexcept;
+
+// Shuts the process barrier: every wait on it that is not over returns "not handed back", now and later
+// (HandBackBarrier::close). The owner calls it when it closes the queue. Any thread; never blocks.
+void shut_process_barrier() noexcept;
+
+// The table's entries for this copy's process barrier; each has the contract of the reclaim_api field of
+// its name. wait_handed_back returns 0 at once when the barrier is shut; the table also returns 0 when
+// the queue is closed (cleanup/reclaim_c_api.cc checks that before it calls this).
+// begin / end: any thread, CUDA's included; never block, never allocate. wait: not on a CUDA callback
+// thread; blocks on a futex without the GIL (the caller releases it); allocates only when the barrier's
+// slot table grows.
+int hand_back_begin() noexcept;
+void hand_back_end(int ticket, std::uint32_t* done) noexcept;
+int wait_handed_back(double timeout_seconds) noexcept;
+
+}  // namespace reclaim::handback
