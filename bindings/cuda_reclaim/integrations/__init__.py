@@ -10,3 +10,5 @@ libraries; install() imports its own (an ImportError names the package when it i
 docstring says what differs from the library's own behaviour. docs/clients.md compares the libraries' own
 tests with and without the integrations.
 """
+
+__all__ = ["cuda_core", "cupy", "numba_cuda"]
