@@ -50,8 +50,9 @@ enum class CallState : int {
   kDone = 2,     // ran, or was cancelled; fields cleared
 };
 
-// A _HostItem of kind kCall: one launch_host_func call. The slot is graph/'s part (the trampoline
-// writes its place); everything else is touched with the GIL only.
+// A _HostItem of kind kCall: one launch_host_func or launch_host_func_ordered call (or a prepared one,
+// _prepare_host_call). The slot is graph/'s part (the trampoline writes its place, and an ordered one its
+// gate); everything else is touched with the GIL only.
 struct HostCall {
   PyObject_HEAD
   HostItemKind kind;  // kCall
@@ -116,7 +117,7 @@ HostCall* take_next_parked(StreamOrder* order);
 // until they are gone. Fork child, single-threaded, GIL held.
 void forget_stream_orders();
 
-// --- host_calls.cc: host calls ----------------------------------------------------------------------------
+// --- host_call_functions.cc: the _HostItem type ----------------------------------------------------------
 
 // Creates the _HostItem type, of host calls and host nodes (once per process; never released). Returns
 // false with an exception set. Requires the GIL.
@@ -126,6 +127,13 @@ bool ready_host_item_type();
 // the rest of the layout before anything can release it. Null with MemoryError set. Requires the GIL,
 // after ready_host_item_type.
 PyObject* new_host_item(HostItemKind kind);
+
+// Whether `item` (borrowed) is a _HostItem of kind kCall / kNode (false before ready_host_item_type).
+// Requires the GIL.
+bool is_host_call(PyObject* item);
+bool is_host_node(PyObject* item);
+
+// --- host_calls.cc: host calls ----------------------------------------------------------------------------
 
 // A new host call (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
 // takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
@@ -144,13 +152,14 @@ void cancel_future(PyObject* future);
 // stream that follows), parks it otherwise. Steals the queue's reference. Requires the GIL; re-entrant.
 void host_call_arrived(HostCall* call);
 
+// The part of a dying call's deallocation that is the call's own (the _HostItem type's deallocator frees
+// the memory): a call not done yet is cancelled (its item was released by something other than this
+// module's release action), an ordered call's gate opened, its order's reference dropped. Requires the GIL.
+void clear_host_call(HostCall* call);
+
 // Cancels every call not yet run or cancelled (close; a fork child cancels only the parent's, see
 // forget_calls_after_fork). Requires the GIL; re-entrant.
 void cancel_all_host_calls();
-
-// Whether `item` (borrowed) is a _HostItem of kind kCall (false before ready_host_item_type). Requires the
-// GIL.
-bool is_host_call(PyObject* item);
 
 // --- host_nodes.cc: graph host nodes ----------------------------------------------------------------------
 
@@ -162,10 +171,6 @@ HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs);
 // The release action's part for host nodes: runs one firing's call, or drops the native count's reference
 // when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.
 void host_node_arrived(HostNode* node);
-
-// Whether `item` (borrowed) is a _HostItem of kind kNode (false before ready_host_item_type). Requires the
-// GIL.
-bool is_host_node(PyObject* item);
 
 // One firing (or the final entry) that must not run: counted in calls_cancelled, the native count's
 // bookkeeping done as after a run. Steals the queue's reference. Requires the GIL.

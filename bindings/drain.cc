@@ -136,6 +136,7 @@ void reopen_calls_after_fork() noexcept { g_calls_closed = false; }
 
 void close_without_release_if_open() noexcept {
   if (g_queue != nullptr && !g_queue->is_closed()) g_queue->close_without_release();
+  open_every_gate();  // CUDA's thread must not wait for a drain that never comes
 }
 
 Py_ssize_t close_safely() {
@@ -143,6 +144,7 @@ Py_ssize_t close_safely() {
     // Too late to release anything safely: close so later pushes count as leaked; queued ones stay
     // pending and are reported.
     queue().close_without_release();
+    open_every_gate();  // nothing runs any more: CUDA's thread must not wait for it
     return 0;
   }
   const Releasing releasing;

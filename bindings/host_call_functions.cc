@@ -1,10 +1,12 @@
-// bindings/host_call_functions.cc — the module functions behind launch_host_func and add_host_node
-// (bindings/cuda_reclaim/_graph.py): they check their arguments, make the call item (call_items.h) and
-// hand it to CUDA through graph/ with the GIL released.
+// bindings/host_call_functions.cc — the _HostItem type (of host calls and host nodes), and the module
+// functions behind launch_host_func, launch_host_func_ordered and add_host_node (bindings/cuda_reclaim/_graph.py,
+// _ordered_calls.py): they check their arguments, make the call item (call_items.h) and hand it to CUDA
+// through graph/ with the GIL released, or hand an integration the pair that does (_prepare_host_call).
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -16,6 +18,73 @@
 #include "bindings/host_calls.h"
 
 namespace reclaim::bindings {
+
+// --- the _HostItem type, of host calls and host nodes (call_items.h) ---------------------------------------
+
+namespace {
+
+// Created once per process and never released (a process global, not module state): the release action
+// compares item types against it, and items may outlive any one module object (a re-import makes a new
+// module with the same type).
+PyTypeObject* g_host_item_type = nullptr;
+
+// Both layouts keep `kind` at the same place, right after the object header.
+static_assert(offsetof(HostCall, kind) == offsetof(HostNode, kind), "kind must be where both layouts have it");
+static_assert(offsetof(HostCall, kind) == sizeof(PyObject), "kind must follow the object header");
+
+HostItemKind kind_of(PyObject* item) { return reinterpret_cast<HostCall*>(item)->kind; }
+
+// Whether `item` is a _HostItem of `kind` (false before the type exists).
+bool is_host_item_of(PyObject* item, HostItemKind kind) {
+  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == kind;
+}
+
+void host_item_dealloc(PyObject* object) {
+  PyTypeObject* type = Py_TYPE(object);
+  if (kind_of(object) == HostItemKind::kCall) {
+    clear_host_call(reinterpret_cast<HostCall*>(object));
+  } else {
+    clear_host_node(reinterpret_cast<HostNode*>(object));
+  }
+  type->tp_free(object);
+  Py_DECREF(type);
+}
+
+PyType_Slot kHostItemSlots[] = {
+    {Py_tp_dealloc, reinterpret_cast<void*>(host_item_dealloc)},
+    {Py_tp_doc, const_cast<char*>("A launch_host_func call or an add_host_node function on its way through CUDA "
+                                  "and the queue (private).")},
+    {0, nullptr},
+};
+
+PyType_Spec kHostItemSpec = {
+    "cuda_reclaim._reclaim._HostItem", static_cast<int>(std::max(sizeof(HostCall), sizeof(HostNode))), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, kHostItemSlots,
+};
+
+}  // namespace
+
+bool ready_host_item_type() {
+  if (g_host_item_type == nullptr) {
+    g_host_item_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHostItemSpec));
+  }
+  return g_host_item_type != nullptr;
+}
+
+PyObject* new_host_item(HostItemKind kind) {
+  auto* item = PyObject_New(HostCall, g_host_item_type);
+  if (item != nullptr) item->kind = kind;
+  return reinterpret_cast<PyObject*>(item);
+}
+
+bool is_host_call(PyObject* item) { return is_host_item_of(item, HostItemKind::kCall); }
+
+bool is_host_node(PyObject* item) { return is_host_item_of(item, HostItemKind::kNode); }
+
+HostItemType host_item_type() noexcept { return HostItemType{g_host_item_type}; }
+
+// --- the module functions ---------------------------------------------------------------------------------
+
 namespace {
 
 // The dependencies of a host node, as CUDA takes them: a PyMem array (free with PyMem_Free; not null even
@@ -51,10 +120,11 @@ bool parse_call(const char* function, PyObject* const* argv, PyObject** fn, PyOb
   return true;
 }
 
-// _launch_host_func(custream: int, future, fn, args: tuple, kwargs: dict | None) -> bool
+// _launch_host_func(custream: int, future, fn, args: tuple, kwargs: dict | None, ordered: bool = False)
+// -> bool
 PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_Format(PyExc_TypeError, "_launch_host_func() takes exactly 5 arguments (%zd given)", nargs);
+  if (nargs != 5 && nargs != 6) {
+    PyErr_Format(PyExc_TypeError, "_launch_host_func() takes 5 or 6 arguments (%zd given)", nargs);
     return nullptr;
   }
   std::uintptr_t stream;
@@ -62,6 +132,8 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   PyObject* future = argv[1];
   PyObject *fn, *args, *kwargs;
   if (!parse_call("_launch_host_func", argv + 2, &fn, &args, &kwargs)) return nullptr;
+  const int ordered = nargs == 6 ? PyObject_IsTrue(argv[5]) : 0;
+  if (ordered < 0) return nullptr;
   if (queue().is_closed() || interpreter_finalizing()) {
     // After close nothing runs: the future says so at once, and nothing is handed to CUDA.
     cancel_future(future);
@@ -87,7 +159,7 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   Py_INCREF(call);  // the reference CUDA holds until the host function pushes it
   graph::AttachResult result;
   Py_BEGIN_ALLOW_THREADS
-  result = graph::launch_host_func(driver->api, reinterpret_cast<CUstream>(stream), &call->slot);
+  result = graph::launch_host_func(driver->api, reinterpret_cast<CUstream>(stream), &call->slot, ordered != 0);
   Py_END_ALLOW_THREADS
   if (result.handover == graph::Handover::kAttached) {
     Py_DECREF(call);
@@ -100,6 +172,69 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   PyErr_Format(driver_error(module), "%s failed with %s; nothing was launched", result.call,
                graph::error_name(*driver, result.error));
   return nullptr;
+}
+
+// _prepare_host_call(custream: int, fn, args: tuple, kwargs: dict | None, ordered: bool)
+// -> (host function address, user data, future); see the method's docstring for the contract.
+PyObject* py_prepare_host_call(PyObject*, PyObject* const* argv, Py_ssize_t nargs) {
+  if (nargs != 5) {
+    PyErr_Format(PyExc_TypeError, "_prepare_host_call() takes exactly 5 arguments (%zd given)", nargs);
+    return nullptr;
+  }
+  std::uintptr_t stream;
+  if (!parse_handle("_prepare_host_call", "custream", argv[0], &stream)) return nullptr;
+  PyObject *fn, *args, *kwargs;
+  if (!parse_call("_prepare_host_call", argv + 1, &fn, &args, &kwargs)) return nullptr;
+  const int ordered = PyObject_IsTrue(argv[4]);
+  if (ordered < 0) return nullptr;
+  PyObject* futures = PyImport_ImportModule("concurrent.futures");
+  PyObject* future = futures != nullptr ? PyObject_CallMethod(futures, "Future", nullptr) : nullptr;
+  Py_XDECREF(futures);
+  if (future == nullptr) return nullptr;
+  if (queue().is_closed() || interpreter_finalizing()) {
+    cancel_future(future);  // after close nothing runs: the pair is (0, 0) and the future is cancelled
+    return Py_BuildValue("(iiN)", 0, 0, future);
+  }
+  StreamOrder* order = acquire_stream_order(stream);
+  HostCall* call = order != nullptr ? new_host_call(order, fn, args, kwargs, future) : nullptr;
+  if (call == nullptr) {
+    Py_DECREF(future);
+    return nullptr;
+  }
+  // The call's own reference becomes CUDA's: the host function's push hands it to the queue.
+  const auto host_function = ordered != 0 ? graph::ordered_host_call_function : graph::host_call_function;
+  PyObject* result = Py_BuildValue(
+      "(KKN)", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(host_function)),
+      static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&call->slot)), future);
+  if (result == nullptr) {
+    withdraw_host_call(call);
+    Py_DECREF(call);
+  }
+  return result;
+}
+
+// _withdraw_host_call(user_data: int) -> None: a prepared call whose pair CUDA never got.
+PyObject* py_withdraw_host_call(PyObject*, PyObject* argument) {
+  std::uintptr_t data;
+  if (!parse_handle("_withdraw_host_call", "user_data", argument, &data)) return nullptr;
+  if (data == 0) Py_RETURN_NONE;  // the pair of a preparation after close: nothing was made
+  auto* slot = reinterpret_cast<graph::HostCallSlot*>(data);
+  auto* call = static_cast<HostCall*>(slot->payload);
+  if (!is_host_call(reinterpret_cast<PyObject*>(call)) || &call->slot != slot) {
+    PyErr_SetString(PyExc_ValueError, "_withdraw_host_call(): user_data is not a prepared call's");
+    return nullptr;
+  }
+  PyObject* future = call->future;  // null once done (cancelled by a close, or withdrawn already)
+  if (future == nullptr) {
+    PyErr_SetString(PyExc_ValueError, "_withdraw_host_call(): the call is done already (withdrawn or closed)");
+    return nullptr;
+  }
+  Py_INCREF(future);
+  withdraw_host_call(call);
+  cancel_future(future);
+  Py_DECREF(future);
+  Py_DECREF(call);  // the reference CUDA would have handed to the queue
+  Py_RETURN_NONE;
 }
 
 // _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn, args: tuple, kwargs: dict | None)
@@ -167,10 +302,36 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
 PyMethodDef kHostCallMethods[] = {
     {"_launch_host_func", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_launch_host_func)),
      METH_FASTCALL,
-     "_launch_host_func($module, custream, future, fn, args, kwargs, /)\n--\n\n"
+     "_launch_host_func($module, custream, future, fn, args, kwargs, ordered=False, /)\n--\n\n"
      "Launch a host function that hands a call of fn(*args, **kwargs) to the queue when the stream\n"
-     "reaches it; a drain runs it into future. False (and the future cancelled) if the queue is already\n"
-     "closed."},
+     "reaches it; a drain runs it into future. With ordered, the host function then waits until the call\n"
+     "ran or was cancelled. False (and the future cancelled) if the queue is already closed."},
+    {"_prepare_host_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_prepare_host_call)),
+     METH_FASTCALL,
+     "_prepare_host_call($module, custream, fn, args, kwargs, ordered, /)\n--\n\n"
+     "Prepare one call of fn(*args, **kwargs) for an integration that hands CUDA a host function itself:\n"
+     "returns (host_fn, user_data, future), two ints and a concurrent.futures.Future. Enqueue host_fn\n"
+     "with user_data exactly once on the stream custream (cuLaunchHostFunc, or what wraps it); custream\n"
+     "keys the stream order in which the drains run the stream's calls. host_fn is the trampoline of\n"
+     "launch_host_func (ordered false) or of launch_host_func_ordered (ordered true: CUDA's thread then\n"
+     "waits until a drain ran the call or it was cancelled, so the caller must make sure a drain runs,\n"
+     "as launch_host_func_ordered checks).\n"
+     "Ownership: from the return on, the call belongs to the pair, as a launched call belongs to CUDA:\n"
+     "it is on the outstanding list (calls_outstanding) and holds fn, args, kwargs and the future. If\n"
+     "the pair is not enqueued (the launch failed, or the caller changes its mind), hand it back with\n"
+     "_withdraw_host_call(user_data): the future is cancelled, counted in calls_cancelled, and every\n"
+     "reference released. If CUDA never runs an enqueued pair, close() (and the exit) cancels the call\n"
+     "and counts it; the small call item stays allocated, as for any launch CUDA never ran. Cancelling\n"
+     "the future before the call runs means fn never runs. Enqueuing the pair more than once, or in a\n"
+     "captured graph (which fires it at every launch), is a user error: the first firing hands the call\n"
+     "to the queue and gives up its reference; a later firing reads memory that may be freed by then.\n"
+     "After close (or while the interpreter finalizes) nothing is prepared: (0, 0, a cancelled future)."},
+    {"_withdraw_host_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_withdraw_host_call)),
+     METH_O,
+     "_withdraw_host_call($module, user_data, /)\n--\n\n"
+     "Hand back a prepared call (_prepare_host_call) whose pair CUDA never got: its future is cancelled\n"
+     "(counted in calls_cancelled) and its references released. ValueError if the call is done already;\n"
+     "a user_data of 0 does nothing. Never for a pair that was enqueued."},
     {"_add_host_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_add_host_node)),
      METH_FASTCALL,
      "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, /)\n--\n\n"

@@ -23,27 +23,40 @@ CallCounters g_call_counters;
 
 namespace {
 
-// Created once per process and never released (a process global, not module state): the release action
-// compares item types against it, and items may outlive any one module object (a re-import makes a new
-// module with the same type).
-PyTypeObject* g_host_item_type = nullptr;
-
-// Both layouts keep `kind` at the same place, right after the object header.
-static_assert(offsetof(HostCall, kind) == offsetof(HostNode, kind), "kind must be where both layouts have it");
-static_assert(offsetof(HostCall, kind) == sizeof(PyObject), "kind must follow the object header");
-
-HostItemKind kind_of(PyObject* item) { return reinterpret_cast<HostCall*>(item)->kind; }
-
-// Whether `item` is a _HostItem of `kind` (false before the type exists).
-bool is_host_item_of(PyObject* item, HostItemKind kind) {
-  return g_host_item_type != nullptr && Py_TYPE(item) == g_host_item_type && kind_of(item) == kind;
-}
-
 HostCall* g_outstanding = nullptr;  // head of the outstanding list
 // Fork child, while forget_calls_after_fork cancels them: the parent's outstanding calls, moved off the
 // outstanding list, so that a call launched meanwhile (by a done-callback of one of them) stays the
 // child's own. Each call is on one of the two lists until it is done; both count as outstanding.
 HostCall* g_parents_calls = nullptr;
+
+// Ordered calls that a drain is running now (fn has not returned yet), linked through previous/next (free
+// once a call is off the outstanding list): their gates open when fn returns, or at the end of an exit that
+// never returns to them (open_every_gate), and are forgotten in a fork child that fn forks.
+HostCall* g_running = nullptr;
+
+void link_running(HostCall* call) {
+  call->previous = nullptr;
+  call->next = g_running;
+  if (g_running != nullptr) g_running->previous = call;
+  g_running = call;
+}
+
+void unlink_running(HostCall* call) {
+  if (call->previous != nullptr) {
+    call->previous->next = call->next;
+  } else if (g_running == call) {
+    g_running = call->next;
+  } else {
+    return;  // not linked (a fork child forgot it)
+  }
+  if (call->next != nullptr) call->next->previous = call->previous;
+  call->previous = call->next = nullptr;
+}
+
+// Applies `step` to the slot of every call on the list whose head is `head`.
+void for_each_slot(HostCall* head, void (*step)(reclaim::graph::HostCallSlot*)) {
+  for (HostCall* call = head; call != nullptr; call = call->next) step(&call->slot);
+}
 
 void link(HostCall* call) {
   call->previous = nullptr;
@@ -84,6 +97,20 @@ void release_parts(const CallParts& parts) {
   Py_XDECREF(parts.args);
   Py_XDECREF(parts.kwargs);
   Py_XDECREF(parts.future);
+}
+
+// Cancels the future of `call` (just finished: its parts taken), then opens its gate if its host function
+// waits: the future is done, and its done-callbacks ran, before CUDA's thread goes on, as after a run. While
+// the callbacks run, the call is on the running list (a fork from one forgets its gate; an exit that never
+// returns to it opens it).
+void cancel_then_open(HostCall* call, PyObject* future) {
+  const bool gated = call->slot.gate.load(std::memory_order_acquire) != nullptr;
+  if (gated) link_running(call);
+  cancel_future(future);
+  if (gated) {
+    unlink_running(call);
+    (void)reclaim::graph::open_host_call_gate(&call->slot);
+  }
 }
 
 // Marks `call` done and moves its references into `parts`.
@@ -129,9 +156,14 @@ void call_into_future(const CallParts& parts) {
 }
 
 // Runs one host call whose turn it is: fn(*args, **kwargs) into its future. The caller holds a reference.
+// An ordered call's gate opens once fn returned (or raised, or the future was cancelled), before the parts
+// are released: whatever those releases run comes after the stream's later work may start.
 void run_call(HostCall* call) {
   CallParts parts;
   finish(call, &parts);
+  // Dequeued: the host function stored its gate before the push that this drain's dequeue follows.
+  const bool gated = call->slot.gate.load(std::memory_order_acquire) != nullptr;
+  if (gated) link_running(call);
   PyObject* running = call_future(parts.future, "set_running_or_notify_cancel");
   const bool run = running == Py_True;
   Py_XDECREF(running);
@@ -140,6 +172,10 @@ void run_call(HostCall* call) {
     call_into_future(parts);
   } else {
     ++g_call_counters.cancelled;  // cancelled through its future before its turn
+  }
+  if (gated) {
+    unlink_running(call);
+    (void)reclaim::graph::open_host_call_gate(&call->slot);  // null in a fork child that fn forked
   }
   release_parts(parts);
 }
@@ -159,60 +195,21 @@ void run_in_order(StreamOrder* order, HostCall* call) {
   release_stream_order(order);
 }
 
-// The part of a dying call's deallocation that is the call's own.
+}  // namespace
+
 void clear_host_call(HostCall* call) {
   if (call->state != CallState::kDone) {
     // Released by something other than this module's release action (a drain through another copy's
     // table with its own action): it never runs, so say so through its future.
     CallParts parts;
     finish(call, &parts);
-    cancel_future(parts.future);
+    cancel_then_open(call, parts.future);
     release_parts(parts);
   }
+  // A gate is closed only while its call is not done, and the last reference outlives every opener.
+  (void)reclaim::graph::open_host_call_gate(&call->slot);
   if (call->order != nullptr) release_stream_order(call->order);
 }
-
-void host_item_dealloc(PyObject* object) {
-  PyTypeObject* type = Py_TYPE(object);
-  if (kind_of(object) == HostItemKind::kCall) {
-    clear_host_call(reinterpret_cast<HostCall*>(object));
-  } else {
-    clear_host_node(reinterpret_cast<HostNode*>(object));
-  }
-  type->tp_free(object);
-  Py_DECREF(type);
-}
-
-PyType_Slot kHostItemSlots[] = {
-    {Py_tp_dealloc, reinterpret_cast<void*>(host_item_dealloc)},
-    {Py_tp_doc, const_cast<char*>("A launch_host_func call or an add_host_node function on its way through CUDA "
-                                  "and the queue (private).")},
-    {0, nullptr},
-};
-
-PyType_Spec kHostItemSpec = {
-    "cuda_reclaim._reclaim._HostItem", static_cast<int>(std::max(sizeof(HostCall), sizeof(HostNode))), 0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION | Py_TPFLAGS_IMMUTABLETYPE, kHostItemSlots,
-};
-
-}  // namespace
-
-bool ready_host_item_type() {
-  if (g_host_item_type == nullptr) {
-    g_host_item_type = reinterpret_cast<PyTypeObject*>(PyType_FromSpec(&kHostItemSpec));
-  }
-  return g_host_item_type != nullptr;
-}
-
-PyObject* new_host_item(HostItemKind kind) {
-  auto* item = PyObject_New(HostCall, g_host_item_type);
-  if (item != nullptr) item->kind = kind;
-  return reinterpret_cast<PyObject*>(item);
-}
-
-bool is_host_call(PyObject* item) { return is_host_item_of(item, HostItemKind::kCall); }
-
-bool is_host_node(PyObject* item) { return is_host_item_of(item, HostItemKind::kNode); }
 
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future) {
   auto* call = reinterpret_cast<HostCall*>(new_host_item(HostItemKind::kCall));
@@ -260,7 +257,7 @@ void cancel_arrived_call(HostCall* call) {
   if (call->state != CallState::kDone) {
     CallParts parts;
     finish(call, &parts);
-    cancel_future(parts.future);
+    cancel_then_open(call, parts.future);
     release_parts(parts);
   }
   Py_DECREF(call);
@@ -301,7 +298,9 @@ void cancel_list(HostCall* const* head) {
     if (parked) unpark(call);
     CallParts parts;
     finish(call, &parts);
-    cancel_future(parts.future);  // may run done-callbacks, which may re-enter: the list is re-read
+    // No gate for a call CUDA has not run yet (its host function finds the queue closed and does not
+    // wait), nor in a fork child (forgotten).
+    cancel_then_open(call, parts.future);  // may run done-callbacks, which may re-enter: the list is re-read
     release_parts(parts);
     // A parked call was the queue's reference, now ours; a waiting one stays CUDA's (or the queue's, when
     // a drain on another thread dequeued it and has yet to release it: host_call_arrived then drops it).
@@ -338,11 +337,22 @@ void cancel_queued_item(PyObject* item) {
   }
 }
 
-HostItemType host_item_type() noexcept { return HostItemType{g_host_item_type}; }
-
 void cancel_outstanding_calls() { cancel_all_host_calls(); }
 
+void open_every_gate() noexcept {
+  const auto open = [](reclaim::graph::HostCallSlot* slot) { (void)reclaim::graph::open_host_call_gate(slot); };
+  for_each_slot(g_outstanding, open);
+  for_each_slot(g_parents_calls, open);
+  for_each_slot(g_running, open);
+}
+
 void forget_calls_after_fork() {
+  // The gates are the parent's: CUDA's thread that waits on one is not in this process.
+  for_each_slot(g_outstanding, reclaim::graph::forget_host_call_gate);
+  for_each_slot(g_parents_calls, reclaim::graph::forget_host_call_gate);
+  for_each_slot(g_running, reclaim::graph::forget_host_call_gate);
+  // Running calls go on as the child's (their fn returns here); they are off every list from now on.
+  while (HostCall* call = g_running) unlink_running(call);
   // First: a launch that a done-callback makes below is the child's own and starts a fresh order (an order
   // of the parent's would wait for places that the child never gets). Calls CUDA still holds keep theirs
   // until they are gone.

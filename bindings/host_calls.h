@@ -45,6 +45,14 @@ HostItemType host_item_type() noexcept;
 // Requires an attached thread state (GIL) in a live, non-finalizing interpreter; re-entrant.
 void cancel_outstanding_calls();
 
+// Opens the gate of every ordered call whose host function may still wait (graph/host_calls.h's
+// ordered_host_call_function): outstanding calls and calls a drain is running. For an exit that cannot
+// cancel them through Python any more (the interpreter is finalizing, or its last step): CUDA's thread goes
+// on; the calls stay as they are (reported as outstanding or pending).
+// With the GIL, or on the thread that finalizes the interpreter once no other thread can take it; never
+// touches Python; never blocks.
+void open_every_gate() noexcept;
+
 // In a fork child: the parent runs the calls it launched; here they are cancelled (as at close) and the
 // streams' orders start afresh.
 // Fork child, single-threaded, GIL held.

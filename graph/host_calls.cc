@@ -2,6 +2,10 @@
 
 #include "graph/host_calls.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "cleanup/reclaim.h"
 #include "graph/counters.h"
 #include "graph/attach.h"
@@ -9,12 +13,12 @@
 namespace reclaim {
 namespace graph {
 
-AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept {
+AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot, bool ordered) noexcept {
   if (slot == nullptr || slot->payload == nullptr || slot->order == nullptr) {
     return internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete host call");
   }
   return internal::launch_unless_capturing(
-      api, stream, host_call_function, slot,
+      api, stream, ordered ? ordered_host_call_function : host_call_function, slot,
       "cuLaunchHostFunc (the stream is capturing a graph: add a host node to the graph instead)");
 }
 
@@ -28,6 +32,52 @@ void host_call_function(void* data) noexcept {
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
   note_handed_back(untagged.ticket);
 }
+
+namespace {
+
+// Blocks until `*word` reads 1 (a futex wait with no timeout; a spurious wake-up waits again).
+void wait_for_gate(const std::atomic<std::uint32_t>* word) noexcept {
+  while (word->load(std::memory_order_acquire) == 0) {
+    // EAGAIN (the word changed first) and EINTR only loop back to the load.
+    (void)syscall(SYS_futex, reinterpret_cast<const std::uint32_t*>(word), FUTEX_WAIT_PRIVATE, 0u, nullptr,
+                  nullptr, 0);
+  }
+}
+
+}  // namespace
+
+void ordered_host_call_function(void* data) noexcept {
+  const Untagged untagged = untag(data);
+  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
+  internal::note_host_function_thread();
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word is 32 bits");
+  std::atomic<std::uint32_t> gate{0};
+  CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
+  slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
+  slot->gate.store(&gate, std::memory_order_release);  // published to the drain by the push
+  const int status = internal::push_payload(slot->payload, note_host_call_push);
+  if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
+  // The hand-back is the push: a barrier waiter must not wait for the call to run.
+  note_handed_back(untagged.ticket);
+  if (status != RECLAIM_QUEUED) {
+    // Not kept (leaked after close, or rejected): the payload is never released, so the slot is still
+    // valid. Take the gate back; if an opener (a close cancelling outstanding calls) took it first, its
+    // store is on its way: wait for it, since the word must outlive that store.
+    if (slot->gate.exchange(nullptr, std::memory_order_acq_rel) == &gate) return;
+  }
+  wait_for_gate(&gate);
+}
+
+bool open_host_call_gate(HostCallSlot* slot) noexcept {
+  std::atomic<std::uint32_t>* const word = slot->gate.exchange(nullptr, std::memory_order_acq_rel);
+  if (word == nullptr) return false;
+  word->store(1, std::memory_order_release);
+  // From here on the word may be gone (its host function returned): the wake-up only names the address.
+  (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+  return true;
+}
+
+void forget_host_call_gate(HostCallSlot* slot) noexcept { slot->gate.store(nullptr, std::memory_order_relaxed); }
 
 HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
                              std::size_t dependency_count, HostNodeSlot* slot) noexcept {

@@ -43,19 +43,53 @@ struct HostCallSlot {
   void* payload = nullptr;     // pushed into the queue when the host function runs; never null
   CallOrder* order = nullptr;  // must outlive the host function
   std::uint64_t place = 0;     // written by host_call_function before its push; read after the dequeue
+  // An ordered call's gate (ordered_host_call_function): the address of the word its host function waits
+  // on, on CUDA's stack, while the call is in the queue; null otherwise. Stored (release) by the host
+  // function before its push; taken (exchange to null, acq_rel) by exactly one of open_host_call_gate,
+  // forget_host_call_gate and the host function itself after a push the queue did not keep.
+  std::atomic<std::atomic<std::uint32_t>*> gate{nullptr};
 };
 
 // cuLaunchHostFunc(stream, host_call_function, slot), the native half of cuda_reclaim.launch_host_func: when
 // the stream reaches this point, the slot takes its place and slot->payload is pushed. Refuses a capturing
 // stream (kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED): captured, it would become a graph node that
 // pushes the same payload at every launch. Steals the payload's reference unless the result is kReturned.
-// Counts the attach (counters.h).
+// Counts the attach (counters.h). With `ordered`, the host function is ordered_host_call_function.
 // Any thread; never touches Python; blocks only as long as the driver calls do.
-AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot) noexcept;
+AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot,
+                              bool ordered = false) noexcept;
 
 // The CUhostFn (public so that tests can fire it as CUDA would): takes a place, pushes the payload, counts.
 // Any thread; never touches Python; never blocks.
 void host_call_function(void* slot) noexcept;
+
+// The CUhostFn of an ordered call (cuda_reclaim.launch_host_func_ordered): as host_call_function, and then,
+// when the queue kept the push, it waits until the owner opens the call's gate (open_host_call_gate), so
+// that the stream's later work, and everything waiting for the stream, sees what the call did.
+//
+// The gate is an atomic word on this function's own stack: its address goes into slot->gate before the
+// push, and the wait is a futex wait on it with no timeout (no Python, no lock, no polling), repeated until
+// the word reads 1, so a spurious wake-up only waits again. The opener stores 1 (release) and then wakes the
+// address; by the time that wake-up happens this function may have seen the 1, returned and left the word's
+// stack frame: a FUTEX_WAKE on an address nobody waits on, or on a later frame's futex word there, wakes
+// nobody or wakes a waiter that re-checks its own word, and writes nothing, so it is harmless. Only the one
+// store of 1 writes to the word, and it happens before this function can return.
+// A push the queue did not keep (closed: leaked on purpose and counted; rejected: out of memory) does not
+// wait: the function takes its gate back, or, if an opener took it first, waits for that opener's store.
+// While it waits, CUDA's thread runs nothing else: every other host function of the context waits too.
+// CUDA's thread (or a test's, as CUDA would); never touches Python; blocks until the gate opens.
+void ordered_host_call_function(void* slot) noexcept;
+
+// The owner, once an ordered call ran (after fn returned or raised) or will never run (cancelled, its item
+// released unrun, closed): opens its gate if its host function waits on one. Reads and clears slot->gate
+// in one exchange, so a gate opens once; the caller must still hold the payload (the slot stays valid).
+// True if a gate was opened. Any thread; never touches Python; never blocks (one store, one FUTEX_WAKE).
+bool open_host_call_gate(HostCallSlot* slot) noexcept;
+
+// A fork child: the waiting host function is the parent's (no thread of this process waits on the word,
+// and the word's memory may become a stack of this process), so the gate is dropped without a store.
+// Any thread; never touches Python; never blocks.
+void forget_host_call_gate(HostCallSlot* slot) noexcept;
 
 // --- graph host nodes -------------------------------------------------------------------------------------
 

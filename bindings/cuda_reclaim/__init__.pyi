@@ -43,6 +43,7 @@ __all__ = [
     "keep_alive",
     "keep_alive_until",
     "launch_host_func",
+    "launch_host_func_ordered",
     "pending",
     "set_auto_drain",
     "show_config",
@@ -92,6 +93,8 @@ def keep_alive(graph: object, *objs: object) -> Attachment: ...
 def keep_alive_until(stream: object, *objs: object) -> Attachment: ...
 # Python calls from CUDA (docs/callbacks.md): `fn` runs in a drain, never on CUDA's thread.
 def launch_host_func(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
+# In stream order: CUDA's thread waits until a drain ran fn (docs/callbacks.md).
+def launch_host_func_ordered(stream: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]: ...
 # The CUgraphNode that add_host_node() added: an int, with a repr of its own.
 class NodeHandle(int):
     def __new__(cls, node: int, /) -> NodeHandle: ...

@@ -255,13 +255,14 @@ def launch_host_func(stream, fn, /, *args, **kwargs):
     return future
 
 
-def launch(function, stream, fn, args, kwargs):
-    """launch_host_func() for the public function `function` (named in its errors): returns the Future."""
+def launch(function, stream, fn, args, kwargs, *, ordered=False):
+    """launch_host_func() for the public function `function` (named in its errors): returns the Future. With
+    `ordered`, as launch_host_func_ordered() (without its check that a drain runs)."""
     if not callable(fn):
         raise TypeError(f"{function}(): fn must be callable, not {type(fn).__name__}")
     handle = stream_handle(stream, function)
     future = Future()
-    if _named(function, _reclaim._launch_host_func, handle, future, fn, args, kwargs or None):
+    if _named(function, _reclaim._launch_host_func, handle, future, fn, args, kwargs or None, ordered):
         _auto.note_handover()  # only once something was launched
     return future
 

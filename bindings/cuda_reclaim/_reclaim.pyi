@@ -61,8 +61,14 @@ def _keep_alive_stream(custream: int, payload: object, /) -> Attachment: ...
 # host_call_functions.cc: cuda_reclaim.launch_host_func / add_host_node call these.
 def _launch_host_func(
     custream: int, future: Future[Any], fn: Callable[..., object], args: tuple[object, ...],
-    kwargs: dict[str, object] | None, /,
+    kwargs: dict[str, object] | None, ordered: bool = False, /,
 ) -> bool: ...
+# For integrations that hand CUDA the host function themselves: (host_fn, user_data, future).
+def _prepare_host_call(
+    custream: int, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object] | None,
+    ordered: bool, /,
+) -> tuple[int, int, Future[Any]]: ...
+def _withdraw_host_call(user_data: int, /) -> None: ...
 def _add_host_node(
     cugraph: int, dependencies: tuple[int, ...], fn: Callable[..., object], args: tuple[object, ...],
     kwargs: dict[str, object] | None, /,

@@ -531,7 +531,9 @@ __attribute__((visibility("default"))) int fake_cuda_run_host_functions() {
   return count;
 }
 
-// Starts `count` more persistent CUDA threads (see the header comment); they are never stopped.
+// Starts `count` more persistent CUDA threads (see the header comment); they are never stopped. With one,
+// host functions run as CUDA runs them: one at a time, and while one has not returned (an ordered call's
+// host function waiting for its drain) no other work of any stream runs.
 __attribute__((visibility("default"))) void fake_cuda_start_threads(int count) {
   {
     std::lock_guard<std::mutex> lock(state().mutex);
@@ -569,6 +571,13 @@ __attribute__((visibility("default"))) int fake_cuda_stream_synchronize(CUstream
 __attribute__((visibility("default"))) unsigned long long fake_cuda_items_run() {
   std::lock_guard<std::mutex> lock(state().mutex);
   return state().items_run;
+}
+
+// cuLaunchHostFunc(stream, fn, data), for a test that hands the fake a host function itself (an
+// integration's (host function, user data) pair): fn(data) runs when the stream gets there. Returns the
+// CUresult.
+__attribute__((visibility("default"))) int fake_cuda_launch_host_func(CUstream stream, void* fn, void* data) {
+  return static_cast<int>(fake_launch_host_func(stream, reinterpret_cast<CUhostFn>(fn), data));
 }
 
 // A stream handle that reports an active capture into `graph` (null: capturing nothing).

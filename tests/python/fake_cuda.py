@@ -30,6 +30,7 @@ _SIGNATURES = {
     "fake_cuda_items_run": (ctypes.c_ulonglong, []),
     "fake_cuda_capturing_stream": (ctypes.c_void_p, [ctypes.c_void_p]),
     "fake_cuda_failing_stream": (ctypes.c_void_p, []),
+    "fake_cuda_launch_host_func": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]),
 }
 
 

@@ -1,20 +1,21 @@
 """A model-based test of the public API on the fake driver (hypothesis stateful testing).
 
-Rules hand references over, launch calls, await and cancel them, add and launch host nodes, fire what
-the streams reached, drain (here and on another thread), trim, switch the automatic drain, close (here,
-on another thread, from a call, a finalizer or a done-callback) and fork; finalizers and done-callbacks
-call back into the API. The hand-back barrier's rules attach what CUDA keeps (graphs, streams, host nodes)
-and hand it back in any order, take marks, and wait (wait_handed_back, flush, Attachment.wait,
-NodeHandle.wait, asyncio's handed_back and flush, the pytest fixture's flush; with and without since= and
-timeouts) from this thread, another thread, an executor's worker, a finalizer that a drain runs, a
-done-callback and an asyncio task. After every step the worker (children/model_worker.py, one forked process
-per example, since close() is for good) reports every promise it saw broken: both laws, every counter but
-the gauges only grows, no call after close() returned or after its cancellation succeeded, every future
-ends once the queue is closed, close() leaves no thread behind; a True wait finds every attachment it
-covers done(), a wait whose attachments are all handed back returns True (a since= wait never waits for
-what came before its mark), no wait outlives close(), and the process exits with waiters in any thread.
-Each rule declares the public names it calls (@exercises); test_model_coverage.py checks them against the
-__all__ lists.
+Rules hand references over, launch calls (stream-ordered ones too), await and cancel them, add and launch
+host nodes, fire what the streams reached, drain (here and on another thread), trim, switch the automatic
+drain, close (here, on another thread, from a call, a finalizer or a done-callback) and fork; finalizers and
+done-callbacks call back into the API. The hand-back barrier's rules attach what CUDA keeps (graphs,
+streams, host nodes) and hand it back in any order, take marks, and wait (wait_handed_back, flush,
+Attachment.wait, NodeHandle.wait, asyncio's handed_back and flush, the pytest fixture's flush; with and
+without since= and timeouts) from this thread, another thread, an executor's worker, a finalizer that a
+drain runs, a done-callback and an asyncio task. After every step the worker (children/model_worker.py, one
+forked process per example, since close() is for good) reports every promise it saw broken: both laws, every
+counter but the gauges only grows, no call after close() returned or after its cancellation succeeded, every
+future ends once the queue is closed, an ordered call ends before CUDA's thread goes past it, a
+launch_host_func_ordered is refused only while no drain would run it, close() leaves no thread behind; a
+True wait finds every attachment it covers done(), a wait whose attachments are all handed back returns True
+(a since= wait never waits for what came before its mark), no wait outlives close(), and the process exits
+with waiters in any thread. Each rule declares the public names it calls (@exercises);
+test_model_coverage.py checks them against the __all__ lists.
 
 The bounded profile is derandomized and runs in the suite; CUDA_RECLAIM_MODEL_LONG=1 selects the long
 one (random, many more examples; docs/design.md, "Long passes").
@@ -250,6 +251,11 @@ class PublicApiModel(RuleBasedStateMachine):
     @rule(stream=st.sampled_from(STREAMS), action=st.sampled_from(ACTIONS), done=st.sampled_from(DONE_ACTIONS))
     def launch(self, stream, action, done):
         self.step("launch", "launch", stream, action, done)
+
+    @exercises("launch_host_func_ordered")
+    @rule(stream=st.sampled_from(STREAMS), action=st.sampled_from(ACTIONS), done=st.sampled_from(DONE_ACTIONS))
+    def launch_ordered(self, stream, action, done):
+        self.step("launch_ordered", "launch_ordered", stream, action, done)
 
     @rule(index=st.integers(0, 7))
     def cancel_launch(self, index):

@@ -200,6 +200,7 @@ class Model:
         self.started = set()  # call idents whose body began
         self.cancelled_first = {}  # ident -> how it was cancelled before its body began
         self.futures = {}  # ident -> concurrent future of launch_host_func
+        self.stream_ordered = set()  # idents of the calls of launch_host_func_ordered
         self.tasks = {}  # ident -> asyncio task of run_when_reached
         self.order = {}  # ident -> (stream, launch number) for launches made by the commands themselves
         self.ran = []  # idents in the order their bodies began
@@ -337,11 +338,16 @@ class Model:
             if self.closing == 0:
                 self.close_returned = True
 
-    def launch(self, stream, action, done_action, ordered=True):
+    def launch(self, stream, action, done_action, ordered=True, stream_ordered=False):
+        """launch_host_func (launch_host_func_ordered with `stream_ordered`); `ordered`: the model checks
+        the call's place in its stream's order."""
         ident = self.ident("call")
+        launch = cuda_reclaim.launch_host_func_ordered if stream_ordered else cuda_reclaim.launch_host_func
         with self.attaching():
-            future = cuda_reclaim.launch_host_func(stream, self.body, ident, action)
+            future = launch(stream, self.body, ident, action)
         self.futures[ident] = future
+        if stream_ordered:
+            self.stream_ordered.add(ident)
         if ordered:
             self.launches += 1
             self.order[ident] = (stream, self.launches)
@@ -362,6 +368,21 @@ class Model:
 
     def cmd_launch(self, stream, action, done_action):
         return self.launch(stream, action, done_action)
+
+    def cmd_launch_ordered(self, stream, action, done_action):
+        """launch_host_func_ordered: refused (RuntimeError naming it) only while the automatic drain is "off"
+        or "gc", and never while it is "thread" (a call on the drain thread may switch it meanwhile: only
+        a mode seen both before and after counts)."""
+        before = cuda_reclaim.get_auto_drain()
+        try:
+            return self.launch(stream, action, done_action, stream_ordered=True)
+        except RuntimeError as error:
+            after = cuda_reclaim.get_auto_drain()
+            if not str(error).startswith("launch_host_func_ordered(): the automatic drain is"):
+                self.broke("launch_host_func_ordered's refusal names it and the mode", str(error))
+            if before == after == "thread" or after not in ("off", "gc"):
+                self.broke("launch_host_func_ordered is refused only while no drain would run it", f"{after}")
+            return "refused"
 
     def cmd_cancel_launch(self, index):
         # A pending one: cancelling what has ended tells nothing.
@@ -429,6 +450,23 @@ class Model:
 
     def cmd_fire(self):
         # CUDA's thread pushes while this thread reads the counters, as an application's monitor would.
+        waiting = self.ordered_not_done()
+        self.run_cuda()
+        for ident in waiting:
+            if not self.futures[ident].done():
+                self.broke(
+                    "an ordered call ran or was cancelled before CUDA's thread went past it "
+                    "(launch_host_func_ordered)",
+                    f"{ident} pending after the streams ran",
+                )
+
+    def ordered_not_done(self):
+        return [ident for ident in self.stream_ordered if not self.futures[ident].done()]
+
+    def run_cuda(self):
+        """Every runnable host function of the fake, on a thread of its own (joined) while this one reads the
+        counters; and drains here while an ordered call is pending: its host function waits for a drain, and
+        the automatic one may be off by now (a call may switch it), which leaves it to an explicit drain."""
         done = threading.Event()
 
         def fire():
@@ -441,6 +479,8 @@ class Model:
         firing.start()
         while not done.is_set():
             self.read_stats()
+            if self.ordered_not_done():
+                cuda_reclaim.drain()
         firing.join()
 
     def cmd_drain(self, budget):
@@ -562,7 +602,7 @@ class Model:
         kept.handed_back = True
         if kept.kind == "stream":
             fake.fake_cuda_stream_hold(kept.stream, 0)
-            fake.fake_cuda_run_host_functions()  # on a thread of the fake's, joined
+            self.run_cuda()  # on a thread of the fake's, joined
         elif where == "cuda thread":
             fake.fake_cuda_defer_destructors(1)
             fake.fake_cuda_graph_destroy(kept.graph)

@@ -1,0 +1,348 @@
+"""Child of test_ordered_host_calls.py: one scenario per run, named by the first argument, against the fake
+libcuda (tests/graph/fake_libcuda.cc) that CUDA_RECLAIM_LIBCUDA names, with one persistent CUDA thread (as
+CUDA runs a context's host functions: one at a time, each stream's in order)."""
+
+import os
+import sys
+import threading
+
+import cuda_reclaim
+from cuda_reclaim import _reclaim
+
+import scenario
+
+TIMEOUT_MS = 60_000  # a fake stream synchronize that passes this failed: the gate never opened
+
+
+def fake_driver(mode="thread"):
+    """The fake driver's controls (fake_cuda.py, one directory up), one CUDA thread, the automatic drain in
+    `mode`."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import fake_cuda
+
+    fake = fake_cuda.load()
+    fake.fake_cuda_start_threads(1)
+    cuda_reclaim.set_auto_drain(mode)
+    return fake
+
+
+def synchronize(fake, stream):
+    assert fake.fake_cuda_stream_synchronize(stream, TIMEOUT_MS) == 0, f"stream {stream:#x} never got free"
+
+
+def handed_back(since=None):
+    """Waits (no polling) until CUDA's thread has run every host function launched so far (since the mark
+    `since`) up to its push: an ordered call's host function then waits on its gate."""
+    assert cuda_reclaim.wait_handed_back(TIMEOUT_MS / 1000, since=since), "CUDA's thread never got there"
+
+
+def synchronize_sees_fn_and_later_work_waits():
+    # After the stream's synchronize, fn has run; while fn runs, CUDA's thread has run nothing after it
+    # (a later host function of the same stream, or of another stream); an unordered call launched after
+    # it runs after it.
+    fake = fake_driver()
+    stream, other = 0xA100, 0xA101
+    effects = []
+
+    def fn(x):
+        # CUDA's one thread is inside this call's host function: nothing queued after it, on this stream
+        # or another, has run.
+        effects.append(("fn", x, fake.fake_cuda_items_run()))
+        return x * 2
+
+    fake.fake_cuda_stream_hold(stream, 1)
+    fake.fake_cuda_stream_hold(other, 1)
+    ordered = cuda_reclaim.launch_host_func_ordered(stream, fn, 21)
+    later = cuda_reclaim.launch_host_func(stream, effects.append, "later")
+    elsewhere = cuda_reclaim.launch_host_func(other, effects.append, "elsewhere")
+    before = fake.fake_cuda_items_run()
+    fake.fake_cuda_stream_hold(stream, 0)
+    synchronize(fake, stream)
+    assert ordered.done() and ordered.result(timeout=0) == 42, ordered
+    assert effects[0] == ("fn", 21, before), (effects, before)
+    fake.fake_cuda_stream_hold(other, 0)
+    synchronize(fake, other)
+    later.result(timeout=60)
+    elsewhere.result(timeout=60)
+    assert effects.index("later") > 0, effects
+    s = cuda_reclaim.stats()
+    assert s["calls_run"] == 3 and s["calls_outstanding"] == 0, s
+
+
+def other_streams_wait_behind_a_closed_gate():
+    # While an ordered call waits for its drain, CUDA's one thread runs no host function of another stream.
+    fake = fake_driver()
+    stream, other = 0xA110, 0xA111
+    release = threading.Event()
+    seen = []
+
+    def fn():
+        release.wait(60)
+        return "released"
+
+    ordered = cuda_reclaim.launch_host_func_ordered(stream, fn)
+    handed_back()  # its host function waits on the gate; the drain thread runs fn, which waits for us
+    elsewhere = cuda_reclaim.launch_host_func(other, seen.append, "elsewhere")
+    assert fake.fake_cuda_stream_synchronize(other, 0) == 1, "another stream's host function ran"
+    assert not elsewhere.done() and not ordered.done()
+    release.set()
+    synchronize(fake, other)
+    assert ordered.result(timeout=0) == "released"
+    assert elsewhere.result(timeout=60) is None and seen == ["elsewhere"]
+
+
+def many_ordered_calls_keep_stream_order():
+    fake = fake_driver()
+    streams = [0xA200, 0xA201, 0xA202]
+    seen = {stream: [] for stream in streams}
+    futures = []
+    for i in range(60):
+        stream = streams[i % 3]
+        launch = cuda_reclaim.launch_host_func_ordered if i % 2 else cuda_reclaim.launch_host_func
+        futures.append(launch(stream, seen[stream].append, i))
+    for stream in streams:
+        synchronize(fake, stream)
+    for future in futures:
+        future.result(timeout=60)
+    for stream in streams:
+        assert seen[stream] == sorted(seen[stream]) and len(seen[stream]) == 20, seen[stream]
+
+
+def fn_raises():
+    fake = fake_driver()
+    stream = 0xA300
+
+    def fails():
+        raise LookupError("from the ordered call")
+
+    future = cuda_reclaim.launch_host_func_ordered(stream, fails)
+    synchronize(fake, stream)
+    error = future.exception(timeout=0)
+    assert isinstance(error, LookupError) and error.__traceback__ is not None, repr(error)
+    assert cuda_reclaim.stats()["calls_run"] == 1
+
+
+def cancelled_through_its_future():
+    fake = fake_driver()
+    stream = 0xA400
+    ran = []
+    fake.fake_cuda_stream_hold(stream, 1)
+    future = cuda_reclaim.launch_host_func_ordered(stream, ran.append, "never")
+    assert future.cancel()
+    fake.fake_cuda_stream_hold(stream, 0)
+    synchronize(fake, stream)
+    assert not ran
+    s = cuda_reclaim.stats()
+    assert s["calls_cancelled"] == 1 and s["calls_run"] == 0 and s["calls_outstanding"] == 0, s
+
+
+def refused_without_a_drain(mode):
+    fake_driver(mode)
+    fn = lambda: None  # noqa: E731
+    base = sys.getrefcount(fn)
+    try:
+        cuda_reclaim.launch_host_func_ordered(0xA500, fn)
+    except RuntimeError as error:
+        assert str(error).startswith("launch_host_func_ordered(): the automatic drain is"), error
+        assert f'"{mode}"' in str(error), error
+    else:
+        raise AssertionError("not refused")
+    assert sys.getrefcount(fn) == base
+    s = cuda_reclaim.stats()
+    assert s["host_calls"] == 0 and s["calls_outstanding"] == 0, s
+
+
+def an_event_loop_drain_runs_it():
+    import asyncio
+
+    import cuda_reclaim.asyncio as reclaim_asyncio
+
+    fake = fake_driver("off")
+    stream = 0xA600
+
+    async def main():
+        handle = reclaim_asyncio.install()
+        future = cuda_reclaim.launch_host_func_ordered(stream, lambda: "ran")
+        # Waiting for the stream on the loop's own thread would deadlock: another thread waits.
+        await asyncio.get_running_loop().run_in_executor(None, synchronize, fake, stream)
+        assert future.result(timeout=0) == "ran"
+        handle.cancel()
+        try:
+            cuda_reclaim.launch_host_func_ordered(stream, print)
+        except RuntimeError:
+            return
+        raise AssertionError("not refused once the loop's drain is cancelled")
+
+    asyncio.run(main())
+
+
+def launched_from_inside_a_drain():
+    fake = fake_driver()
+    first, second = 0xA700, 0xA701
+    inner = []
+
+    def outer():
+        inner.append(cuda_reclaim.launch_host_func_ordered(second, lambda: "inner ran"))
+        return "outer ran"
+
+    future = cuda_reclaim.launch_host_func_ordered(first, outer)
+    synchronize(fake, first)
+    assert future.result(timeout=0) == "outer ran"
+    synchronize(fake, second)
+    assert inner[0].result(timeout=0) == "inner ran"
+
+
+def close_opens_the_gate_of_a_call_a_drain_took():
+    # One explicit drain takes a call that closes and an ordered call of another stream, whose host
+    # function waits: the close cancels it, and CUDA's thread gets free.
+    fake = fake_driver()
+    closing, waiting = 0xA800, 0xA801
+    ran = []
+    fake.fake_cuda_stream_hold(closing, 1)
+    fake.fake_cuda_stream_hold(waiting, 1)
+    first = cuda_reclaim.launch_host_func(closing, cuda_reclaim.close)
+    gated = cuda_reclaim.launch_host_func_ordered(waiting, ran.append, "never")
+    cuda_reclaim.set_auto_drain("off")  # the call stays queued for the drain below
+    fake.fake_cuda_stream_hold(closing, 0)
+    synchronize(fake, closing)
+    fake.fake_cuda_stream_hold(waiting, 0)
+    handed_back()  # the ordered call's host function waits on its gate
+    assert cuda_reclaim.pending() == 2
+    assert fake.fake_cuda_stream_synchronize(waiting, 0) == 1, "the gate was open before any drain"
+    cuda_reclaim.drain()
+    synchronize(fake, waiting)
+    assert first.done() and gated.cancelled() and not ran
+    s = cuda_reclaim.stats()
+    assert s["calls_cancelled"] == 1 and s["calls_outstanding"] == 0, s
+
+
+def close_runs_a_waiting_call_and_later_pushes_do_not_wait():
+    fake = fake_driver()
+    queued, held = 0xA900, 0xA901
+    ran = []
+    fake.fake_cuda_stream_hold(queued, 1)
+    fake.fake_cuda_stream_hold(held, 1)
+    never = cuda_reclaim.launch_host_func_ordered(held, ran.append, "never")
+    mark = cuda_reclaim.hand_back_mark()  # the wait below is for the queued call only
+    waiting = cuda_reclaim.launch_host_func_ordered(queued, ran.append, "at close")
+    cuda_reclaim.set_auto_drain("off")
+    fake.fake_cuda_stream_hold(queued, 0)
+    handed_back(mark)
+    cuda_reclaim.close()  # its final drain runs the waiting call; the held one is cancelled
+    synchronize(fake, queued)
+    assert waiting.result(timeout=0) is None and ran == ["at close"], ran
+    assert never.cancelled()
+    fake.fake_cuda_stream_hold(held, 0)  # its host function finds the queue closed: it does not wait
+    synchronize(fake, held)
+    after = cuda_reclaim.launch_host_func_ordered(held, ran.append, "after close")
+    assert after.cancelled()
+    synchronize(fake, held)
+    assert ran == ["at close"], ran
+    s = cuda_reclaim.stats()
+    assert s["calls_outstanding"] == 0 and s["leaked_after_close"] == 1, s
+
+
+def exit_with_a_call_waiting(how):
+    # The process exits while CUDA's thread waits on a gate: the exit's close runs or cancels the call.
+    fake = fake_driver()
+    stream = 0xAA00
+    fake.fake_cuda_stream_hold(stream, 1)
+    future = cuda_reclaim.launch_host_func_ordered(stream, print, "ran at exit", flush=True)
+    cuda_reclaim.set_auto_drain("off")
+    fake.fake_cuda_stream_hold(stream, 0)
+    handed_back()
+    if how == "cancelled":
+        future.cancel()
+    print("exiting", flush=True)
+
+
+def a_fork_child_cancels_the_parents_waiting_call():
+    fake = fake_driver()
+    stream = 0xAB00
+    ran = []
+    fake.fake_cuda_stream_hold(stream, 1)
+    future = cuda_reclaim.launch_host_func_ordered(stream, ran.append, "parent")
+    cuda_reclaim.set_auto_drain("off")
+    fake.fake_cuda_stream_hold(stream, 0)
+    handed_back()  # the parent's CUDA thread waits on the gate
+    pid = os.fork()
+    if pid == 0:
+        s = cuda_reclaim.stats()
+        ok = future.cancelled() and s["calls_outstanding"] == 0 and not ran
+        cuda_reclaim.drain()  # the parent's queued call is not the child's to run
+        ok = ok and not ran and cuda_reclaim.stats()["calls_run"] == 0
+        os._exit(0 if ok else 7)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert fake.fake_cuda_stream_synchronize(stream, 0) == 1, "the child opened the parent's gate"
+    cuda_reclaim.drain()
+    synchronize(fake, stream)
+    assert future.result(timeout=0) is None and ran == ["parent"]
+
+
+def a_prepared_call(ordered):
+    # The pair of _prepare_host_call, launched through the driver by hand (as an integration does).
+    fake = fake_driver()
+    stream = 0xAC00
+    ordered = ordered == "ordered"
+    from cuda_reclaim import _ordered_calls
+
+    host_fn, user_data, future = _ordered_calls.prepare_host_call("add_callback", stream, lambda x: x + 1, (1,), None,
+                                                          ordered=ordered)
+    assert cuda_reclaim.stats()["calls_outstanding"] == 1
+    assert fake.fake_cuda_launch_host_func(stream, host_fn, user_data) == 0
+    synchronize(fake, stream)
+    if ordered:
+        assert future.done()
+    assert future.result(timeout=60) == 2
+    assert cuda_reclaim.stats()["calls_outstanding"] == 0
+
+
+def a_prepared_call_withdrawn():
+    fake_driver()
+    fn = lambda: None  # noqa: E731
+    base = sys.getrefcount(fn)
+    _, user_data, future = _reclaim._prepare_host_call(0xAD00, fn, (), None, True)
+    assert sys.getrefcount(fn) > base
+    _reclaim._withdraw_host_call(user_data)
+    assert future.cancelled() and sys.getrefcount(fn) == base
+    s = cuda_reclaim.stats()
+    assert s["calls_outstanding"] == 0 and s["calls_cancelled"] == 1, s
+    try:
+        _reclaim._withdraw_host_call(user_data)
+    except ValueError as error:
+        assert "_withdraw_host_call()" in str(error), error
+    else:
+        raise AssertionError("withdrawn twice")
+    cuda_reclaim.set_auto_drain("off")
+    from cuda_reclaim import _ordered_calls
+
+    try:
+        _ordered_calls.prepare_host_call("add_callback", 0xAD00, fn, (), None, ordered=True)
+    except RuntimeError as error:
+        assert str(error).startswith("add_callback(): the automatic drain is"), error
+    else:
+        raise AssertionError("an ordered pair prepared with no drain")
+    cuda_reclaim.close()
+    host_fn, user_data, future = _reclaim._prepare_host_call(0xAD00, fn, (), None, True)
+    assert (host_fn, user_data) == (0, 0) and future.cancelled()
+    assert sys.getrefcount(fn) == base
+
+
+if __name__ == "__main__":
+    scenario.run(
+        synchronize_sees_fn_and_later_work_waits,
+        other_streams_wait_behind_a_closed_gate,
+        many_ordered_calls_keep_stream_order,
+        fn_raises,
+        cancelled_through_its_future,
+        refused_without_a_drain,
+        an_event_loop_drain_runs_it,
+        launched_from_inside_a_drain,
+        close_opens_the_gate_of_a_call_a_drain_took,
+        close_runs_a_waiting_call_and_later_pushes_do_not_wait,
+        exit_with_a_call_waiting,
+        a_fork_child_cancels_the_parents_waiting_call,
+        a_prepared_call,
+        a_prepared_call_withdrawn,
+    )
