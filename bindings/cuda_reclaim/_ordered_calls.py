@@ -90,9 +90,10 @@ def prepare_host_call(function, stream, fn, args, kwargs, *, ordered):
 
 def _event_loop_drains():
     """True while an event-loop drain of cuda_reclaim.asyncio is installed and drains (not cancelled, its loop
-    not closed, max_items not 0). Only an imported cuda_reclaim.asyncio can have one."""
-    module = sys.modules.get("cuda_reclaim.asyncio")
-    installed = getattr(module, "_installed", None)
-    if installed is None:
-        return False
-    return any(not handle.cancelled and handle.mode is not None for handle in list(installed.values()))
+    not closed, max_items not 0). Only an imported cuda_reclaim.asyncio can have one; its table of installed
+    drains lives in the module that defines install()."""
+    for name in ("cuda_reclaim._asyncio_drain", "cuda_reclaim.asyncio"):
+        installed = getattr(sys.modules.get(name), "_installed", None)
+        if installed is not None:
+            return any(not handle.cancelled and handle.mode is not None for handle in list(installed.values()))
+    return False
