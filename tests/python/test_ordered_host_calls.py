@@ -71,6 +71,14 @@ def test_a_fork_child_cancels_the_parents_waiting_call_and_leaves_its_gate_alone
     fake_cuda.run_script(SCENARIOS, "a_fork_child_cancels_the_parents_waiting_call")
 
 
+def test_a_busy_main_thread_does_not_hold_the_gate():
+    fake_cuda.run_script(SCENARIOS, "a_busy_main_thread_does_not_hold_the_gate")
+
+
+def test_a_fork_from_fn_leaves_the_gate_to_the_parent():
+    fake_cuda.run_script(SCENARIOS, "a_fork_from_fn_leaves_the_gate_to_the_parent")
+
+
 @pytest.mark.parametrize("ordered", ["ordered", "unordered"])
 def test_a_prepared_pair_runs_its_call_when_cuda_runs_it(ordered):
     fake_cuda.run_script(SCENARIOS, "a_prepared_call", ordered)

@@ -280,6 +280,59 @@ def a_fork_child_cancels_the_parents_waiting_call():
     assert future.result(timeout=0) is None and ran == ["parent"]
 
 
+def a_busy_main_thread_does_not_hold_the_gate():
+    # The main thread runs bytecode that never blocks while another thread waits for the stream: the drain
+    # thread (stepping aside as it does for every call) runs fn, and the gate opens without the main thread.
+    fake = fake_driver()
+    stream = 0xAE00
+    ran = []
+    fake.fake_cuda_stream_hold(stream, 1)
+    future = cuda_reclaim.launch_host_func_ordered(stream, ran.append, "ran")
+    synchronized = threading.Event()
+
+    def waiter():
+        synchronize(fake, stream)
+        synchronized.set()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    fake.fake_cuda_stream_hold(stream, 0)
+    while not synchronized.is_set():  # pure Python: nothing here releases the GIL on purpose
+        pass
+    thread.join()
+    assert future.result(timeout=0) is None and ran == ["ran"], ran
+
+
+class ExitsWhenReleased:
+    """Released by the fork child's drain after the call that forked returned there: the child's end."""
+
+    def __del__(self):
+        os._exit(0 if cuda_reclaim.stats()["calls_outstanding"] == 0 else 7)
+
+
+def a_fork_from_fn_leaves_the_gate_to_the_parent():
+    # fn forks on the drain thread: in the child, fn returns into that drain, whose gate is the parent's
+    # (forgotten there: the child's drain goes on and ends the child); in the parent, the gate opens when
+    # fn returns.
+    fake = fake_driver()
+    stream = 0xAF00
+    children = []
+
+    def forks():
+        pid = os.fork()
+        if pid == 0:
+            cuda_reclaim.defer_release(ExitsWhenReleased())
+            return "child"
+        children.append(pid)
+        return "parent"
+
+    future = cuda_reclaim.launch_host_func_ordered(stream, forks)
+    synchronize(fake, stream)
+    assert future.result(timeout=0) == "parent"
+    _, status = os.waitpid(children[0], 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
 def a_prepared_call(ordered):
     # The pair of _prepare_host_call, launched through the driver by hand (as an integration does).
     fake = fake_driver()
@@ -343,6 +396,8 @@ if __name__ == "__main__":
         close_runs_a_waiting_call_and_later_pushes_do_not_wait,
         exit_with_a_call_waiting,
         a_fork_child_cancels_the_parents_waiting_call,
+        a_busy_main_thread_does_not_hold_the_gate,
+        a_fork_from_fn_leaves_the_gate_to_the_parent,
         a_prepared_call,
         a_prepared_call_withdrawn,
     )
