@@ -5,6 +5,7 @@ including references that native threads handed over after the final drain; and 
 import pytest
 
 import exit_report
+import fake_cuda
 from conftest import run_child, run_child_script
 
 
@@ -87,3 +88,13 @@ def test_parser_rejects_a_malformed_line_naming_it(line, problem):
 def test_parser_says_when_there_is_no_report():
     with pytest.raises(ValueError, match="no exit report in"):
         exit_report.last_report("nothing here\n")
+
+
+def test_the_exit_report_counts_what_a_stuck_drain_took_as_in_drain_not_released():
+    result = fake_cuda.run_script("exit_with_a_stuck_drain.py", timeout=60, CUDA_RECLAIM_REPORT="1")
+    reports = exit_report.find_reports(result.stderr)
+    assert len(reports) == 1, result.stderr
+    report = reports[0]
+    assert report["conserved"] == "yes", report
+    # The long call itself, the call behind it and the keep_alive_until payload: taken, never finished.
+    assert report["in_drain"] == 3 and report["released"] == 0 and report["pending"] == 0, report

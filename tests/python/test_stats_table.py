@@ -8,6 +8,7 @@ import re
 import pytest
 
 import cuda_reclaim
+import fake_cuda
 import exit_report
 from cuda_reclaim import _reclaim
 
@@ -104,3 +105,7 @@ def expected_api_doc_rows():
 @pytest.mark.skipif(not os.path.exists(API_DOC), reason="docs/api.md is not beside the tests here")
 def test_the_api_reference_lists_every_key_with_its_kind_and_description():
     assert api_doc_rows() == expected_api_doc_rows()
+
+
+def test_no_counter_goes_down_between_two_reads_under_load():
+    fake_cuda.run_script("counters_never_go_down_under_load.py", timeout=60)

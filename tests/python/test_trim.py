@@ -5,6 +5,7 @@ import time
 import weakref
 
 import cuda_reclaim
+import fake_cuda
 from cuda_reclaim import _reclaim
 
 # Above the default reserved capacity (64 Ki references), so that the burst grows the queue.
@@ -113,3 +114,12 @@ def test_trim_from_a_finalizer_on_the_drain_thread_returns_false():
         assert cuda_reclaim.conserved()
     finally:
         cuda_reclaim.set_auto_drain(previous)
+
+
+def test_the_drain_thread_trims_after_a_burst_while_a_trickle_goes_on():
+    fake_cuda.run_script("trim_after_a_burst_under_a_trickle.py", timeout=60, CUDA_RECLAIM_RESERVED_CAPACITY="1024")
+
+
+def test_the_drain_thread_waits_the_trim_delay_again_after_each_burst():
+    fake_cuda.run_script("trim_delay_starts_over_after_each_burst.py", timeout=60,
+                         CUDA_RECLAIM_RESERVED_CAPACITY="1024")
