@@ -1,13 +1,18 @@
 // bindings/drain_native_thread.cc — see drain_native_thread.h.
 
 #include <Python.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <condition_variable>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
 
 #include "bindings/arguments.h"
@@ -18,10 +23,20 @@ namespace reclaim::bindings {
 namespace {
 
 struct NativeRun {
-  std::mutex mutex;
-  std::condition_variable finished;
-  bool done = false;  // under mutex: the thread has let go of its thread state (or was unwound)
+  // Futex word: 1 once the thread has let go of its thread state (or was unwound); joiners sleep on it.
+  std::atomic<std::uint32_t> done{0};
 };
+
+std::uint32_t* futex_address(std::atomic<std::uint32_t>& word) {
+  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word is 32 bits");
+  return reinterpret_cast<std::uint32_t*>(&word);
+}
+
+// Sets `run` done and wakes every joiner. Any thread; never blocks.
+void mark_done(NativeRun* run) noexcept {
+  run->done.store(1, std::memory_order_release);
+  (void)::syscall(SYS_futex, futex_address(run->done), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+}
 
 struct NativeStart {
   PyObject* target;  // strong reference, given up by the thread with the GIL (or leaked when refused)
@@ -41,13 +56,7 @@ void* native_thread_main(void* arg) {
   // Also on a forced unwind (a thread that takes the GIL once the runtime finalizes): a joiner returns.
   struct MarkDone {
     NativeRun* run;
-    ~MarkDone() {
-      {
-        std::lock_guard<std::mutex> lock(run->mutex);
-        run->done = true;
-      }
-      run->finished.notify_all();
-    }
+    ~MarkDone() { mark_done(run); }
   } mark_done{run.get()};
   interpreter_attach::NativeAttach attached;
   if (!attached.ensure(start->view)) {
@@ -93,10 +102,7 @@ PyObject* native_thread_new(PyTypeObject* type, PyObject* args, PyObject* kwargs
   if (error != 0) {
     Py_DECREF(target);
     delete start;
-    {
-      std::lock_guard<std::mutex> lock((*self->run)->mutex);
-      (*self->run)->done = true;  // never ran: nothing to join
-    }
+    mark_done(self->run->get());  // never ran: nothing to join
     Py_DECREF(self);
     PyErr_Format(PyExc_RuntimeError, "can't start new thread: %s", std::strerror(error));
     return nullptr;
@@ -115,8 +121,7 @@ void native_thread_dealloc(PyObject* object) {
 }
 
 bool native_thread_done(NativeThread* self) {
-  std::lock_guard<std::mutex> lock((*self->run)->mutex);
-  return (*self->run)->done;
+  return (*self->run)->done.load(std::memory_order_acquire) != 0;
 }
 
 const char* const kJoinNames[] = {"timeout", nullptr};
@@ -132,18 +137,24 @@ PyObject* native_thread_join(PyObject* object, PyObject* const* args, Py_ssize_t
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limited ? limit_ms : 0);
   NativeRun* run = self->run->get();
   for (;;) {
-    bool done;
-    // In slices, so that a Ctrl-C reaches the caller as it would in Thread.join().
+    if (run->done.load(std::memory_order_acquire) != 0) Py_RETURN_TRUE;
+    struct timespec timeout = {0, 0};
+    if (limited) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) Py_RETURN_FALSE;
+      const auto nanoseconds = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      timeout = {static_cast<time_t>(nanoseconds / 1'000'000'000), static_cast<long>(nanoseconds % 1'000'000'000)};
+    }
+    // Sleeps until the thread is done (a wake, or EAGAIN when it already is), the limit passes, or a signal
+    // arrives (EINTR): its exception (KeyboardInterrupt) reaches the caller as it would in Thread.join().
+    long result;
+    int error;
     Py_BEGIN_ALLOW_THREADS
-    std::unique_lock<std::mutex> lock(run->mutex);
-    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
-    if (limited && deadline < until) until = deadline;
-    run->finished.wait_until(lock, until, [run] { return run->done; });
-    done = run->done;
+    result = ::syscall(SYS_futex, futex_address(run->done), FUTEX_WAIT_PRIVATE, 0u, limited ? &timeout : nullptr,
+                       nullptr, 0);
+    error = errno;
     Py_END_ALLOW_THREADS
-    if (done) Py_RETURN_TRUE;
-    if (limited && std::chrono::steady_clock::now() >= deadline) Py_RETURN_FALSE;
-    if (PyErr_CheckSignals() < 0) return nullptr;
+    if (result != 0 && error == EINTR && PyErr_CheckSignals() < 0) return nullptr;
   }
 }
 

@@ -180,6 +180,12 @@ def test_native_thread_join_takes_its_timeout_by_position_or_keyword():
     assert ran == [thread.ident]
 
 
+def test_a_signal_ends_a_native_thread_join_without_a_limit():
+    result = run_child_script(SCENARIOS, "a_signal_ends_a_native_thread_join_without_a_limit", timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines() == ["KeyboardInterrupt, thread alive: True", "joined after the signal: True"]
+
+
 @pytest.mark.parametrize("mode", [1, None, b"thread"])
 def test_set_auto_drain_names_itself_when_the_mode_is_not_a_str(mode):
     with pytest.raises(TypeError, match=r"^set_auto_drain\(\): the mode must be a str"):

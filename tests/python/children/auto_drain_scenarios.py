@@ -92,8 +92,36 @@ def drain_thread_lingers_under_steady_traffic():
     print("ok")
 
 
+def a_signal_ends_a_native_thread_join_without_a_limit():
+    # With a 30 s switch interval the main thread gives the GIL up only inside join(): the target runs only
+    # once the main thread waits there. It sends SIGINT and stays alive, so only the signal can end the join.
+    import os
+    import signal
+    import sys
+    import threading
+
+    from cuda_reclaim import _reclaim
+
+    sys.setswitchinterval(30.0)
+    finish = threading.Event()
+
+    def target():
+        os.kill(os.getpid(), signal.SIGINT)
+        finish.wait(60)
+
+    thread = _reclaim._NativeThread(target)
+    try:
+        thread.join()
+        print("joined")
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt, thread alive:", thread.is_alive())
+    finish.set()
+    print("joined after the signal:", thread.join(30))
+
+
 if __name__ == "__main__":
     scenario.run(
+        a_signal_ends_a_native_thread_join_without_a_limit,
         no_thread_until_something_is_handed_over,
         drain_thread_runs_through_later_atexit_hooks,
         finalizer_on_the_drain_thread_switches_the_auto_drain_off,
