@@ -160,7 +160,10 @@ class _Collector:
             outcome = {"passed": "passed", "failed": "failed", "skipped": "skipped"}[report.outcome]
             if report.when == "setup" and report.failed:
                 outcome = "error"
-            text = report.longreprtext if not report.passed else ""
+            crash = getattr(report.longrepr, "reprcrash", None)  # the exception's own line, where pytest has it
+            text = "" if report.passed else report.longreprtext
+            if crash is not None and crash.message.strip():
+                text = crash.message.strip().splitlines()[0]
             if report.skipped and isinstance(report.longrepr, tuple):
                 text = str(report.longrepr[2])
             record_id = report.nodeid.split("/")[-1]

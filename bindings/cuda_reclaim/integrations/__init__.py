@@ -11,4 +11,6 @@ docstring says what differs from the library's own behaviour. docs/clients.md co
 tests with and without the integrations.
 """
 
+from . import cuda_core, cupy, numba_cuda
+
 __all__ = ["cuda_core", "cupy", "numba_cuda"]

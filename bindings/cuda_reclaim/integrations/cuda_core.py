@@ -59,24 +59,15 @@ def host_call(stream, fn, /, *args, ordered=True, **kwargs):
     ``pointer`` is a ctypes ``CUhostFn`` (:data:`HOST_FN`) to cuda-reclaim's C trampoline, ``user_data`` an
     int. Hand the pair to CUDA exactly once, on ``stream``, and not into a graph capture; if it never gets
     there (the launch failed), call :func:`withdraw`. ``stream``: as :func:`cuda_reclaim.launch_host_func`.
-    Any thread."""
-    import cuda_reclaim
-    from cuda_reclaim import _graph, _reclaim
+    After :func:`cuda_reclaim.close`: a null pointer (false), user data 0 and a cancelled future: nothing to
+    hand to CUDA. Starts the automatic drain, lazily. Any thread."""
+    from cuda_reclaim import _ordered_calls
 
     if not callable(fn):
         raise TypeError(f"host_call(): fn must be callable, not {type(fn).__name__}")
-    handle = _graph.stream_handle(stream, "host_call")
-    if ordered and not _reclaim.is_closed():
-        mode = cuda_reclaim.get_auto_drain()
-        if mode in ("off", "gc") and not _graph._event_loop_drains():
-            raise RuntimeError(
-                f'host_call(): the automatic drain is "{mode}" and no event loop drains: nothing would run the '
-                "call, and CUDA's thread would wait for it (see cuda_reclaim.launch_host_func_ordered)"
-            )
-    call = _support.reporting(fn)
-    address, user_data, future = _reclaim._prepare_host_call(handle, call, args, kwargs or None, bool(ordered))
-    if address:
-        cuda_reclaim._auto.note_handover()
+    address, user_data, future = _ordered_calls.prepare_host_call(
+        "host_call", stream, _support.reporting(fn), args, kwargs, ordered=bool(ordered)
+    )
     return HOST_FN(address), user_data, future
 
 

@@ -1,0 +1,3 @@
+"""Stand-in for cupy: ``cupy.cuda``."""
+
+from cupy import cuda  # noqa: F401

@@ -1,0 +1,454 @@
+"""Child of test_integrations.py: one scenario per run, named by the first argument. The libraries are the
+stand-ins of integration_standins.py (registered under their names), the driver the fake libcuda
+(tests/graph/fake_libcuda.cc) that CUDA_RECLAIM_LIBCUDA names, with CUDA threads that run each stream's work
+as CUDA does; import_errors runs with the libraries' modules blocked instead."""
+
+import asyncio
+import ctypes
+import os
+import sys
+import threading
+import warnings
+
+import cuda_reclaim
+
+import integration_standins as standins
+import scenario
+
+WAIT = 30.0  # seconds: a bound on waits that end as soon as their condition holds
+
+
+def with_the_fake_driver(cuda_threads=1):
+    """The fake driver (fake_cuda.py, one directory up) with `cuda_threads` CUDA threads, the automatic
+    drain thread on, and the stand-ins registered."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import fake_cuda
+
+    fake = fake_cuda.load()
+    cuda_reclaim.set_auto_drain("thread")
+    fake.fake_cuda_start_threads(cuda_threads)
+    standins.register()
+    return fake
+
+
+def synchronize(fake, stream):
+    assert fake.fake_cuda_stream_synchronize(stream, int(WAIT * 1000)) == 0, "the stream did not finish"
+
+
+def install_uninstall_and_the_context_manager_restore_the_originals():
+    standins.register()
+    from cuda_reclaim.integrations import cuda_core, cupy, numba_cuda
+
+    cases = [
+        (numba_cuda, [(standins.NumbaStream, "add_callback"), (standins.NumbaStream, "async_done")]),
+        (cupy, [(standins.CupyBaseStream, "add_callback"), (standins.CupyBaseStream, "launch_host_func")]),
+        (
+            cuda_core,
+            [(standins.GraphDefinition, "callback"), (standins.GraphNode, "callback")],
+        ),
+    ]
+    inherited = [(standins.CupyExternalStream, "add_callback"), (standins.MemsetNode, "callback")]
+    for module, targets in cases:
+        before = {target: target[0].__dict__[target[1]] for target in targets}
+        assert not module.is_installed()
+        assert module.install() is True
+        assert module.install() is False, "a second install() changes nothing"
+        assert module.is_installed()
+        for (cls, name), own in before.items():
+            assert cls.__dict__[name] is not own, (cls, name)
+        assert module.uninstall() is True
+        assert module.uninstall() is False, "a second uninstall() changes nothing"
+        for (cls, name), own in before.items():
+            assert cls.__dict__[name] is own, (cls, name)
+        with module.installed():
+            assert module.is_installed()
+            with module.installed():  # nested: the inner block did not install it, so it leaves it installed
+                pass
+            assert module.is_installed()
+            for (cls, name), own in before.items():
+                assert cls.__dict__[name] is not own, (cls, name)
+        assert not module.is_installed()
+        for (cls, name), own in before.items():
+            assert cls.__dict__[name] is own, (cls, name)
+    for cls, name in inherited:
+        assert name not in cls.__dict__, "the subclass inherits the method; nothing was left on it"
+    print("restored")
+
+
+def an_attribute_replaced_by_someone_else_is_left_as_they_set_it():
+    standins.register()
+    from cuda_reclaim.integrations import cupy
+
+    def theirs(self, callback, arg):
+        pass
+
+    own = standins.CupyBaseStream.__dict__["add_callback"]
+    cupy.install()
+    standins.CupyBaseStream.add_callback = theirs
+    cupy.uninstall()
+    assert standins.CupyBaseStream.__dict__["add_callback"] is theirs
+    assert standins.CupyBaseStream.__dict__["launch_host_func"] is not own
+    assert standins.CupyBaseStream.launch_host_func.__module__ == "integration_standins", "the other one is restored"
+
+
+def an_immutable_type_is_patched_and_restored():
+    # array.array is an extension type that refuses setattr (as a Cython cdef class of cuda.core does).
+    import array
+
+    from cuda_reclaim.integrations import _support
+
+    try:
+        array.array.tolist = len
+        raise AssertionError("array.array accepted setattr: this scenario needs an immutable type")
+    except TypeError:
+        pass
+    own = array.array.__dict__["tolist"]
+
+    def tolist(self):
+        return "patched"
+
+    patches = _support.Patches()
+    assert patches.install([(array.array, "tolist", tolist), (array.array, "reclaim_probe", tolist)])
+    a = array.array("b", [1, 2])
+    assert a.tolist() == "patched" and a.reclaim_probe() == "patched"
+    assert patches.uninstall()
+    assert array.array.__dict__["tolist"] is own and a.tolist() == [1, 2]
+    assert not hasattr(a, "reclaim_probe")
+
+
+def numba_add_callback_passes_stream_status_and_arg_in_stream_order():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    calls = []
+    main = threading.get_ident()
+    with numba_cuda.installed():
+        stream = standins.NumbaStream(0x9100)
+        fake.fake_cuda_stream_hold(stream.handle, 1)
+        arg = object()
+        for i in range(5):
+            stream.add_callback(lambda s, status, a, i=i: calls.append((i, s, status, a, threading.get_ident())))
+        stream.add_callback(lambda s, status, a: calls.append(("default", s, status, a, threading.get_ident())))
+        stream.add_callback(lambda s, status, a: calls.append(("arg", s, status, a, threading.get_ident())), arg)
+        assert calls == [], "nothing runs before the stream gets there"
+        fake.fake_cuda_stream_hold(stream.handle, 0)
+        synchronize(fake, stream.handle)
+        # The ordered form: the stream finishes only after each call has returned.
+        assert [c[0] for c in calls] == [0, 1, 2, 3, 4, "default", "arg"], calls
+        assert all(c[1] is stream and c[2] == 0 for c in calls), calls
+        assert calls[5][3] is None and calls[6][3] is arg
+        assert all(c[4] != main for c in calls), "ran in the drain thread"
+    assert standins.OWN_CALLS == [], standins.OWN_CALLS
+
+
+def numba_add_callback_turns_an_exception_into_a_warning():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    def raises(stream, status, arg):
+        raise ValueError(f"boom {arg}")
+
+    with numba_cuda.installed(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        stream = standins.NumbaStream(0x9110)
+        stream.add_callback(raises, 7)
+        synchronize(fake, stream.handle)
+    assert [str(w.message) for w in caught] == ["Exception in stream callback: boom 7"], caught
+
+
+def numba_async_done_completes_on_the_loop_and_leaves_a_cancelled_future_alone():
+    fake = with_the_fake_driver(cuda_threads=2)
+    from cuda_reclaim.integrations import numba_cuda
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        completed_on = []
+        streams = [standins.NumbaStream(0x9120 + i) for i in range(3)]
+        fake.fake_cuda_stream_hold(streams[0].handle, 1)
+        held = [streams[0].async_done() for _ in range(3)]
+        others = [stream.async_done() for stream in streams[1:]]
+        for future in held + others:
+            assert isinstance(future, asyncio.Future) and future.get_loop() is loop
+            future.add_done_callback(lambda f: completed_on.append(threading.get_ident()))
+        assert await asyncio.wait_for(asyncio.gather(*others), WAIT) == streams[1:]
+        assert not any(f.done() for f in held), "the held stream has not got there"
+        held[0].cancel()
+        fake.fake_cuda_stream_hold(streams[0].handle, 0)
+        assert await asyncio.wait_for(asyncio.gather(*held[1:]), WAIT) == [streams[0]] * 2
+        assert held[0].cancelled()
+        assert completed_on and set(completed_on) == {threading.get_ident()}, "completed on the loop's thread"
+
+    with numba_cuda.installed():
+        asyncio.run(main())
+    assert standins.OWN_CALLS == []
+
+
+def cupy_callbacks_pass_their_arguments_in_stream_order():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    calls = []
+    with cupy.installed():
+        stream = standins.CupyBaseStream(0x9200)
+        external = standins.CupyExternalStream(0x9200)
+        fake.fake_cuda_stream_hold(stream.ptr, 1)
+        stream.add_callback(lambda s, status, arg: calls.append(("add_callback", s, status, arg)), "a")
+        stream.launch_host_func(lambda arg: calls.append(("launch_host_func", arg)), "b")
+        external.add_callback(lambda s, status, arg: calls.append(("external", s, status, arg)), "c")
+        external.launch_host_func(calls.append, "d")
+        assert calls == []
+        fake.fake_cuda_stream_hold(stream.ptr, 0)
+        synchronize(fake, stream.ptr)
+        assert calls == [
+            ("add_callback", stream, 0, "a"),
+            ("launch_host_func", "b"),
+            ("external", external, 0, "c"),
+            "d",
+        ], calls
+    assert standins.OWN_CALLS == []
+
+
+def cupy_exceptions_reach_the_unraisablehook_before_the_stream_goes_on():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    records = []
+    sys.unraisablehook = records.append
+
+    def raises(arg):
+        raise RuntimeError(f"callback raised {arg}")
+
+    with cupy.installed():
+        stream = standins.CupyBaseStream(0x9210)
+        stream.launch_host_func(raises, 1)
+        stream.add_callback(lambda s, status, arg: raises(arg), 2)
+        synchronize(fake, stream.ptr)
+    assert [r.exc_type for r in records] == [RuntimeError, RuntimeError], records
+    assert [str(r.exc_value) for r in records] == ["callback raised 1", "callback raised 2"]
+
+
+def cupy_launch_host_func_on_a_capturing_stream_is_cupys_own():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    def callback(arg):
+        pass
+
+    with cupy.installed():
+        stream = standins.CupyBaseStream(0x9220)
+        stream.capturing = True
+        stream.launch_host_func(callback, "x")
+    assert standins.OWN_CALLS == [("cupy launch_host_func", callback, "x")], standins.OWN_CALLS
+
+
+def recording_the_nodes_added():
+    """cuda_reclaim.add_host_node, recording each node in its graph's list of standins.NODES (the driver's
+    node list of cuda.core's GraphDefinition.nodes(), which the fake driver does not keep)."""
+    add_host_node = cuda_reclaim.add_host_node
+
+    def recording(graph, fn, /, *args, dependencies=(), **kwargs):
+        node = add_host_node(graph, fn, *args, dependencies=dependencies, **kwargs)
+        standins.NODES.setdefault(int(graph.handle), []).append(int(node))
+        return node
+
+    cuda_reclaim.add_host_node = recording
+
+
+def cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    recording_the_nodes_added()
+    ran, all_ran = [], threading.Event()
+
+    def record(name):
+        ran.append((name, threading.get_ident()))
+        if len(ran) == 4:
+            all_ran.set()
+
+    graph = fake.fake_cuda_graph_create()
+    with cuda_core.installed():
+        definition = standins.GraphDefinition(graph)
+        first = definition.callback(lambda: record("first"))
+        second = first.callback(lambda: record("second"))
+        theirs = cuda_core.HOST_FN(lambda data: None)
+        definition.callback(theirs, user_data=1234)  # a ctypes callback goes to cuda.core as it is
+        lam = lambda: None  # noqa: E731
+        first.callback(lam, user_data=5)  # cuda.core's own ValueError for this: unchanged
+    assert isinstance(first, standins.GraphNode) and isinstance(second, standins.GraphNode)
+    assert [first.handle, second.handle] == standins.NODES[graph], "cuda.core's objects for the nodes added"
+    assert first.graph is definition and second.graph is definition
+    assert fake.fake_cuda_graph_host_node_count(graph) == 2
+    assert standins.OWN_CALLS == [("GraphDefinition.callback", theirs, 1234), ("GraphNode.callback", lam, 5)]
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    stream = 0x9300
+    fake.fake_cuda_graph_launch(executable, stream)
+    fake.fake_cuda_graph_launch(executable, stream)
+    synchronize(fake, stream)
+    assert all_ran.wait(WAIT), ran
+    assert sorted(name for name, _ in ran) == ["first", "first", "second", "second"], ran
+    assert threading.get_ident() not in {thread for _, thread in ran}, "ran in the drain thread"
+    fake.fake_cuda_graph_exec_destroy(executable)
+    fake.fake_cuda_graph_destroy(graph)
+
+
+def cuda_core_callback_exceptions_reach_the_unraisablehook():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    recording_the_nodes_added()
+    records, reported = [], threading.Event()
+
+    def hook(record):
+        records.append(record)
+        reported.set()
+
+    sys.unraisablehook = hook
+
+    def throws():
+        raise RuntimeError("callback raised")
+
+    graph = fake.fake_cuda_graph_create()
+    with cuda_core.installed():
+        standins.GraphDefinition(graph).callback(throws)
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    fake.fake_cuda_graph_launch(executable, 0x9310)
+    assert reported.wait(WAIT)
+    assert [r.exc_type for r in records] == [RuntimeError], records
+    assert "callback raised" in str(records[0].exc_value)
+
+
+def cuda_core_host_call_runs_once_in_a_drain_before_cudas_thread_goes_on():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    ran = []
+    records = []
+    sys.unraisablehook = records.append
+
+    def add(a, *, b):
+        ran.append(threading.get_ident())
+        return a + b
+
+    def throws():
+        raise RuntimeError("host call raised")
+
+    calls = [cuda_core.host_call(0x9320, add, 1, b=2), cuda_core.host_call(0x9320, throws)]
+    for pointer, user_data, future in calls:
+        assert isinstance(pointer, cuda_core.HOST_FN) and pointer.restype is None
+        assert tuple(pointer.argtypes) == (ctypes.c_void_p,) and isinstance(user_data, int) and user_data
+        assert not future.done()
+        # CUDA's thread calls the pointer with the user data: here a thread of ours does, as CUDA would.
+        cuda = threading.Thread(target=pointer, args=(user_data,))
+        cuda.start()
+        cuda.join(WAIT)
+        assert not cuda.is_alive()
+        assert future.done(), "ordered: the call had run when CUDA's thread went on"
+    assert calls[0][2].result(timeout=0) == 3 and len(ran) == 1 and ran[0] != threading.get_ident()
+    assert calls[1][2].result(timeout=0) is None
+    assert [str(r.exc_value) for r in records] == ["host call raised"], records
+
+
+def cuda_core_withdraw_cancels_a_host_call_cuda_never_got():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    pointer, user_data, future = cuda_core.host_call(0x9330, print, "never")
+    cuda_core.withdraw(user_data)
+    assert future.cancelled()
+    try:
+        cuda_core.withdraw(user_data)
+        raise AssertionError("a second withdraw() was accepted")
+    except ValueError as error:
+        print(error)
+
+
+def cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    cuda_reclaim.set_auto_drain("off")
+    try:
+        cuda_core.host_call(0x9340, print)
+        raise AssertionError("an ordered host_call() was prepared with no drain to run it")
+    except RuntimeError as error:
+        assert str(error).startswith('host_call(): the automatic drain is "off"'), error
+    pointer, user_data, future = cuda_core.host_call(0x9340, print, ordered=False)
+    assert pointer and user_data, "the unordered form needs no drain when it is prepared"
+    cuda_core.withdraw(user_data)
+    assert future.cancelled()
+    cuda_reclaim.close()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pointer, user_data, future = cuda_core.host_call(0x9340, print)
+    assert not pointer and user_data == 0 and future.cancelled()
+    assert [str(w.message).split(":")[0] for w in caught] == ["host_call() after cuda_reclaim.close()"], caught
+
+
+def the_real_cuda_core_classes_are_patched_and_restored():
+    try:
+        import cuda.core.graph as graph
+    except ImportError as error:
+        print(f"cuda.core is not installed: {error}")
+        return
+    from cuda_reclaim.integrations import cuda_core
+
+    classes = (graph.GraphDefinition, graph.GraphNode)
+    own = {cls: cls.__dict__["callback"] for cls in classes}
+    host_node_callback = graph.HostCallbackNode.__dict__["callback"]  # its property: the node's callable
+    with cuda_core.installed():
+        for cls in classes:
+            assert cls.__dict__["callback"] is not own[cls] and callable(cls.__dict__["callback"]), cls
+        assert graph.MemsetNode.callback is graph.GraphNode.__dict__["callback"], "every node kind inherits it"
+        assert graph.HostCallbackNode.__dict__["callback"] is host_node_callback
+    for cls in classes:
+        assert cls.__dict__["callback"] is own[cls], cls
+    assert graph.MemsetNode.callback is own[graph.GraphNode]
+    print("restored")
+
+
+def import_errors():
+    for name in ("numba", "numba.cuda", "numba.cuda.cudadrv", "numba.cuda.cudadrv.driver", "cupy",
+                 "cupy.cuda", "cupy.cuda.stream", "cuda.core", "cuda.core.graph"):
+        sys.modules[name] = None  # an import of it raises ImportError
+    import cuda_reclaim.integrations.cuda_core
+    import cuda_reclaim.integrations.cupy
+    import cuda_reclaim.integrations.numba_cuda
+
+    for module in ("numba_cuda", "cupy", "cuda_core"):
+        try:
+            getattr(cuda_reclaim.integrations, module).install()
+            raise AssertionError(f"{module}.install() did not raise")
+        except ImportError as error:
+            print(str(error).split(": ", 2)[:2])
+
+
+def nothing_heavy_at_import():
+    import cuda_reclaim.integrations.cuda_core
+    import cuda_reclaim.integrations.cupy
+    import cuda_reclaim.integrations.numba_cuda  # noqa: F401
+
+    loaded = {name.split(".")[0] for name in sys.modules} | set(sys.modules)
+    print(sorted(loaded & {"numba", "cupy", "cuda.core", "cuda.bindings", "numpy", "asyncio"}))
+
+
+if __name__ == "__main__":
+    scenario.run(
+        install_uninstall_and_the_context_manager_restore_the_originals,
+        an_attribute_replaced_by_someone_else_is_left_as_they_set_it,
+        an_immutable_type_is_patched_and_restored,
+        numba_add_callback_passes_stream_status_and_arg_in_stream_order,
+        numba_add_callback_turns_an_exception_into_a_warning,
+        numba_async_done_completes_on_the_loop_and_leaves_a_cancelled_future_alone,
+        cupy_callbacks_pass_their_arguments_in_stream_order,
+        cupy_exceptions_reach_the_unraisablehook_before_the_stream_goes_on,
+        cupy_launch_host_func_on_a_capturing_stream_is_cupys_own,
+        cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch,
+        cuda_core_callback_exceptions_reach_the_unraisablehook,
+        cuda_core_host_call_runs_once_in_a_drain_before_cudas_thread_goes_on,
+        cuda_core_withdraw_cancels_a_host_call_cuda_never_got,
+        cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close,
+        the_real_cuda_core_classes_are_patched_and_restored,
+        import_errors,
+        nothing_heavy_at_import,
+    )
