@@ -37,7 +37,7 @@ int add_attachment_functions(PyObject* module);
 
 // Shuts the process's hand-back barrier for good: every wait_handed_back, Attachment.wait and
 // asyncio.handed_back that is not over returns False, now and later. The module's close() calls it before
-// it closes the queue. Any thread (no GIL needed); never blocks.
+// it closes the queue. Any thread (no GIL needed); never blocks, never allocates.
 void shut_hand_back_barrier() noexcept;
 
 }  // namespace reclaim::bindings

@@ -14,13 +14,16 @@
 
 namespace reclaim::handback {
 
-// This copy's process barrier. Made on first use in static storage (no allocation) and never destroyed:
-// CUDA's thread may end a ticket during exit(). The first call registers the fork child handler.
-// Any thread; never blocks (the first call takes the static-initialization guard).
+// This copy's process barrier. Made on first use in static storage and never destroyed: CUDA's thread may
+// end a ticket during exit(). The first call registers the fork child handler (pthread_atfork, which may
+// allocate); a call racing with it waits on the static-initialization guard until it is made. The owner
+// calls it at module init, so that the handler exists before anything is attached. Any thread; after the
+// first call, never blocks and never allocates.
 HandBackBarrier& process_barrier() noexcept;
 
 // Shuts the process barrier: every wait on it that is not over returns "not handed back", now and later
-// (HandBackBarrier::close). The owner calls it when it closes the queue. Any thread; never blocks.
+// (HandBackBarrier::close). The owner calls it when it closes the queue, and threading's exit hook before
+// that. Any thread; never blocks, never allocates.
 void shut_process_barrier() noexcept;
 
 // The table's entries for this copy's process barrier; each has the contract of the reclaim_api field of
