@@ -327,7 +327,10 @@ Attachment* new_attachment(const char* kind, PyObject* objects) {
   return attachment;
 }
 
-void shut_hand_back_barrier() noexcept { reclaim::handback::shut_process_barrier(); }
+Py_ssize_t close_after_the_barrier() {
+  reclaim::handback::shut_process_barrier();
+  return close_safely();
+}
 
 int add_attachment_functions(PyObject* module) {
   // The process barrier and its fork handler exist from module init, before anything is attached.

@@ -35,9 +35,10 @@ Attachment* new_attachment(const char* kind, PyObject* objects);
 // -1 with an exception set. Module init.
 int add_attachment_functions(PyObject* module);
 
-// Shuts the process's hand-back barrier for good: every wait_handed_back, Attachment.wait and
-// asyncio.handed_back that is not over returns False, now and later. The module's close() calls it before
-// it closes the queue. Any thread (no GIL needed); never blocks, never allocates.
-void shut_hand_back_barrier() noexcept;
+// The module's close(): shuts the process's hand-back barrier for good (every wait_handed_back,
+// Attachment.wait and asyncio.handed_back that is not over returns False, now and later), then closes the
+// queue with close_safely() (bindings/drain.h) and returns what it returns. The barrier first, so that a
+// waiter learns of the close before the final drain. Requires the GIL (close_safely's contract).
+Py_ssize_t close_after_the_barrier();
 
 }  // namespace reclaim::bindings

@@ -123,11 +123,7 @@ PyObject* py_trim(PyObject*, PyObject*) {
   return PyBool_FromLong(status == reclaim::TrimStatus::kTrimmed);
 }
 
-PyObject* py_close(PyObject*, PyObject*) {
-  // The barrier first: a waiter learns of the close before the final drain, as the queue's own closing does.
-  reclaim::bindings::shut_hand_back_barrier();
-  return PyLong_FromSsize_t(reclaim::bindings::close_safely());
-}
+PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim::bindings::close_after_the_barrier()); }
 
 PyObject* py_defer_release(PyObject*, PyObject* object) {
   Py_INCREF(object);
