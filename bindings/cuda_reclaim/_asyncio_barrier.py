@@ -5,11 +5,10 @@ does) and an asyncio future. Each loop with waiters has a reader on the barrier'
 hand-back that may end a wait writes while listeners are registered: no timer, no thread. The eventfd is one per
 process, so the loop whose reader empties it tells the other loops with waiters to look too.
 
-Fork: the child's eventfd is a new one behind the same descriptor number, and a loop made before the fork shares
-its kernel poller with the parent, whose registration of that number names the parent's eventfd. Before such a
-loop's reader watches the number in the child, the loop gets a poller of its own (cuda_reclaim.asyncio's
-``_make_poller_own``) and the reader is removed and added again; a loop whose poller cannot be renewed (uvloop's)
-looks on a timer instead, and registers nothing in the poller the parent waits on.
+Fork: the child's barrier starts afresh, and every loop with waiters was made before the fork. Their waits end
+cancelled in the child, and the child keeps no listener for them; their loops are left as they are (their kernel
+poller is the parent's too), and a reader of theirs that fires in the child takes itself off the loop. A new wait
+on such a loop raises RuntimeError (_asyncio_drain.check_loop).
 """
 
 import asyncio as _asyncio
@@ -18,19 +17,14 @@ import threading as _threading
 import weakref
 
 from . import _reclaim
+from ._asyncio_drain import check_loop
 
-# loop -> list of [(since, until) epochs, asyncio future]. Guarded by _lock; futures are completed outside it, on
-# their loop's thread.
+# loop -> list of [(since, until) epochs, asyncio future, the function awaited]. Guarded by _lock; futures are
+# completed outside it, on their loop's thread.
 _waiters: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, list[list[object]]]" = weakref.WeakKeyDictionary()
 _lock = _threading.Lock()
-# Loops whose reader is added (or timer scheduled: _timers) and whose listener is registered with the barrier (one
-# each). Guarded by _lock.
+# Loops whose reader is added and whose listener is registered with the barrier (one each). Guarded by _lock.
 _listening: "weakref.WeakSet[_asyncio.AbstractEventLoop]" = weakref.WeakSet()
-# Loops of _listening that look on a timer instead of a reader (fork child, a poller shared with the parent that
-# cannot be renewed): loop -> its asyncio.TimerHandle. Guarded by _lock; scheduled on the loop's thread only.
-_timers: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, _asyncio.TimerHandle]" = weakref.WeakKeyDictionary()
-# The timer's period, in seconds.
-_TIMER_SECONDS = 0.05
 
 
 def _settle(loop):
@@ -41,7 +35,7 @@ def _settle(loop):
         waiting = _waiters.get(loop, [])
         closed = _reclaim._hand_back_closed()
         for entry in list(waiting):
-            (since, until), future = entry
+            (since, until), future, _ = entry
             if future.done():
                 waiting.remove(entry)
             elif _reclaim._hand_back_reached(since, until):
@@ -54,17 +48,24 @@ def _settle(loop):
 
 
 def _on_readable(loop):
-    _reclaim._hand_back_consume()
     with _lock:
-        loops = [other for other, waiting in _waiters.items() if waiting and other is not loop]
-        # A loop closed with a wait pending (never cancelled) waits for nothing any more: forget it.
-        closed = [other for other in loops if other.is_closed()]
-        for other in closed:
-            _waiters.pop(other, None)
-            loops.remove(other)
-            if other in _listening:
-                _listening.discard(other)
-                _reclaim._hand_back_listen(False)
+        if loop not in _listening:  # a reader that outlived its listener: in a fork child, the parent's loop
+            stale = True
+        else:
+            stale = False
+            loops = [other for other, waiting in _waiters.items() if waiting and other is not loop]
+            # A loop closed with a wait pending (never cancelled) waits for nothing any more: forget it.
+            closed = [other for other in loops if other.is_closed()]
+            for other in closed:
+                _waiters.pop(other, None)
+                loops.remove(other)
+                if other in _listening:
+                    _listening.discard(other)
+                    _reclaim._hand_back_listen(False)
+    if stale:
+        _remove_reader(loop)
+        return
+    _reclaim._hand_back_consume()
     _settle(loop)
     for other in loops:  # the eventfd is shared: a loop whose reader did not get to it first looks too
         try:
@@ -73,48 +74,12 @@ def _on_readable(loop):
             pass
 
 
-def _reader_is_own(loop):
-    """On `loop`'s thread: True if a reader that `loop` adds watches this process's files only and wakes no
-    other process's loop. Outside a fork child, always; in a fork child once cuda_reclaim.asyncio has given
-    the loop a poller of its own (a loop made before the fork shares its kernel poller with the parent) or
-    the loop's poller is not one the parent waits on. False: a poller shared with the parent that cannot be
-    renewed. Never blocks."""
-    from . import asyncio as reclaim_asyncio  # the module that imports this one and exports handed_back
-
-    if not reclaim_asyncio._forked:
-        return True
-    return reclaim_asyncio._make_poller_own(loop) or not reclaim_asyncio._poller_may_be_the_parents(loop)
-
-
-def _tick(loop):
-    """A timer loop's look (see _timers): settle, and look again while it listens."""
-    _settle(loop)
-    with _lock:
-        if loop in _timers and not loop.is_closed():
-            _timers[loop] = loop.call_later(_TIMER_SECONDS, _tick, loop)
-
-
-def _wake_on_listener(loop):
-    """On `loop`'s thread, for a loop of _listening: its reader on the listener fd, or its timer where a
-    reader is not the loop's own (see _reader_is_own)."""
-    if _reader_is_own(loop):
-        loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
-        return
-    with _lock:
-        _timers[loop] = loop.call_later(_TIMER_SECONDS, _tick, loop)
-
-
-def _follow_fork(loop):
-    """In a fork child, on `loop`'s thread, for a loop that listened at the fork: its reader's registration
-    is inherited and names the parent's eventfd (see the module's docstring). The reader goes (a removal from
-    a poller shared with the parent fails harmlessly: the kernel keys the parent's registration by the
-    parent's eventfd) and comes back in the loop's own poller, or the loop looks on a timer."""
-    with _lock:
-        listening = loop in _listening and loop not in _timers
-    if not listening or loop.is_closed():
-        return
-    loop.remove_reader(_reclaim._hand_back_listener_fd())
-    _wake_on_listener(loop)
+def _remove_reader(loop):
+    if not loop.is_closed():
+        try:
+            loop.remove_reader(_reclaim._hand_back_listener_fd())
+        except (OSError, ValueError):  # a poller that refuses (uvloop's, for a parent's registration)
+            pass
 
 
 def _register(loop, entry):
@@ -126,7 +91,7 @@ def _register(loop, entry):
     if start:
         # Listen before the first look (_settle): an end() after the look then writes the fd.
         _reclaim._hand_back_listen(True)
-        _wake_on_listener(loop)
+        loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
 
 
 def _unregister(loop, entry):
@@ -138,16 +103,25 @@ def _unregister(loop, entry):
         if not waiting:
             _waiters.pop(loop, None)
         stop = not waiting and loop in _listening
-        timer = None
         if stop:
             _listening.discard(loop)
-            timer = _timers.pop(loop, None)
     if stop:
         _reclaim._hand_back_listen(False)
-        if timer is not None:
-            timer.cancel()
-        elif not loop.is_closed():
-            loop.remove_reader(_reclaim._hand_back_listener_fd())
+        _remove_reader(loop)
+
+
+async def _wait(function, since):
+    loop = _asyncio.get_running_loop()
+    check_loop(function, loop)
+    if _reclaim._hand_back_closed():
+        return False
+    entry = [_reclaim._hand_back_request(since), loop.create_future(), function]
+    try:
+        _register(loop, entry)
+        _settle(loop)  # it may be over already (nothing was held)
+        return await entry[1]
+    finally:
+        _unregister(loop, entry)
 
 
 async def handed_back(*, since=None):
@@ -157,49 +131,38 @@ async def handed_back(*, since=None):
     while waiting.
 
     The loop wakes through a reader on the barrier's eventfd, written by the hand-back that ends the wait:
-    no polling timer, no thread (in a fork child, a loop made before the fork whose poller cannot be made
-    the child's own, as uvloop's, looks every 50 ms instead). Bound it with ``asyncio.wait_for``; cancelling
-    the await is safe. Loops without ``add_reader`` (the Windows proactor) are refused with
-    NotImplementedError.
+    no polling timer, no thread. Bound it with ``asyncio.wait_for``; cancelling the await is safe. Loops
+    without ``add_reader`` (the Windows proactor) are refused with NotImplementedError. In a fork child, on a
+    loop made before the fork: a wait pending at the fork raises ``asyncio.CancelledError`` whose message says
+    so, and a new one RuntimeError; a loop made in the child waits as in a new process.
     """
-    loop = _asyncio.get_running_loop()
-    if _reclaim._hand_back_closed():
-        return False
-    entry = [_reclaim._hand_back_request(since), loop.create_future()]
-    try:
-        _register(loop, entry)
-        _settle(loop)  # it may be over already (nothing was held)
-        return await entry[1]
-    finally:
-        _unregister(loop, entry)
+    return await _wait("handed_back", since)
 
 
 async def flush(*, since=None):
     """``await handed_back(since=since)``, then :func:`cuda_reclaim.drain` everything queued on the loop's thread
     (finalizers and host calls run here); return how many that drain released. As
-    :func:`cuda_reclaim.flush`, without blocking the loop."""
-    await handed_back(since=_reclaim._checked_since("flush", since))
+    :func:`cuda_reclaim.flush`, without blocking the loop; in a fork child, as :func:`handed_back`."""
+    await _wait("flush", _reclaim._checked_since("flush", since))
     return _reclaim.drain(None)
 
 
 def _after_fork_in_child():
     # The barrier starts afresh in the child (no tickets, no listener, a new eventfd behind the listener fd's
-    # number): what the parent's loops waited for is over here. Restore one listener per loop still waiting,
-    # have each such loop watch the child's eventfd (_follow_fork, on the loop's thread, after every fork hook
-    # has run) and look again (the forking thread is the only one: call_soon is safe where it runs a loop).
-    # Another parent thread may have held the lock at the fork: the child's is new. A timer of the parent's
-    # is the loop's own, scheduled on it: it goes on.
+    # number), and every loop with waiters is the parent's: their waits end cancelled (the forking thread is the
+    # only one, so the loop is told to resume their tasks where it could run at all). Another parent thread may
+    # have held the lock at the fork: the child's is new.
     global _lock
     _lock = _threading.Lock()
-    with _lock:
-        listening = list(_listening)
-        loops = [loop for loop, waiting in _waiters.items() if waiting]
-    for _ in listening:
-        _reclaim._hand_back_listen(True)
-    for loop in loops:
-        if not loop.is_closed():
-            loop.call_soon(_follow_fork, loop)
-            loop.call_soon(_settle, loop)
+    entries = [entry for waiting in _waiters.values() for entry in waiting]
+    _waiters.clear()
+    _listening.clear()
+    for _, future, function in entries:
+        try:
+            future.cancel(msg=f"{function}(): the event loop was made before os.fork(); its waits end in the fork "
+                          "child (make a new loop there)")
+        except RuntimeError:  # the loop is closed, or ran on a thread of the parent's (it never runs here)
+            pass
 
 
 _os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,8 +1,7 @@
-"""Child of test_asyncio.py: `await cuda_reclaim.asyncio.handed_back()` in a fork child, on an event loop made
-before the fork with a wait pending at the fork, or on one made in the child.
-`python asyncfork_handed_back.py NAME MODE SELECTOR`; MODE is the automatic drain's mode (thread or off),
-SELECTOR the loop's selector: epoll, poll, select, or shared (an epoll selector that cuda_reclaim cannot renew,
-as uvloop's poller: the child must not register anything in it)."""
+"""Child of test_asyncio.py: `await cuda_reclaim.asyncio.handed_back()` in a fork child: on an event loop made
+before the fork (a wait pending there at the fork, or none), and on one made in the child.
+`python asyncfork_handed_back.py NAME MODE LOOP`; MODE is the automatic drain's mode (thread or off), LOOP the
+kind of loop: an asyncio loop with the epoll, poll or select selector, or uvloop."""
 
 import asyncio
 import os
@@ -29,43 +28,13 @@ class P:
     """A payload to attach."""
 
 
-class SharedEpollSelector(selectors.BaseSelector):
-    """An epoll selector behind a class that cuda_reclaim does not know: its kernel poller, made before a fork,
-    stays shared with the parent in the child (as a uvloop loop's libuv poller does)."""
-
-    def __init__(self):
-        self._inner = selectors.EpollSelector()
-
-    def fileno(self):
-        return self._inner.fileno()
-
-    def register(self, fileobj, events, data=None):
-        return self._inner.register(fileobj, events, data)
-
-    def unregister(self, fileobj):
-        return self._inner.unregister(fileobj)
-
-    def modify(self, fileobj, events, data=None):
-        return self._inner.modify(fileobj, events, data)
-
-    def select(self, timeout=None):
-        return self._inner.select(timeout)
-
-    def close(self):
-        self._inner.close()
-
-    def get_map(self):
-        return self._inner.get_map()
-
-
 def new_loop(kind):
-    selector = {
-        "epoll": selectors.EpollSelector,
-        "poll": selectors.PollSelector,
-        "select": selectors.SelectSelector,
-        "shared": SharedEpollSelector,
-    }[kind]()
-    return asyncio.SelectorEventLoop(selector)
+    if kind == "uvloop":
+        import uvloop
+
+        return uvloop.new_event_loop()
+    selector = {"epoll": selectors.EpollSelector, "poll": selectors.PollSelector, "select": selectors.SelectSelector}
+    return asyncio.SelectorEventLoop(selector[kind]())
 
 
 def registrations_of(epoll_fd, fd):
@@ -76,8 +45,9 @@ def registrations_of(epoll_fd, fd):
 
 
 def listener_reader_registered(loop):
-    """Whether `loop`'s selector has a reader for the barrier's listener eventfd."""
-    return _reclaim._hand_back_listener_fd() in loop._selector.get_map()
+    """Whether `loop` has a reader for the barrier's listener eventfd (uvloop's poller cannot be looked at: no)."""
+    selector = getattr(loop, "_selector", None)
+    return selector is not None and _reclaim._hand_back_listener_fd() in selector.get_map()
 
 
 def hand_back_from_cuda_thread(graph):
@@ -88,13 +58,11 @@ def hand_back_from_cuda_thread(graph):
     return cuda
 
 
-async def childs_waits(loop, pending, new, graph, while_waiting=None):
-    """In the fork child: the wait pending at the fork (None: none), the new one for the child's `graph`, and
-    one that the child's close() ends; `while_waiting()` is called while the new one waits. Returns a report
-    ("ok" or what went wrong)."""
-    if pending is not None and await asyncio.wait_for(pending, WAIT_LIMIT_SECONDS) is not True:
-        return "the wait pending at the fork did not resume with True"
-    await asyncio.sleep(0)  # the loop's callbacks of the fork (if any) have run
+async def childs_waits(loop, new, graph, while_waiting=None):
+    """In the fork child, on a loop made there: the new wait for the child's `graph`, and one that the child's
+    close() ends; `while_waiting()` is called while the new one waits. Returns a report ("ok" or what went
+    wrong)."""
+    await asyncio.sleep(0)  # the new wait's task has made its request
     if new.done():
         return "the new wait resumed while the child's graph was held"
     if while_waiting is not None:
@@ -132,6 +100,28 @@ async def childs_waits(loop, pending, new, graph, while_waiting=None):
     return "ok"
 
 
+def the_parents_loop_in_the_child(loop, pending):
+    """In the fork child, on the loop made before the fork: the wait pending at the fork (None: none) ends
+    cancelled once the loop runs again, and a new wait is refused. Returns "ok" or what went wrong."""
+    if pending is not None:
+        loop.run_until_complete(asyncio.sleep(0))  # one step of the parent's loop: the task resumes
+        if not pending.cancelled():
+            return f"the wait pending at the fork did not end cancelled: {pending}"
+        try:
+            pending.result()
+        except asyncio.CancelledError as error:
+            if not str(error).startswith("handed_back(): the event loop was made before os.fork()"):
+                return f"the pending wait's CancelledError does not say why: {error!r}"
+    try:
+        loop.run_until_complete(asyncio.wait_for(reclaim_asyncio.handed_back(), WAIT_LIMIT_SECONDS))
+    except RuntimeError as error:
+        if not str(error).startswith("handed_back(): this event loop was made before os.fork()"):
+            return f"a new wait on the parent's loop: {error!r}"
+    else:
+        return "a new wait on the parent's loop was not refused"
+    return "ok"
+
+
 def report_from_child(read_end, pid):
     ready, _, _ = select.select([read_end], [], [], 3 * WAIT_LIMIT_SECONDS)
     if not ready:
@@ -141,9 +131,9 @@ def report_from_child(read_end, pid):
     return os.read(read_end, 1000).decode()
 
 
-def a_loop_made_before_a_fork_resumes_the_childs_waits(mode, kind, at_fork):
+def a_loop_made_before_a_fork_ends_its_waits_in_the_child(mode, kind, at_fork):
     """AT_FORK: pending (a wait of the parent's is pending at the fork) or idle (the loop waited before, and
-    waits for nothing at the fork)."""
+    waits for nothing at the fork). The child waits on a loop of its own meanwhile."""
     cuda_reclaim.set_auto_drain(mode)
     loop = new_loop(kind)
     graph = FAKE.fake_cuda_graph_create()
@@ -153,7 +143,7 @@ def a_loop_made_before_a_fork_resumes_the_childs_waits(mode, kind, at_fork):
         # The task's first step: its wait is registered, its reader added. The loop stops with it pending
         # (asyncio forgets the running loop in a fork child: the fork is made between two runs).
         loop.run_until_complete(asyncio.sleep(0))
-        assert not pending.done() and listener_reader_registered(loop)
+        assert not pending.done() and (kind == "uvloop" or listener_reader_registered(loop))
     else:
         assert loop.run_until_complete(reclaim_asyncio.handed_back(since=cuda_reclaim.hand_back_mark())) is True
         assert not listener_reader_registered(loop)
@@ -163,17 +153,19 @@ def a_loop_made_before_a_fork_resumes_the_childs_waits(mode, kind, at_fork):
     pid = os.fork()
     if pid == 0:
         try:
-            # Before the loop runs again: the child's graph is held and its new wait registered while the one
-            # pending at the fork (if any) still is.
-            childs = FAKE.fake_cuda_graph_create()
-            cuda_reclaim.keep_alive(childs, P())
-            new = loop.create_task(reclaim_asyncio.handed_back())
+            message = the_parents_loop_in_the_child(loop, pending)
+            if message == "ok":
+                own = new_loop(kind)
+                childs = FAKE.fake_cuda_graph_create()
+                cuda_reclaim.keep_alive(childs, P())
+                new = own.create_task(reclaim_asyncio.handed_back())
 
-            def let_the_parent_look():
-                os.write(to_parent_w, b"w")
-                os.read(to_child_r, 1)
+                def let_the_parent_look():
+                    os.write(to_parent_w, b"w")
+                    os.read(to_child_r, 1)
 
-            message = loop.run_until_complete(childs_waits(loop, pending, new, childs, let_the_parent_look))
+                message = own.run_until_complete(childs_waits(own, new, childs, let_the_parent_look))
+                own.close()
         except BaseException as error:  # reported to the parent, which fails the scenario
             message = f"child failed: {error!r}"
         os.write(to_parent_w, message.encode())
@@ -183,11 +175,11 @@ def a_loop_made_before_a_fork_resumes_the_childs_waits(mode, kind, at_fork):
     waiting = report_from_child(to_parent_r, pid)
     shared = None
     if waiting == "w":
-        # While the child's loop waits on the child's eventfd, the parent's poller (shared with the child's
-        # unless the child renewed its own) holds the parent's registration of the number (if its wait is
-        # pending) only.
+        # While the child's own loop waits on the child's eventfd, the poller of the loop made before the fork
+        # (the parent's and the child's) holds the parent's registration of the number (if its wait is
+        # pending) only: the child neither removed it nor added one.
         listener = _reclaim._hand_back_listener_fd()
-        shared = registrations_of(loop._selector.fileno(), listener) if kind in ("epoll", "shared") else "n/a"
+        shared = registrations_of(loop._selector.fileno(), listener) if kind == "epoll" else "n/a"
         os.write(to_child_w, b"x")
         child = report_from_child(to_parent_r, pid)
     else:
@@ -228,7 +220,7 @@ def a_loop_made_in_a_fork_child_resumes_its_waits(mode, kind):
                 cuda_reclaim.keep_alive(childs, P())
                 new = asyncio.ensure_future(reclaim_asyncio.handed_back())
                 await asyncio.sleep(0)  # the task's first step: its wait is registered
-                return await childs_waits(loop, None, new, childs)
+                return await childs_waits(loop, new, childs)
 
             message = loop.run_until_complete(main())
             loop.close()
@@ -247,6 +239,6 @@ FAKE = fake_cuda.load()
 
 if __name__ == "__main__":
     scenario.run(
-        a_loop_made_before_a_fork_resumes_the_childs_waits,
+        a_loop_made_before_a_fork_ends_its_waits_in_the_child,
         a_loop_made_in_a_fork_child_resumes_its_waits,
     )
