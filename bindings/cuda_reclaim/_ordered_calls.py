@@ -32,10 +32,11 @@ def launch_host_func_ordered(stream, fn, /, *args, **kwargs):
       is installed and not cancelled. Switching the automatic drain off later leaves the call to an explicit
       :func:`cuda_reclaim.drain` (or to close). After :func:`cuda_reclaim.close` nothing is refused: the
       future comes back cancelled.
-    - ``fn``, and anything else a drain runs (finalizers, other calls), must not wait for GPU work queued
-      after an ordered call that has not run yet, on any stream of the context (``synchronize()``, an
-      event's): the drain it waits in may be the one that has to run that call. Launching more calls,
-      ordered ones too, from ``fn`` is fine. This is not detected (the wait is CUDA's).
+    - ``fn``, the future's done-callbacks (they run before the stream goes on), and anything else a drain
+      runs (finalizers, other calls) must not wait for GPU work queued after an ordered call that has not
+      run yet, on any stream of the context (``synchronize()``, an event's): the drain it waits in may be
+      the one that has to run that call. Launching more calls, ordered ones too, from ``fn`` is fine. This
+      is not detected (the wait is CUDA's).
     - A wait for the stream on an event loop's thread whose loop is the only drain deadlocks the same way:
       wait from another thread, or ``await`` :func:`cuda_reclaim.asyncio.stream_reached`.
     - The waiting thread must release the GIL while it waits (cuda.core, CuPy, numba-cuda and
