@@ -100,18 +100,25 @@ async def childs_waits(loop, new, graph, while_waiting=None):
     return "ok"
 
 
-def the_parents_loop_in_the_child(loop, pending):
+async def recording_cancellation(awaitable, messages):
+    """Await `awaitable`; the message of a CancelledError raised at the await goes to `messages` (a task's
+    result() keeps it on 3.11 and later only)."""
+    try:
+        return await awaitable
+    except asyncio.CancelledError as error:
+        messages.append(str(error))
+        raise
+
+
+def the_parents_loop_in_the_child(loop, pending, messages):
     """In the fork child, on the loop made before the fork: the wait pending at the fork (None: none) ends
     cancelled once the loop runs again, and a new wait is refused. Returns "ok" or what went wrong."""
     if pending is not None:
         loop.run_until_complete(asyncio.sleep(0))  # one step of the parent's loop: the task resumes
         if not pending.cancelled():
             return f"the wait pending at the fork did not end cancelled: {pending}"
-        try:
-            pending.result()
-        except asyncio.CancelledError as error:
-            if not str(error).startswith("handed_back(): the event loop was made before os.fork()"):
-                return f"the pending wait's CancelledError does not say why: {error!r}"
+        if not messages or not messages[0].startswith("handed_back(): the event loop was made before os.fork()"):
+            return f"the pending wait's CancelledError does not say why: {messages}"
     try:
         loop.run_until_complete(asyncio.wait_for(reclaim_asyncio.handed_back(), WAIT_LIMIT_SECONDS))
     except RuntimeError as error:
@@ -138,8 +145,9 @@ def a_loop_made_before_a_fork_ends_its_waits_in_the_child(mode, kind, at_fork):
     loop = new_loop(kind)
     graph = FAKE.fake_cuda_graph_create()
     cuda_reclaim.keep_alive(graph, P())
+    messages = []
     if at_fork == "pending":
-        pending = loop.create_task(reclaim_asyncio.handed_back())
+        pending = loop.create_task(recording_cancellation(reclaim_asyncio.handed_back(), messages))
         # The task's first step: its wait is registered, its reader added. The loop stops with it pending
         # (asyncio forgets the running loop in a fork child: the fork is made between two runs).
         loop.run_until_complete(asyncio.sleep(0))
@@ -153,7 +161,7 @@ def a_loop_made_before_a_fork_ends_its_waits_in_the_child(mode, kind, at_fork):
     pid = os.fork()
     if pid == 0:
         try:
-            message = the_parents_loop_in_the_child(loop, pending)
+            message = the_parents_loop_in_the_child(loop, pending, messages)
             if message == "ok":
                 own = new_loop(kind)
                 childs = FAKE.fake_cuda_graph_create()
