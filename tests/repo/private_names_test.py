@@ -1,4 +1,4 @@
-"""CPython private names live in the two compat modules only, less an allowlist that only shrinks.
+"""CPython private names live in the two compat modules only (the allowlist for others is empty).
 
 The product code (cleanup/, graph/, bindings/ and include/: Python and C/C++) is scanned by
 tools/measure.py's private_name_uses(): in Python, a private attribute of a standard-library module (also
@@ -23,23 +23,9 @@ sys.path.insert(0, os.path.join(ROOT, "tools"))
 
 import measure  # noqa: E402 - tools/, from the source tree
 
-# (file, name): why it is there. Each entry goes when its use moves into a compat module or disappears.
-ALLOWED = {
-    ("bindings/cuda_reclaim/_auto_threads.py", "_imp"):
-        "the gc mode's callback asks whether any thread holds the import lock (no public test of it)",
-    ("bindings/cuda_reclaim/_auto_threads.py", "_imp.lock_held"):
-        "the same: _imp.lock_held() is the only way to know, and imp.lock_held is gone since 3.12",
-    ("bindings/cuda_reclaim/_auto_threads.py", "threading._shutdown_locks_lock"):
-        "the gc mode does not drain while threading's shutdown-locks lock (3.10-3.12) is held",
-    ("bindings/cuda_reclaim/_auto_threads.py", "threading._SHUTTING_DOWN"):
-        "Thread.start() refused at exit (3.12) is told apart from a real failure",
-    ("bindings/cuda_reclaim/_auto_threads.py", "._is_owned"):
-        "the drain's state lock asks whether this thread holds its RLock (threading.Condition's own test)",
-    ("bindings/cuda_reclaim/asyncio.py", "loop._selector"):
-        "a fork child renews the epoll of a loop made before the fork (no public access to it)",
-    ("bindings/cuda_reclaim/asyncio.py", "loop._get_backend_id"):
-        "the same for uvloop: libuv's epoll descriptor",
-}
+# (file, name): why it is there. Empty: every use is in a compat module. An entry may come back only with its
+# reason, and goes again when its use moves into a compat module or disappears.
+ALLOWED: "dict[tuple[str, str], str]" = {}
 
 
 def unexpected_and_stale(uses, allowed=ALLOWED, compat=measure.COMPAT_MODULES):
