@@ -22,7 +22,7 @@ from ._asyncio_drain import check_loop, install
 # loop -> the _CallWaiters pending there: when the automatic drain thread stops while they wait, the loop's own
 # reader must take over (see _mode_changed); in a fork child they are cancelled. Guarded by _awaiting_lock
 # (re-entrant: a finalizer run on this thread while it is held may switch the mode).
-_awaiting = weakref.WeakKeyDictionary()
+_awaiting: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, set[_CallWaiter]]" = weakref.WeakKeyDictionary()
 _awaiting_lock = _threading.RLock()
 
 

@@ -12,10 +12,11 @@ import weakref
 
 from . import _reclaim
 
-_installed = weakref.WeakKeyDictionary()  # loop -> DrainHandle (which holds its loop weakly: see DrainHandle)
+# loop -> its DrainHandle (which holds its loop weakly: see DrainHandle).
+_installed: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, DrainHandle]" = weakref.WeakKeyDictionary()
 # loop -> the id of the process where this package first used it (install, an await), or that forked while it ran
 # on the forking thread. An entry that names another process marks a loop made before a fork of this one.
-_loop_pids = weakref.WeakKeyDictionary()
+_loop_pids: "weakref.WeakKeyDictionary[_asyncio.AbstractEventLoop, int]" = weakref.WeakKeyDictionary()
 
 
 def check_loop(function, loop):
