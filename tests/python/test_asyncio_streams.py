@@ -326,6 +326,20 @@ def test_in_a_fork_child_a_loop_made_before_the_fork_is_left_to_the_parent_and_a
     assert float(idle["idle_cpu_share"]) < 0.1, result.stdout  # a spinning loop keeps the CPU busy
 
 
+@pytest.mark.parametrize("factory", LOOPS)
+def test_in_a_fork_child_a_loop_that_ran_on_the_forking_thread_is_refused_though_never_used_before(factory):
+    # cuda_reclaim never used the loop before the fork: it is known as the parent's because the fork was made
+    # while it ran on the forking thread.
+    kind = "uvloop" if factory.startswith("uvloop") else "asyncio"
+    if kind == "uvloop":
+        pytest.importorskip("uvloop", reason="uvloop is not installed for this Python")
+    result = fake_cuda.run_script(
+        "asyncfork_loop_reader.py", "a_loop_running_on_the_forking_thread_is_the_parents_in_the_child", kind,
+        PYTHONWARNINGS="ignore::DeprecationWarning",
+    )
+    assert "child ok" in result.stdout.splitlines(), result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("awaiting", ["run_when_reached", "stream_reached"])
 @pytest.mark.parametrize("factory", LOOPS)
 def test_a_cancelled_await_never_runs_its_call_even_if_the_drain_thread_takes_it_before_the_loop_iterates(

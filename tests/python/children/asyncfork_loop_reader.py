@@ -1,6 +1,6 @@
-"""Child of test_asyncio_streams.py: an event loop made before a fork, with a drain installed and an await
-pending at the fork, and a loop made in the fork child.
-`python asyncfork_loop_reader.py NAME LOOP MODE`; LOOP is asyncio or uvloop, MODE the automatic drain's mode
+"""Child of test_asyncio_streams.py: an event loop made before a fork (with a drain installed and an await
+pending at the fork, or running on the forking thread), and a loop made in the fork child.
+`python asyncfork_loop_reader.py NAME LOOP [MODE]`; LOOP is asyncio or uvloop, MODE the automatic drain's mode
 (off: the loops' own readers are what drains; thread)."""
 
 import asyncio
@@ -227,5 +227,43 @@ def a_loop_made_before_a_fork_is_left_to_the_parent(kind, mode):
     assert os.waitstatus_to_exitcode(status) == 0, status
 
 
+def a_loop_running_on_the_forking_thread_is_the_parents_in_the_child(kind):
+    """A fork made from a coroutine of a loop that cuda_reclaim never used: in the child, install() on that
+    loop is refused, and install() on a loop made in the child drains from its reader."""
+    loop = new_loop(kind)
+    read_end, write_end = os.pipe()
+
+    async def fork_from_a_coroutine():
+        return os.fork()
+
+    pid = loop.run_until_complete(fork_from_a_coroutine())
+    if pid == 0:
+        try:
+            message = refused(loop, "install", None)
+            if message == "refused":
+                own = new_loop(kind)
+                try:
+                    mode = reclaim_asyncio.install(own).mode
+                finally:
+                    own.close()
+                message = "ok" if mode == "reader" else f"install() on a loop made in the child: mode {mode!r}"
+        except BaseException as error:  # reported to the parent, which fails the scenario
+            message = f"child failed: {error!r}"
+        os.write(write_end, f"child {message}".encode())
+        os._exit(0)
+    os.close(write_end)
+    ready, _, _ = select.select([read_end], [], [], WAIT_LIMIT_SECONDS)
+    if not ready:
+        os.kill(pid, signal.SIGKILL)
+    child = os.read(read_end, 1000).decode() if ready else "child reported nothing"
+    _, status = os.waitpid(pid, 0)
+    loop.close()
+    print(child, flush=True)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+
+
 if __name__ == "__main__":
-    scenario.run(a_loop_made_before_a_fork_is_left_to_the_parent)
+    scenario.run(
+        a_loop_made_before_a_fork_is_left_to_the_parent,
+        a_loop_running_on_the_forking_thread_is_the_parents_in_the_child,
+    )
