@@ -17,7 +17,7 @@ import threading as _threading
 import weakref
 
 from . import _reclaim
-from ._asyncio_drain import check_loop
+from ._asyncio_drain import check_loop, ended_by_fork
 
 # loop -> list of [(since, until) epochs, asyncio future, the function awaited]. Guarded by _lock; futures are
 # completed outside it, on their loop's thread.
@@ -159,8 +159,7 @@ def _after_fork_in_child():
     _listening.clear()
     for _, future, function in entries:
         try:
-            future.cancel(msg=f"{function}(): the event loop was made before os.fork(); its waits end in the fork "
-                          "child (make a new loop there)")
+            future.cancel(msg=ended_by_fork(function))
         except RuntimeError:  # the loop is closed, or ran on a thread of the parent's (it never runs here)
             pass
 

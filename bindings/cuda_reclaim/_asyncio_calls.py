@@ -17,7 +17,7 @@ import weakref
 from . import _auto
 from . import _graph
 from . import _reclaim
-from ._asyncio_drain import check_loop, install
+from ._asyncio_drain import check_loop, ended_by_fork, install
 
 # loop -> the _CallWaiters pending there: when the automatic drain thread stops while they wait, the loop's own
 # reader must take over (see _mode_changed); in a fork child they are cancelled. Guarded by _awaiting_lock
@@ -77,8 +77,7 @@ class _CallWaiter(_asyncio.Future):
         """In a fork child, for a loop made before the fork: the await ends cancelled. The call is the parent's
         (the child has cancelled it already); the loop is only told to resume the task."""
         try:
-            super().cancel(msg=f"{self.function}(): the event loop was made before os.fork(); its awaits end "
-                           "in the fork child (make a new loop there)")
+            super().cancel(msg=ended_by_fork(self.function))
         except RuntimeError:  # the loop is closed, or ran on a thread of the parent's (it never runs here)
             pass
 

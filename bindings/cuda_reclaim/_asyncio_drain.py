@@ -31,6 +31,11 @@ def check_loop(function, loop):
         )
 
 
+def ended_by_fork(function):
+    """The message of the CancelledError that ends `function`'s await pending at a fork, in the fork child."""
+    return f"{function}(): the event loop was made before os.fork(); its awaits end in the fork child (make a new loop)"
+
+
 def _check_drain_arguments(function, max_items, interval):
     _reclaim._checked_count(function, "max_items", max_items)
     if not _reclaim._checked_seconds(function, "interval", interval):  # None or 0 would spin or never tick
