@@ -79,6 +79,9 @@ struct HostNode {
   PyObject* args;        // tuple
   PyObject* kwargs;      // dict or null
   PyObject* attachment;  // the node's Attachment (bindings/attachments.h): slot.done points into it
+  bool ordered;          // add_host_node_ordered: its firings wait on gates (graph/host_calls.h)
+  HostNode* previous_ordered;  // the list of ordered nodes alive (host_nodes.cc), while `ordered`
+  HostNode* next_ordered;
 };
 
 // Calls that ran (host calls and host-node firings; an exception counts: the call ran), host calls that
@@ -166,7 +169,7 @@ void cancel_all_host_calls();
 // A new host node calling fn(*args, **kwargs) at every firing (it takes its own references to fn, args and
 // kwargs, which may be null), with its native count's reference taken: two references in all, the
 // caller's and that one. Null with an exception set. Requires the GIL.
-HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs);
+HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs, bool ordered);
 
 // The release action's part for host nodes: runs one firing's call, or drops the native count's reference
 // when the graph's user object went last. Steals the queue's reference. Requires the GIL; re-entrant.
@@ -175,6 +178,14 @@ void host_node_arrived(HostNode* node);
 // One firing (or the final entry) that must not run: counted in calls_cancelled, the native count's
 // bookkeeping done as after a run. Steals the queue's reference. Requires the GIL.
 void host_node_cancelled(HostNode* node);
+
+// Ordered nodes (add_host_node_ordered): opens the gate of every waiting firing and of every firing a running
+// call took (open_every_gate, host_calls.h). With the GIL, or on the thread that finalizes the interpreter
+// once no other thread can take it; never touches Python; never blocks.
+void open_node_gates() noexcept;
+
+// Fork child: the waiting firings are the parent's; their gates are dropped unopened. Single-threaded.
+void forget_node_gates_after_fork() noexcept;
 
 // The part of a dying node's deallocation that is the node's own: drops its function and arguments and
 // ends its slot (the _HostItem type's deallocator frees the memory). Requires the GIL.

@@ -240,10 +240,12 @@ PyObject* py_withdraw_host_call(PyObject*, PyObject* argument) {
 // _add_host_node(cugraph: int, dependencies: tuple[int, ...], fn, args: tuple, kwargs: dict | None)
 // -> (the CUgraphNode as an int, the node's Attachment)
 PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t nargs) {
-  if (nargs != 5) {
-    PyErr_Format(PyExc_TypeError, "_add_host_node() takes exactly 5 arguments (%zd given)", nargs);
+  if (nargs != 5 && nargs != 6) {
+    PyErr_Format(PyExc_TypeError, "_add_host_node() takes 5 or 6 arguments (%zd given)", nargs);
     return nullptr;
   }
+  const int ordered = nargs == 6 ? PyObject_IsTrue(argv[5]) : 0;
+  if (ordered < 0) return nullptr;
   std::uintptr_t graph_handle;
   if (!parse_handle("_add_host_node", "cugraph", argv[0], &graph_handle)) return nullptr;
   PyObject* dependencies = argv[1];
@@ -256,7 +258,7 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
   CUgraphNode* nodes = parse_dependencies(dependencies);
   if (nodes == nullptr) return nullptr;
   const graph::Driver* driver = usable_driver(module);
-  HostNode* node = driver != nullptr ? new_host_node(fn, args, kwargs) : nullptr;
+  HostNode* node = driver != nullptr ? new_host_node(fn, args, kwargs, ordered != 0) : nullptr;
   if (node == nullptr) {
     PyMem_Free(nodes);
     return nullptr;
@@ -264,7 +266,8 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
   graph::HostNodeResult result;
   Py_BEGIN_ALLOW_THREADS
   result = graph::add_host_node(driver->api, reinterpret_cast<CUgraph>(graph_handle), nodes,
-                                static_cast<std::size_t>(PyTuple_GET_SIZE(dependencies)), &node->slot);
+                                static_cast<std::size_t>(PyTuple_GET_SIZE(dependencies)), &node->slot,
+                                ordered != 0);
   Py_END_ALLOW_THREADS
   PyMem_Free(nodes);
   PyObject* handle = nullptr;
@@ -334,8 +337,9 @@ PyMethodDef kHostCallMethods[] = {
      "a user_data of 0 does nothing. Never for a pair that was enqueued."},
     {"_add_host_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_add_host_node)),
      METH_FASTCALL,
-     "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, /)\n--\n\n"
-     "Add a host node that hands one call of fn(*args, **kwargs) to the queue at each firing; returns\n"
+     "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, ordered=False, /)\n--\n\n"
+     "Add a host node that hands one call of fn(*args, **kwargs) to the queue at each firing (with\n"
+     "ordered, the firing then waits until a call of the node that began after it returned); returns\n"
      "(the CUgraphNode as an int, the node's Attachment)."},
     {nullptr, nullptr, 0, nullptr},
 };

@@ -344,6 +344,7 @@ void open_every_gate() noexcept {
   for_each_slot(g_outstanding, open);
   for_each_slot(g_parents_calls, open);
   for_each_slot(g_running, open);
+  open_node_gates();
 }
 
 void forget_calls_after_fork() {
@@ -353,6 +354,7 @@ void forget_calls_after_fork() {
   for_each_slot(g_running, reclaim::graph::forget_host_call_gate);
   // Running calls go on as the child's (their fn returns here); they are off every list from now on.
   while (HostCall* call = g_running) unlink_running(call);
+  forget_node_gates_after_fork();
   // First: a launch that a done-callback makes below is the child's own and starts a fresh order (an order
   // of the parent's would wait for places that the child never gets). Calls CUDA still holds keep theirs
   // until they are gone.

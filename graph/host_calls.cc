@@ -80,7 +80,7 @@ bool open_host_call_gate(HostCallSlot* slot) noexcept {
 void forget_host_call_gate(HostCallSlot* slot) noexcept { slot->gate.store(nullptr, std::memory_order_relaxed); }
 
 HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
-                             std::size_t dependency_count, HostNodeSlot* slot) noexcept {
+                             std::size_t dependency_count, HostNodeSlot* slot, bool ordered) noexcept {
   HostNodeResult result;
   if (slot == nullptr || slot->payload == nullptr) {
     result.attach = internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
@@ -89,7 +89,7 @@ HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphN
   // The payload first, so that the node never exists without it: a firing always finds a live slot.
   result.attach = internal::retain_with_destructor(api, graph, slot, host_node_destructor);
   if (result.attach.handover != Handover::kAttached) return result;
-  const CUDA_HOST_NODE_PARAMS params = {host_node_function, slot};
+  const CUDA_HOST_NODE_PARAMS params = {ordered ? ordered_host_node_function : host_node_function, slot};
   CUgraphNode node = nullptr;
   result.node_error = api.graph_add_host_node(&node, graph, dependencies, dependency_count, &params);
   if (result.node_error == CUDA_SUCCESS) result.node = node;
@@ -104,6 +104,39 @@ void host_node_function(void* data) noexcept {
   const int status = internal::push_payload(slot->payload, note_host_node_push);
   if (status == RECLAIM_REJECTED) {
     slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
+  }
+}
+
+void ordered_host_node_function(void* data) noexcept {
+  auto* slot = static_cast<HostNodeSlot*>(untag(data).pointer);
+  internal::note_host_function_thread();
+  slot->native_refs.fetch_add(1, std::memory_order_relaxed);  // as host_node_function: never from 0
+  FiringGate gate;
+  FiringGate* head = slot->gates.load(std::memory_order_relaxed);
+  do {
+    gate.next = head;
+  } while (!slot->gates.compare_exchange_weak(head, &gate, std::memory_order_release, std::memory_order_relaxed));
+  const int status = internal::push_payload(slot->payload, note_host_node_push);
+  // Not kept: no call of this entry will run. The slot is still valid (a leaked payload is never released;
+  // a rejected firing keeps its native reference until below).
+  if (status != RECLAIM_QUEUED) open_firing_gates(take_firing_gates(slot));
+  wait_for_gate(&gate.word);
+  if (status == RECLAIM_REJECTED) {
+    slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
+  }
+}
+
+FiringGate* take_firing_gates(HostNodeSlot* slot) noexcept {
+  return slot->gates.exchange(nullptr, std::memory_order_acq_rel);
+}
+
+void open_firing_gates(FiringGate* gates) noexcept {
+  while (gates != nullptr) {
+    FiringGate* const next = gates->next;  // read first: once the word is 1 the frame may be gone
+    gates->word.store(1, std::memory_order_release);
+    (void)syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&gates->word), FUTEX_WAKE_PRIVATE, 1, nullptr,
+                  nullptr, 0);
+    gates = next;
   }
 }
 

@@ -2,8 +2,9 @@
 // (cuLaunchHostFunc, one call per launch) and graph host nodes (cuGraphAddHostNode, one call per firing).
 //
 // The trampolines here only push a payload pointer into the process-wide queue (cleanup/) and update
-// atomics; the layer above (bindings/) recognises the payload when a drain releases it and runs the call
-// there, in a context it knows to be safe. The slots below live inside the payload (bindings/ embeds them
+// atomics (the ordered ones then wait on a futex word of their own stack until the owner opens it); the
+// layer above (bindings/) recognises the payload when a drain releases it and runs the call there, in a
+// context it knows to be safe. The slots below live inside the payload (bindings/ embeds them
 // in its Python objects), so a trampoline never allocates: it writes into memory that the payload's
 // reference keeps alive.
 
@@ -93,6 +94,13 @@ void forget_host_call_gate(HostCallSlot* slot) noexcept;
 
 // --- graph host nodes -------------------------------------------------------------------------------------
 
+// One firing of an ordered host node that waits for a call of the node to run: an atomic word on the firing's
+// own stack (0 closed, 1 open) and the firing below it on the node's list.
+struct FiringGate {
+  std::atomic<std::uint32_t> word{0};
+  FiringGate* next = nullptr;
+};
+
 // One host node's payload, embedded in it. The node fires once per launch of every executable graph made
 // from the graph; each firing pushes the same payload pointer, so the payload's lifetime is a native count
 // rather than Python references (no Python refcount changes on CUDA's thread).
@@ -107,6 +115,9 @@ struct HostNodeSlot {
   // anything the owner gave it). The owner keeps the cell's memory alive until it reads 1 there, which
   // may be after the slot is gone (bindings: in the node's Attachment, which waits for it on dealloc).
   std::atomic<std::uint32_t>* done = nullptr;
+  // An ordered node's waiting firings (ordered_host_node_function), newest first: pushed (release CAS) by
+  // firings, taken whole (take_firing_gates) by the owner or by a firing whose push the queue did not keep.
+  std::atomic<FiringGate*> gates{nullptr};
 };
 
 struct HostNodeResult {
@@ -123,11 +134,32 @@ struct HostNodeResult {
 // is kReturned. A node that cannot be added after a successful retain leaves the payload attached.
 // Any thread; never touches Python; blocks only as long as the driver calls do.
 HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
-                             std::size_t dependency_count, HostNodeSlot* slot) noexcept;
+                             std::size_t dependency_count, HostNodeSlot* slot, bool ordered = false) noexcept;
 
 // The host node's CUhostFn: one more native reference, one push of the payload.
 // Any thread; never touches Python; never blocks.
 void host_node_function(void* slot) noexcept;
+
+// The CUhostFn of an ordered host node (add_host_node with `ordered`): as host_node_function, with a gate on
+// this firing's stack pushed onto slot->gates before the push of the payload; then it waits (a futex wait,
+// no timeout, looping on the word) until the owner opens it. The owner takes the whole list before it runs
+// a firing's call and opens what it took once the call returned, so a firing goes on once a call of the node
+// that began after the firing pushed its gate has returned (with several firings in flight, not necessarily
+// the call of this firing's own entry: the node's calls are all the same call). A push the queue did not
+// keep (closed; rejected) waits for no call: the firing takes the whole list and opens it, its own gate and
+// the gates of the node's other waiting firings. The opener reads a gate's `next` before it stores 1, after
+// which the gate's frame may be gone; a FUTEX_WAKE there writes nothing (as for ordered_host_call_function).
+// While it waits, CUDA's thread runs nothing else.
+// CUDA's thread; never touches Python; blocks until its gate opens.
+void ordered_host_node_function(void* slot) noexcept;
+
+// The owner: every gate on slot->gates, taken in one exchange (null: none). Open them with
+// open_firing_gates once the call they wait for returned, or forget them (a fork child: they are the
+// parent's). Any thread; never touches Python; never blocks.
+FiringGate* take_firing_gates(HostNodeSlot* slot) noexcept;
+
+// Opens every gate of a list take_firing_gates returned. Any thread; never touches Python; never blocks.
+void open_firing_gates(FiringGate* gates) noexcept;
 
 // The user object's destructor: drops the graph's native reference; pushes the payload one last time if
 // no firing is left to run.

@@ -11,8 +11,9 @@ and everything instantiated from it) and :func:`keep_alive_until` (a stream: rel
 reaches that point); both hand the references over from CUDA's thread, loading the driver at run time.
 The same path carries calls: :func:`launch_host_func` (a stream host function; returns a Future) and
 :func:`add_host_node` (a graph host node) run Python when CUDA gets there, in a drain, never on CUDA's
-thread; :func:`launch_host_func_ordered` also holds the stream (CUDA's thread waits, without Python) until
-the drain has run the call; :mod:`cuda_reclaim.asyncio` awaits a stream point on an event loop.
+thread; :func:`launch_host_func_ordered` and :func:`add_host_node_ordered` also hold the stream (CUDA's
+thread waits, without Python) until the drain has run the call; :mod:`cuda_reclaim.asyncio` awaits a
+stream point on an event loop.
 
 To know when CUDA is done, without polling: :func:`wait_handed_back` blocks until CUDA has handed back
 everything attached before the call, :func:`flush` does that and then drains, and the :class:`Attachment`
@@ -39,7 +40,7 @@ from . import _hand_back  # noqa: F401, I001 - the barrier's exit hook, register
 from . import _auto
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
-from ._ordered_calls import launch_host_func_ordered
+from ._ordered_calls import add_host_node_ordered, launch_host_func_ordered
 from ._reclaim import ABI_VERSION, Attachment, fileno, is_closed, pending, trim
 from ._version import __version__
 
@@ -55,6 +56,7 @@ __all__ = [
     "STATS_DOCS",
     "STATS_KEYS",
     "add_host_node",
+    "add_host_node_ordered",
     "close",
     "conserved",
     "defer_release",

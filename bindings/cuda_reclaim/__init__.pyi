@@ -30,6 +30,7 @@ __all__ = [
     "STATS_DOCS",
     "STATS_KEYS",
     "add_host_node",
+    "add_host_node_ordered",
     "close",
     "conserved",
     "defer_release",
@@ -104,5 +105,8 @@ class NodeHandle(int):
 
 # `dependencies`: cuda.core GraphNodes, cuda.bindings CUgraphNodes, NodeHandles or int handles.
 def add_host_node(
+    graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = (), **kwargs: Any
+) -> NodeHandle: ...
+def add_host_node_ordered(
     graph: object, fn: Callable[..., object], /, *args: Any, dependencies: Iterable[object] = (), **kwargs: Any
 ) -> NodeHandle: ...

@@ -326,21 +326,21 @@ class NodeHandle(int):
 NodeHandle.__module__ = "cuda_reclaim"
 
 
-def _node_handle(node):
+def _node_handle(node, function):
     if isinstance(node, int) and not isinstance(node, bool):
-        return _checked_int(node, "dependency", "add_host_node")
+        return _checked_int(node, "dependency", function)
     core_graph = getattr(sys.modules.get("cuda.core"), "graph", None)
     node_type = getattr(core_graph, "GraphNode", None)
     if _is(node, node_type):
         if node.handle is None:
             raise ValueError(
-                "add_host_node(): a graph's entry node is not a node of the graph: pass no dependency instead"
+                f"{function}(): a graph's entry node is not a node of the graph: pass no dependency instead"
             )
-        return _handle_of(node.handle, "GraphNode.handle", "add_host_node")
+        return _handle_of(node.handle, "GraphNode.handle", function)
     if _is(node, _driver_type("CUgraphNode")):
-        return _handle_of(node, "CUgraphNode", "add_host_node")
+        return _handle_of(node, "CUgraphNode", function)
     raise TypeError(
-        "add_host_node(): dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode, "
+        f"{function}(): dependencies must be graph nodes: cuda.core GraphNode, cuda.bindings CUgraphNode, "
         f"NodeHandle or int handles; got {type(node).__name__}"
     )
 
@@ -363,27 +363,37 @@ def add_host_node(graph, fn, /, *args, dependencies=(), **kwargs):
     released (counted in ``leaked_after_close``), and a ``ResourceWarning`` says so, once per process (not while
     the interpreter is finalizing). Safe from a finalizer, on any thread.
     """
+    handle = add_node("add_host_node", graph, fn, args, dependencies, kwargs, ordered=False)
+    if _reclaim.is_closed():
+        warn_after_close("add_host_node", NODE_AFTER_CLOSE)
+    return handle
+
+
+NODE_AFTER_CLOSE = "the node is added; its firings never run and its function is never released"
+
+
+def add_node(function, graph, fn, args, dependencies, kwargs, *, ordered, check=None):
+    """add_host_node() for the public function `function` (named in its errors), less the warning after close
+    (the caller's, so that it points at its caller); with `ordered`, as add_host_node_ordered() (without its
+    check that a drain runs: `check()`, called once the arguments are checked)."""
     if not callable(fn):
-        raise TypeError(f"add_host_node(): fn must be callable, not {type(fn).__name__}")
+        raise TypeError(f"{function}(): fn must be callable, not {type(fn).__name__}")
     if isinstance(dependencies, (str, bytes)) or not hasattr(dependencies, "__iter__"):
         raise TypeError(
-            f"add_host_node(): dependencies must be an iterable of graph nodes, not {type(dependencies).__name__}"
+            f"{function}(): dependencies must be an iterable of graph nodes, not {type(dependencies).__name__}"
         )
-    nodes = tuple(_node_handle(node) for node in dependencies)
-    kind, handle = graph_target(graph, "add_host_node")
+    nodes = tuple(_node_handle(node, function) for node in dependencies)
+    kind, handle = graph_target(graph, function)
     if kind == "capture":
         raise ValueError(
-            "add_host_node() needs the graph itself: call end_building() on the GraphBuilder first, or add "
+            f"{function}() needs the graph itself: call end_building() on the GraphBuilder first, or add "
             "the node to a GraphDefinition (while capturing, launch_host_func is refused and cuda.core's "
             "GraphBuilder.callback runs Python on CUDA's thread)"
         )
-    node, attachment = _named("add_host_node", _reclaim._add_host_node, handle, nodes, fn, args, kwargs or None)
+    if check is not None:
+        check()
+    node, attachment = _named(function, _reclaim._add_host_node, handle, nodes, fn, args, kwargs or None, ordered)
     _auto.note_handover()
     handle = int.__new__(NodeHandle, node)  # the driver's handle: no check needed
     _node_attachments[id(handle)] = attachment
-    if _reclaim.is_closed():
-        warn_after_close(
-            "add_host_node", "the node is added; its firings never run and its function is never released"
-        )
     return handle
-

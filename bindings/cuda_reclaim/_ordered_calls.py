@@ -1,6 +1,7 @@
-"""Stream-ordered host calls (docs/callbacks.md, "Stream order"): :func:`launch_host_func_ordered`, whose host
-function holds CUDA's thread until a drain has run the call, the check that some drain will run it, and the
-preparation of one such call for an integration that hands CUDA the host function itself."""
+"""Stream-ordered host calls (docs/callbacks.md, "Stream order"): :func:`launch_host_func_ordered` and
+:func:`add_host_node_ordered`, whose host functions hold CUDA's thread until a drain has run the call, the
+check that some drain will run it, and the preparation of one such call for an integration that hands CUDA
+the host function itself."""
 
 import sys
 
@@ -53,6 +54,36 @@ def launch_host_func_ordered(stream, fn, /, *args, **kwargs):
     if future.cancelled() and _reclaim.is_closed():
         _graph.warn_after_close("launch_host_func_ordered", "the call never runs: its future is cancelled")
     return future
+
+
+def add_host_node_ordered(graph, fn, /, *args, dependencies=(), **kwargs):
+    """As :func:`add_host_node`, in stream order: each firing holds its stream (CUDA's thread waits on a
+    futex gate on its stack, no Python) until a call of ``fn`` that began after the firing has returned in a
+    drain, so the graph's later nodes and every wait for the launch see what ``fn`` did. Returns the
+    :class:`NodeHandle`.
+
+    The node's calls are all ``fn(*args, **kwargs)``: when firings of several launches wait at once, the
+    drain takes every gate waiting when it begins a call and opens them when it returns (an exception goes to
+    ``sys.unraisablehook`` and opens them too), so a firing may go on after a call of another firing's entry
+    (one that began after it fired); its own entry still runs. A firing whose entry is cancelled (after
+    :func:`cuda_reclaim.close`, or taken by a drain that a close interrupted) goes on without a call; a
+    firing the queue does not keep (after close; rejected when out of memory) waits for nothing and lets
+    every firing of the node that waits then go on. At an exit that runs no call any more, every gate opens;
+    in a fork child the parent's gates are left alone.
+
+    Cost and rules as :func:`launch_host_func_ordered`: while a firing waits, every host function of the
+    context waits behind it; with the automatic drain ``"off"`` or ``"gc"`` and no event-loop drain it
+    raises RuntimeError (after close nothing is refused); ``fn`` and anything a drain runs must not wait for
+    GPU work queued behind a firing that waits. ``graph``, ``dependencies``, errors and close as
+    :func:`add_host_node`.
+    """
+    handle = _graph.add_node(
+        "add_host_node_ordered", graph, fn, args, dependencies, kwargs, ordered=True,
+        check=lambda: check_a_drain_runs("add_host_node_ordered"),  # the arguments' errors first
+    )
+    if _reclaim.is_closed():
+        _graph.warn_after_close("add_host_node_ordered", _graph.NODE_AFTER_CLOSE)
+    return handle
 
 
 def check_a_drain_runs(function):

@@ -71,7 +71,7 @@ def _prepare_host_call(
 def _withdraw_host_call(user_data: int, /) -> None: ...
 def _add_host_node(
     cugraph: int, dependencies: tuple[int, ...], fn: Callable[..., object], args: tuple[object, ...],
-    kwargs: dict[str, object] | None, /,
+    kwargs: dict[str, object] | None, ordered: bool = False, /,
 ) -> tuple[int, Attachment]: ...
 
 # attachments.cc: one attachment's hand-back, and the barrier over all of them.

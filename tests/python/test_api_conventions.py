@@ -159,6 +159,7 @@ BAD_CALLS = {
     "cuda_reclaim.keep_alive_until": lambda: cuda_reclaim.keep_alive_until(None, 1),
     "cuda_reclaim.launch_host_func": lambda: cuda_reclaim.launch_host_func(None, print),
     "cuda_reclaim.launch_host_func_ordered": lambda: cuda_reclaim.launch_host_func_ordered(None, print),
+    "cuda_reclaim.add_host_node_ordered": lambda: cuda_reclaim.add_host_node_ordered(None, print),
     "cuda_reclaim.pending": lambda: cuda_reclaim.pending(1),
     "cuda_reclaim.set_auto_drain": lambda: cuda_reclaim.set_auto_drain("sometimes"),
     "cuda_reclaim.show_config": lambda: cuda_reclaim.show_config(1),

@@ -10,12 +10,12 @@ without since= and timeouts) from this thread, another thread, an executor's wor
 drain runs, a done-callback and an asyncio task. After every step the worker (children/model_worker.py, one
 forked process per example, since close() is for good) reports every promise it saw broken: both laws, every
 counter but the gauges only grows, no call after close() returned or after its cancellation succeeded, every
-future ends once the queue is closed, an ordered call ends before CUDA's thread goes past it, a
-launch_host_func_ordered is refused only while no drain would run it, close() leaves no thread behind; a
-True wait finds every attachment it covers done(), a wait whose attachments are all handed back returns True
-(a since= wait never waits for what came before its mark), no wait outlives close(), and the process exits
-with waiters in any thread. Each rule declares the public names it calls (@exercises);
-test_model_coverage.py checks them against the __all__ lists.
+future ends once the queue is closed, an ordered call ends before CUDA's thread goes past it,
+launch_host_func_ordered and add_host_node_ordered are refused only while no drain would run them, close()
+leaves no thread behind; a True wait finds every attachment it covers done(), a wait whose attachments are
+all handed back returns True (a since= wait never waits for what came before its mark), no wait outlives
+close(), and the process exits with waiters in any thread. Each rule declares the public names it calls
+(@exercises); test_model_coverage.py checks them against the __all__ lists.
 
 The bounded profile is derandomized and runs in the suite; CUDA_RECLAIM_MODEL_LONG=1 selects the long
 one (random, many more examples; docs/design.md, "Long passes").
@@ -278,6 +278,11 @@ class PublicApiModel(RuleBasedStateMachine):
     @rule(action=st.sampled_from(ACTIONS))
     def add_host_node(self, action):
         self.step("add_host_node", "add_host_node", action)
+
+    @exercises("add_host_node_ordered")
+    @rule(action=st.sampled_from(ACTIONS))
+    def add_host_node_ordered(self, action):
+        self.step("add_host_node_ordered", "add_host_node_ordered", action)
 
     @rule(stream=st.sampled_from(STREAMS))
     def launch_graph(self, stream):

@@ -86,3 +86,26 @@ def test_a_prepared_pair_runs_its_call_when_cuda_runs_it(ordered):
 
 def test_a_prepared_pair_that_cuda_never_got_is_withdrawn_and_counted():
     fake_cuda.run_script(SCENARIOS, "a_prepared_call_withdrawn")
+
+
+@pytest.mark.parametrize("how", ["returns", "raises"])
+def test_an_ordered_host_node_holds_each_firing_until_a_call_ran(how):
+    fake_cuda.run_script(SCENARIOS, "an_ordered_host_node_holds_each_firing_until_a_call_ran", how)
+
+
+@pytest.mark.parametrize("mode", ["off", "gc"])
+def test_an_ordered_host_node_is_refused_when_no_drain_would_run_it(mode):
+    fake_cuda.run_script(SCENARIOS, "an_ordered_host_node_refused_without_a_drain", mode)
+
+
+def test_an_ordered_host_nodes_firings_after_close_wait_for_nothing():
+    fake_cuda.run_script(SCENARIOS, "an_ordered_host_node_after_close_does_not_wait")
+
+
+def test_a_close_with_a_firing_in_flight_frees_cudas_thread():
+    fake_cuda.run_script(SCENARIOS, "a_close_with_a_firing_in_flight_frees_cudas_thread")
+
+
+@pytest.mark.parametrize("ending", ["close", "fork"])
+def test_a_waiting_firing_opens_at_close_and_is_left_alone_in_a_fork_child(ending):
+    fake_cuda.run_script(SCENARIOS, "a_waiting_firing_at_close_and_in_a_fork_child", ending)

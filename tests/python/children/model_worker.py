@@ -201,6 +201,7 @@ class Model:
         self.cancelled_first = {}  # ident -> how it was cancelled before its body began
         self.futures = {}  # ident -> concurrent future of launch_host_func
         self.stream_ordered = set()  # idents of the calls of launch_host_func_ordered
+        self.ordered_nodes = 0  # nodes add_host_node_ordered added (their firings wait for a drain)
         self.tasks = {}  # ident -> asyncio task of run_when_reached
         self.order = {}  # ident -> (stream, launch number) for launches made by the commands themselves
         self.ran = []  # idents in the order their bodies began
@@ -438,6 +439,28 @@ class Model:
             self.broke("add_host_node() returns a NodeHandle, held while its graph is", f"{node!r}")
         return ident
 
+    def cmd_add_host_node_ordered(self, action):
+        """add_host_node_ordered: refused (RuntimeError naming it) only while no drain would run its firings,
+        as launch_host_func_ordered; its firings wait for a drain (run_cuda drains while one may wait)."""
+        if self.graph is None:
+            self.graph = fake.fake_cuda_graph_create()
+        ident = self.ident("node")
+        before = cuda_reclaim.get_auto_drain()
+        try:
+            with self.attaching():
+                node = cuda_reclaim.add_host_node_ordered(self.graph, self.body, ident, action)
+        except RuntimeError as error:
+            after = cuda_reclaim.get_auto_drain()
+            if not str(error).startswith("add_host_node_ordered(): the automatic drain is"):
+                self.broke("add_host_node_ordered's refusal names it and the mode", str(error))
+            if before == after == "thread" or after not in ("off", "gc"):
+                self.broke("add_host_node_ordered is refused only while no drain would run it", f"{after}")
+            return "refused"
+        self.ordered_nodes += 1
+        if not isinstance(node, cuda_reclaim.NodeHandle) or node.done():
+            self.broke("add_host_node_ordered() returns a NodeHandle, held while its graph is", f"{node!r}")
+        return ident
+
     def cmd_launch_graph(self, stream):
         if self.graph is None:
             return None
@@ -465,8 +488,9 @@ class Model:
 
     def run_cuda(self):
         """Every runnable host function of the fake, on a thread of its own (joined) while this one reads the
-        counters; and drains here while an ordered call is pending: its host function waits for a drain, and
-        the automatic one may be off by now (a call may switch it), which leaves it to an explicit drain."""
+        counters; and drains here once anything ordered was made: its host function waits for a drain (also
+        when its future was cancelled: a drain must reach the call), and the automatic one may be off by now
+        (a call may switch it), which leaves it to an explicit drain."""
         done = threading.Event()
 
         def fire():
@@ -479,7 +503,7 @@ class Model:
         firing.start()
         while not done.is_set():
             self.read_stats()
-            if self.ordered_not_done():
+            if self.ordered_nodes or self.stream_ordered:
                 cuda_reclaim.drain()
         firing.join()
 

@@ -303,6 +303,126 @@ def a_busy_main_thread_does_not_hold_the_gate():
     assert future.result(timeout=0) is None and ran == ["ran"], ran
 
 
+def an_ordered_host_node_holds_each_firing_until_a_call_ran(how):
+    # Two launches of an executable graph with one ordered host node: after the stream's synchronize, fn has
+    # run (once per firing; an exception goes to sys.unraisablehook and opens the gate too), and while it ran
+    # CUDA's one thread had run nothing queued after the firing.
+    fake = fake_driver()
+    stream = 0xB000
+    seen = []
+    raised = []
+    sys.unraisablehook = lambda unraisable: raised.append(unraisable.exc_value)
+
+    def fn(tag):
+        seen.append((tag, fake.fake_cuda_items_run()))
+        if how == "raises":
+            raise LookupError("from the node")
+
+    graph = fake.fake_cuda_graph_create()
+    node = cuda_reclaim.add_host_node_ordered(graph, fn, "node")
+    assert isinstance(node, cuda_reclaim.NodeHandle)
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    fake.fake_cuda_stream_hold(stream, 1)
+    fake.fake_cuda_graph_launch(executable, stream)
+    later = cuda_reclaim.launch_host_func(stream, seen.append, "later")
+    fake.fake_cuda_graph_launch(executable, stream)
+    before = fake.fake_cuda_items_run()
+    fake.fake_cuda_stream_hold(stream, 0)
+    synchronize(fake, stream)
+    assert [tag for tag, _ in seen[:1]] == ["node"], seen
+    assert seen[0][1] == before, (seen, before)  # nothing after the first firing had run while fn ran
+    later.result(timeout=60)
+    assert sum(1 for item in seen if isinstance(item, tuple)) == 2, seen
+    assert seen.index("later") > 0, seen
+    assert len(raised) == (2 if how == "raises" else 0), raised
+    s = cuda_reclaim.stats()
+    assert s["calls_run"] == 3 and s["host_node_calls"] == 2, s
+
+
+def an_ordered_host_node_refused_without_a_drain(mode):
+    fake = fake_driver(mode)
+    graph = fake.fake_cuda_graph_create()
+    try:
+        cuda_reclaim.add_host_node_ordered(graph, print)
+    except RuntimeError as error:
+        assert str(error).startswith(f'add_host_node_ordered(): the automatic drain is "{mode}"'), error
+    else:
+        raise AssertionError("not refused")
+    assert fake.fake_cuda_graph_host_node_count(graph) == 0
+
+
+def an_ordered_host_node_after_close_does_not_wait():
+    fake = fake_driver()
+    stream = 0xB200
+    seen = []
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.add_host_node_ordered(graph, seen.append, "before close")
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    fake.fake_cuda_stream_hold(stream, 1)
+    fake.fake_cuda_graph_launch(executable, stream)
+    cuda_reclaim.close()
+    fake.fake_cuda_stream_hold(stream, 0)  # the firing finds the queue closed: it waits for nothing
+    synchronize(fake, stream)
+    late = cuda_reclaim.add_host_node_ordered(graph, seen.append, "after close")  # not refused: closed
+    assert isinstance(late, cuda_reclaim.NodeHandle)
+    fake.fake_cuda_graph_launch(fake.fake_cuda_graph_instantiate(graph), stream)
+    synchronize(fake, stream)
+    assert seen == [], seen
+    assert cuda_reclaim.stats()["leaked_after_close"] == 3
+
+
+def a_close_with_a_firing_in_flight_frees_cudas_thread():
+    # A drain runs a call that closes while an ordered node's firing is on its way: whether the firing
+    # pushed before the close (the close cancels it or its final drain runs it) or after (leaked: it waits for
+    # nothing), CUDA's thread gets free and the call runs at most once.
+    fake = fake_driver()
+    closing, firing = 0xB300, 0xB301
+    seen = []
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.add_host_node_ordered(graph, seen.append, "at most once")
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    fake.fake_cuda_stream_hold(closing, 1)
+    mark = cuda_reclaim.hand_back_mark()
+    first = cuda_reclaim.launch_host_func(closing, cuda_reclaim.close)
+    cuda_reclaim.set_auto_drain("off")
+    fake.fake_cuda_stream_hold(closing, 0)
+    handed_back(mark)
+    fake.fake_cuda_graph_launch(executable, firing)
+    cuda_reclaim.drain()
+    synchronize(fake, firing)
+    assert first.done() and seen in ([], ["at most once"]), seen
+    assert cuda_reclaim.stats()["calls_outstanding"] == 0
+
+
+def a_waiting_firing_at_close_and_in_a_fork_child(ending):
+    # An ordered node's firing waits on its gate ("close": the close's final drain runs its call; "fork": the
+    # child leaves the parent's gate alone and exits, then the parent's drain runs the call).
+    fake = fake_driver()
+    stream = 0xB400
+    seen = []
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.add_host_node_ordered(graph, seen.append, "ran")
+    executable = fake.fake_cuda_graph_instantiate(graph)
+    cuda_reclaim.set_auto_drain("off")
+    assert cuda_reclaim.pending() == 0
+    fake.fake_cuda_graph_launch(executable, stream)
+    assert cuda_reclaim.drain(max_items=0, timeout=60) == 0  # returns once the firing pushed: it waits now
+    assert cuda_reclaim.pending() == 1
+    if ending == "fork":
+        pid = os.fork()
+        if pid == 0:
+            cuda_reclaim.drain()
+            os._exit(0 if not seen and cuda_reclaim.stats()["calls_run"] == 0 else 7)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+        assert fake.fake_cuda_stream_synchronize(stream, 0) == 1, "the gate opened without a call"
+        cuda_reclaim.drain()
+    else:
+        cuda_reclaim.close()
+    synchronize(fake, stream)
+    assert seen == ["ran"], seen
+
+
 class ExitsWhenReleased:
     """Released by the fork child's drain after the call that forked returned there: the child's end."""
 
@@ -397,6 +517,11 @@ if __name__ == "__main__":
         exit_with_a_call_waiting,
         a_fork_child_cancels_the_parents_waiting_call,
         a_busy_main_thread_does_not_hold_the_gate,
+        an_ordered_host_node_holds_each_firing_until_a_call_ran,
+        an_ordered_host_node_refused_without_a_drain,
+        an_ordered_host_node_after_close_does_not_wait,
+        a_close_with_a_firing_in_flight_frees_cudas_thread,
+        a_waiting_firing_at_close_and_in_a_fork_child,
         a_fork_from_fn_leaves_the_gate_to_the_parent,
         a_prepared_call,
         a_prepared_call_withdrawn,
