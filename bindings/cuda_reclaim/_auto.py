@@ -30,6 +30,7 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
 import gc
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -336,10 +337,39 @@ def _before_fork():
         _reclaim.drain()
 
 
+# CPython 3.13 and 3.14.0 count the threads for os.fork()'s multi-threaded-process DeprecationWarning after the
+# parent's after-fork hooks (3.12 before them, later releases before them too): a drain thread started by the
+# hook would make every fork warn. There the main thread restarts it once os.fork() has returned.
+_FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
+
+
 def _after_fork_in_parent():
+    # A fork on the main thread: the drain thread restarts through a pending call that runs as soon as
+    # os.fork() has returned to its caller (_reclaim._call_once_fork_returned), before the caller's next
+    # bytecode, so releases that CUDA hands back meanwhile wait for no later hand-over. A fork on another thread
+    # restarts it here: a pending call runs on the main thread only, which may be blocked in C for as long as
+    # that fork's caller likes (a join), and releases must not wait for it; that fork warns on those releases.
     global _fork_depth
     with _lock.held():
         _fork_depth = max(0, _fork_depth - 1)
+        later = (
+            _FORK_COUNTS_THREADS_AFTER_HOOKS
+            and not sys.is_finalizing()
+            and threading.current_thread() is threading.main_thread()
+        )
+        failure = None if later else _start_locked()
+    # Called from this frame itself: the frame below it is the one that called os.fork().
+    if later and not _reclaim._call_once_fork_returned(_restart_after_fork):
+        with _lock.held():
+            failure = _start_locked()
+    _warn_start_failure(failure)
+
+
+def _restart_after_fork():
+    """The parent's restart after a fork on the main thread, once os.fork() has returned: starts the drain
+    thread if the state still calls for one (a set_auto_drain() or close() since decides; one that started
+    it already leaves nothing to do). Main thread, from a pending call."""
+    with _lock.held():
         failure = _start_locked()
     _warn_start_failure(failure)
 

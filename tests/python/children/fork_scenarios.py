@@ -213,8 +213,107 @@ def forks_that_each_stop_a_running_drain_thread(count_text):
     print(f"forks {count} multi-threaded {len(crowded_forks)} thread pidfds {thread_pidfds}", flush=True)
 
 
+def forks_on_the_main_thread_with_the_drain_thread_running(count_text):
+    # Each fork, on the main thread, finds the drain thread running (a C API user's import started it, and the
+    # parent restarts it after each fork). CPython 3.13 and 3.14.0 count the threads for the multi-threaded-fork
+    # DeprecationWarning after the parent's after-fork hooks; the warning is recorded, not turned into an error
+    # (os.fork() clears the error an error filter makes of it). An after-fork hook registered after the import
+    # runs after the package's and runs Python code there. After each fork a native thread of the C API user
+    # hands an object over, which passes through no Python hand-over: the restarted drain thread releases it.
+    import threading
+    import warnings
+
+    import _native_producers  # cuda_reclaim_import(): the capsule's attach starts the drain thread
+    from cuda_reclaim import _auto
+
+    later_hook_calls = []
+    os.register_at_fork(after_in_parent=lambda: later_hook_calls.append(len(later_hook_calls)))
+    count = int(count_text)
+    running_as_fork_returned = 0
+    released_after_fork = 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(count):
+            assert _auto.is_thread_running() and threading.active_count() == 2
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            running_as_fork_returned += _auto.is_thread_running()
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            released = threading.Event()
+
+            class Marker:
+                def __del__(self):
+                    released.set()
+
+            _native_producers.hand_over([Marker()], 1)  # like CUDA's thread
+            released_after_fork += released.wait(30)
+    warned = [str(w.message) for w in caught if "multi-threaded" in str(w.message)]
+    print("later hook calls:", len(later_hook_calls))
+    print("multi-threaded-fork warnings:", warned)
+    print("drain thread running as os.fork() returned:", running_as_fork_returned)
+    print("native hand-overs released after the fork:", released_after_fork, flush=True)
+
+
+def a_fork_on_another_thread_while_the_main_thread_waits_in_a_join():
+    # The main thread runs no Python code until the join returns; the forking thread's C API hand-over after
+    # the fork passes through no Python hand-over: the drain thread must be running again by then.
+    import threading
+
+    import _native_producers  # cuda_reclaim_import(): the capsule's attach starts the drain thread
+
+    released_in_time = []
+
+    def forks():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        released = threading.Event()
+
+        class Marker:
+            def __del__(self):
+                released.set()
+
+        _native_producers.hand_over([Marker()], 1)  # like CUDA's thread
+        released_in_time.append(released.wait(30))
+
+    forker = threading.Thread(target=forks)
+    forker.start()
+    forker.join()
+    print("released while the main thread waits:", released_in_time == [True], flush=True)
+
+
+def a_later_after_fork_hook_switches_off_then_closes():
+    # After-fork hooks registered after the import run after the package's, inside os.fork(): what they switch
+    # holds once os.fork() has returned (the drain thread restarts then only if the state still calls for it).
+    import cuda_reclaim
+    from cuda_reclaim import _auto
+
+    class P:
+        pass
+
+    in_later_hook = []
+    os.register_at_fork(after_in_parent=lambda: in_later_hook and in_later_hook.pop()())
+    for action in ((lambda: cuda_reclaim.set_auto_drain("off")), cuda_reclaim.close):
+        cuda_reclaim.set_auto_drain("thread")
+        cuda_reclaim.defer_release(P())
+        assert _auto.is_thread_running()
+        in_later_hook.append(action)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+        what = "switched off" if cuda_reclaim.get_auto_drain() == "off" else "closed"
+        print(f"after a fork whose later hook {what}:", cuda_reclaim.get_auto_drain(), _auto.is_thread_running())
+
+
 if __name__ == "__main__":
     scenario.run(
+        a_fork_on_another_thread_while_the_main_thread_waits_in_a_join,
+        a_later_after_fork_hook_switches_off_then_closes,
+        forks_on_the_main_thread_with_the_drain_thread_running,
         forks_that_each_stop_a_running_drain_thread,
         fork_child_gets_a_fresh_queue_and_parent_keeps_draining,
         a_child_drains_what_a_c_api_users_native_threads_hand_over,
