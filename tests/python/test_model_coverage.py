@@ -33,12 +33,19 @@ EXCLUDED = {
     # and a pytest session per example would cost more than the whole model. The model calls what it gives
     # (Reclaim: flush, delta, baseline, stats); test_pytest_plugin.py runs the fixture in pytest sessions.
     "pytest_plugin.reclaim": "a pytest fixture: only pytest calls it",
+    # Modules that re-point another library's callback methods (their install() needs that library, which the
+    # model's worker does not import): test_integrations.py runs them against stand-ins and the fake driver,
+    # on the public API that the model exercises (launch_host_func_ordered and the rest).
+    "integrations.cuda_core": "a module of the integrations (test_integrations.py)",
+    "integrations.cupy": "a module of the integrations (test_integrations.py)",
+    "integrations.numba_cuda": "a module of the integrations (test_integrations.py)",
 }
 
 # How the worker refers to each module's names (children/model_worker.py imports them under these names).
 WORKER_PREFIX = {
     "": "cuda_reclaim.",
     "asyncio": "reclaim_asyncio.",
+    "integrations": "cuda_reclaim.integrations.",  # its names are modules, excluded above
     "metrics": "reclaim_metrics.",
     "pytest_plugin": "reclaim_plugin.",
 }
