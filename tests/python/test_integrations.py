@@ -76,6 +76,44 @@ def test_cuda_core_host_call_is_refused_without_a_drain_and_gives_nothing_after_
     fake_cuda.run_script(SCENARIOS, "cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close")
 
 
+def test_cupy_capture_fallback_is_cupys_own_after_another_librarys_wrapper_and_a_reinstall():
+    fake_cuda.run_script(SCENARIOS, "cupy_capture_fallback_is_cupys_own_after_a_wrapper_and_a_reinstall")
+
+
+def test_cupy_install_that_races_an_uninstall_records_cupys_own_method():
+    fake_cuda.run_script(SCENARIOS, "cupy_install_that_races_an_uninstall_records_cupys_own")
+
+
+def test_racing_installs_and_uninstalls_keep_the_librarys_own_methods():
+    fake_cuda.run_script(SCENARIOS, "racing_installs_and_uninstalls_keep_the_librarys_own")
+
+
+def test_numba_async_done_completes_with_the_automatic_drain_off_and_after_a_switch_to_off():
+    fake_cuda.run_script(SCENARIOS, "numba_async_done_completes_with_the_automatic_drain_off")
+
+
+def test_numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing():
+    fake_cuda.run_script(SCENARIOS, "numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing")
+
+
+def test_numba_add_callback_reports_a_warning_raised_as_an_error_and_base_exceptions_as_unraisable():
+    fake_cuda.run_script(SCENARIOS, "numba_add_callback_reports_what_numba_leaves_unraisable")
+
+
+def test_ctrl_c_in_a_callback_that_the_main_threads_drain_runs_reaches_the_unraisablehook():
+    fake_cuda.run_script(
+        SCENARIOS, "ctrl_c_in_a_callback_that_the_main_threads_drain_runs_reaches_the_unraisablehook"
+    )
+
+
+def test_cupy_base_exceptions_reach_the_unraisablehook_before_the_stream_goes_on():
+    fake_cuda.run_script(SCENARIOS, "cupy_base_exceptions_reach_the_unraisablehook_before_the_stream_goes_on")
+
+
+def test_cuda_core_host_call_passes_every_keyword_to_fn_and_reports_a_base_exception():
+    fake_cuda.run_script(SCENARIOS, "cuda_core_host_call_keeps_fns_keywords_and_reports_a_base_exception")
+
+
 def test_the_installed_cuda_core_compiled_classes_are_patched_and_restored():
     result = _run_plain("the_real_cuda_core_classes_are_patched_and_restored")
     if result.stdout.startswith("cuda.core is not installed"):

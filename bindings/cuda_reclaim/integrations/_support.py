@@ -1,6 +1,6 @@
-"""What the integrations share: the record of the class attributes one integration sets (install/uninstall),
-the import of the library with an ImportError that names the package, and the report of a callback's
-exception to ``sys.unraisablehook``."""
+"""What the integrations share: the record of the class attributes one integration sets (install/uninstall)
+and of the library's own methods, the import of the library with an ImportError that names the package, and
+the report of a callback's exception to ``sys.unraisablehook``."""
 
 import ctypes
 import gc
@@ -56,33 +56,59 @@ def call_original(original, instance, *args, **kwargs):
 
 
 class Patches:
-    """The attributes that one integration sets on its library's classes, and what each class held before.
-    install() and uninstall() are idempotent and safe from any thread (a lock orders them)."""
+    """The attributes that one integration sets on its library's classes, what each class held before, and
+    the library's own methods. install() and uninstall() are idempotent and safe from any thread (a lock
+    orders them).
+
+    The library's own method of a (class, name) is what the class held when install() first set it in this
+    process: never one of the integration's replacements, nor a wrapper that someone set over one (and that
+    uninstall() left in place), which would lead back to the integration. The replacements reach it through
+    :meth:`own`."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._saved = None  # [(cls, name, what cls.__dict__ held or _ABSENT, the replacement)] while installed
+        self._own = {}  # (cls, name) -> what cls.__dict__ held at the first install (or _ABSENT)
 
     def is_installed(self):
         return self._saved is not None
 
     def install(self, targets):
         """Set each (cls, name, replacement) of `targets`; False (and nothing set) if already installed. A
-        failure part way puts back what was set before it and raises."""
+        failure part way puts back what was set before it and raises. What each class holds is read under the
+        lock that orders install() and uninstall()."""
         with self._lock:
             if self._saved is not None:
                 return False
             saved = []
             try:
                 for cls, name, replacement in targets:
-                    own = cls.__dict__.get(name, _ABSENT)
+                    held = cls.__dict__.get(name, _ABSENT)
+                    self._own.setdefault((cls, name), held)
                     _set(cls, name, replacement)
-                    saved.append((cls, name, own, replacement))
+                    saved.append((cls, name, held, replacement))
             except BaseException:
                 self._restore(saved)
                 raise
             self._saved = saved
             return True
+
+    def own(self, instance_type, name):
+        """The library's own attribute `name` for an instance of `instance_type`: that of the first class of its
+        MRO that install() patched (what it held then), or inherited from past it. AttributeError if there is
+        none. Any thread; takes no lock (the record of a class never changes once made)."""
+        mro = instance_type.__mro__
+        for index, cls in enumerate(mro):
+            if (cls, name) not in self._own:
+                continue
+            held = self._own[cls, name]
+            if held is not _ABSENT:
+                return held
+            for base in mro[index + 1:]:
+                if name in base.__dict__:
+                    return base.__dict__[name]
+            break
+        raise AttributeError(f"{instance_type.__name__} has no own attribute {name!r} recorded by install()")
 
     def uninstall(self):
         """Put back what each class held; False if not installed. An attribute that someone else replaced
@@ -120,14 +146,15 @@ def report_unraisable(error):
 
 
 def reporting(fn):
-    """A call of ``fn(*args, **kwargs)`` that returns its result, and whose exception goes to
-    ``sys.unraisablehook`` instead of to its caller (the drain's future, whose result is then None), reported
-    before the call returns: a stream-ordered call has reported it before the stream goes on."""
+    """A call of ``fn(*args, **kwargs)`` that returns its result, and whose exception (any BaseException:
+    KeyboardInterrupt and SystemExit too, and a warning raised as an error) goes to ``sys.unraisablehook``
+    instead of to its caller (the drain's future, whose result is then None), reported before the call
+    returns: a stream-ordered call has reported it before the stream goes on."""
 
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except Exception as error:  # noqa: BLE001 - every exception of a callback is reported, as CUDA's libraries do
+        except BaseException as error:  # noqa: BLE001 - every exception of a callback is reported (as CUDA's libraries)
             report_unraisable(error)
 
     call.__wrapped__ = fn

@@ -5,8 +5,8 @@ cuda.core accepts two forms of host callback: a Python callable, which its own t
 on CUDA's thread, and a ctypes ``CUhostFn`` pointer with ``user_data``, which CUDA calls as it is.
 
 - :func:`host_call` gives the second form for one call on a stream (``cuLaunchHostFunc``, or an API that
-  wraps it): cuda-reclaim's C trampoline and user data. CUDA's thread only hands the call over (ordered: and
-  waits, without the GIL, until a drain has run it), and the call runs in a drain.
+  wraps it): cuda-reclaim's C trampoline and user data. CUDA's thread only hands the call over and waits,
+  without the GIL, until a drain has run it (stream order), and the call runs in a drain.
 - :func:`install` makes the Python-callable form of ``GraphDefinition.callback`` and ``GraphNode.callback``
   add the node with :func:`cuda_reclaim.add_host_node` (each firing hands one call to a drain) and return
   cuda.core's object for that node, so that the builder chain goes on as with cuda.core's own. cuda.core's
@@ -17,12 +17,17 @@ on CUDA's thread, and a ctypes ``CUhostFn`` pointer with ``user_data``, which CU
 While installed, a Python callable given to ``callback(fn)`` is called ``fn()`` each time the graph reaches
 the node, in a cuda-reclaim drain (the automatic drain thread, an event loop's drain, or an explicit
 :func:`cuda_reclaim.drain`); an exception goes to ``sys.unraisablehook`` and the graph still finishes, as
-with cuda.core's own trampoline (``noexcept with gil``).
+with cuda.core's own trampoline (``noexcept with gil``). That holds for every exception of ``fn``, of a
+graph's node and of a :func:`host_call` alike: a KeyboardInterrupt or SystemExit (raised in ``fn``, or a
+Ctrl-C that lands in it while the main thread drains) goes to ``sys.unraisablehook`` too, and neither stops
+the drain nor reaches the code that drains.
 
 What differs from cuda.core's own:
 
-- The call runs on the drain's thread, never on CUDA's, and CUDA's thread takes no GIL: a thread that holds
-  the GIL while it waits on the CUDA driver cannot deadlock with it.
+- The call runs on the drain's thread, never on CUDA's, and CUDA's thread never takes the GIL. The drain
+  needs the GIL to run a stream-ordered call (:func:`host_call`) that the stream waits for: a thread that
+  waits for the stream must release the GIL while it waits (cuda.bindings, CuPy and ctypes release it
+  around driver calls), as with cuda-reclaim's own ordered calls.
 - The graph does not wait for the call: the node completes once the call is handed over, so the graph's
   later nodes, and a ``stream.sync()`` after the launch, may come before ``fn`` has run. cuda-reclaim's
   ordered form (:func:`host_call`, :func:`cuda_reclaim.launch_host_func_ordered`) serves one call on a
@@ -30,6 +35,8 @@ What differs from cuda.core's own:
 - ``GraphBuilder.callback`` (a host function launched into a stream capture) stays cuda.core's own:
   cuda-reclaim adds nothing to a graph under capture.
 - The node's callable as cuda.core reports it (``HostCallbackNode.callback``) is not ``fn``.
+- A ctypes pointer, or a call with ``user_data``, goes to cuda.core's own method: what the class held when
+  :func:`install` first ran in the process (never a wrapper that leads back to the integration's).
 - After :func:`cuda_reclaim.close` (and at exit) a firing never runs.
 """
 
@@ -47,14 +54,15 @@ HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _FUNCTION_POINTER = HOST_FN.__mro__[1]  # the base class of every ctypes function pointer type
 
 
-def host_call(stream, fn, /, *args, ordered=True, **kwargs):
+def host_call(stream, fn, /, *args, **kwargs):
     """``(pointer, user_data, future)`` for calling ``fn(*args, **kwargs)`` once, when ``stream`` reaches the
     point where CUDA is handed ``pointer`` and ``user_data`` (``cuLaunchHostFunc(stream, pointer, user_data)``,
-    or a cuda.core API that takes a ctypes ``CUhostFn`` with ``user_data``). The call runs in a cuda-reclaim
-    drain; ``future`` (a ``concurrent.futures.Future``) gets its result; an exception goes to
-    ``sys.unraisablehook`` (and the future's result is None). ``ordered`` (the default): CUDA's thread waits,
-    without the GIL, until the call has run, so the stream's later work sees its effects (the rules of
-    :func:`cuda_reclaim.launch_host_func_ordered` apply); False: CUDA goes on at once.
+    or a cuda.core API that takes a ctypes ``CUhostFn`` with ``user_data``). Every keyword is ``fn``'s. The
+    call runs in a cuda-reclaim drain, in stream order: CUDA's thread waits, without the GIL, until the call
+    has run, so the stream's later work sees its effects (the rules of
+    :func:`cuda_reclaim.launch_host_func_ordered` apply: RuntimeError when no drain would run it). ``future``
+    (a ``concurrent.futures.Future``) gets its result; an exception, a KeyboardInterrupt or SystemExit
+    included, goes to ``sys.unraisablehook`` (and the future's result is None).
 
     ``pointer`` is a ctypes ``CUhostFn`` (:data:`HOST_FN`) to cuda-reclaim's C trampoline, ``user_data`` an
     int. Hand the pair to CUDA exactly once, on ``stream``, and not into a graph capture; if it never gets
@@ -66,7 +74,7 @@ def host_call(stream, fn, /, *args, ordered=True, **kwargs):
     if not callable(fn):
         raise TypeError(f"host_call(): fn must be callable, not {type(fn).__name__}")
     address, user_data, future = _ordered_calls.prepare_host_call(
-        "host_call", stream, _support.reporting(fn), args, kwargs, ordered=bool(ordered)
+        "host_call", stream, _support.reporting(fn), args, kwargs, ordered=True
     )
     return HOST_FN(address), user_data, future
 
@@ -97,28 +105,26 @@ def _add(graph, fn, dependencies):
     return _node_of(graph, cuda_reclaim.add_host_node(graph, fn, dependencies=dependencies))
 
 
-def _graph_definition_callback(original):
-    def callback(self, fn, *, user_data=None):
-        if user_data is None and callable(fn) and not isinstance(fn, _FUNCTION_POINTER):
-            return _add(self, fn, ())
-        return _support.call_original(original, self, fn, user_data=user_data)
-
-    callback.__doc__ = _doc(original)
-    return callback
+def _is_python_callable(fn, user_data):
+    return user_data is None and callable(fn) and not isinstance(fn, _FUNCTION_POINTER)
 
 
-def _graph_node_callback(original):
-    def callback(self, fn, *, user_data=None):
-        if user_data is None and callable(fn) and not isinstance(fn, _FUNCTION_POINTER):
-            return _add(self.graph, fn, () if self.handle is None else (self,))
-        return _support.call_original(original, self, fn, user_data=user_data)
-
-    callback.__doc__ = _doc(original)
-    return callback
+def _definition_callback(self, fn, *, user_data=None):
+    """GraphDefinition.callback while installed: a Python callable becomes a cuda-reclaim host node."""
+    if _is_python_callable(fn, user_data):
+        return _add(self, fn, ())
+    return _support.call_original(_PATCHES.own(type(self), "callback"), self, fn, user_data=user_data)
 
 
-def _doc(original):
-    return (
+def _node_callback(self, fn, *, user_data=None):
+    """GraphNode.callback while installed: a Python callable becomes a cuda-reclaim host node after this one."""
+    if _is_python_callable(fn, user_data):
+        return _add(self.graph, fn, () if self.handle is None else (self,))
+    return _support.call_original(_PATCHES.own(type(self), "callback"), self, fn, user_data=user_data)
+
+
+def _documented(replacement, original):
+    replacement.__doc__ = (
         "cuda.core's callback(fn, *, user_data=None); a Python callable is added with cuda_reclaim.add_host_node "
         "and runs in a cuda-reclaim drain, not on CUDA's thread (cuda_reclaim.integrations.cuda_core).\n\n"
         + (getattr(original, "__doc__", None) or "")
@@ -132,15 +138,12 @@ def install():
     graph = _support.import_library(
         "cuda.core.graph", "cuda_reclaim.integrations.cuda_core.install()", "cuda.core", "cuda-core"
     )
-    if _PATCHES.is_installed():
-        return False
     definition, node = graph.GraphDefinition, graph.GraphNode
-    return _PATCHES.install(
-        [
-            (definition, "callback", _graph_definition_callback(definition.callback)),
-            (node, "callback", _graph_node_callback(node.callback)),
-        ]
-    )
+    mine = _PATCHES.install([(definition, "callback", _definition_callback), (node, "callback", _node_callback)])
+    if mine:
+        _documented(_definition_callback, _PATCHES.own(definition, "callback"))
+        _documented(_node_callback, _PATCHES.own(node, "callback"))
+    return mine
 
 
 def uninstall():

@@ -10,19 +10,25 @@ While installed:
   ``stream.launch_host_func(callback, arg)`` calls ``callback(arg)``, once all work enqueued on the stream
   before it is done; the stream's later work waits for the call to return (the ordered form,
   :func:`cuda_reclaim.launch_host_func_ordered`), as with CuPy's own. An exception in the callback goes to
-  ``sys.unraisablehook`` before the stream goes on, as CuPy's callbacks (Cython ``noexcept``) report it.
-  Both return None.
+  ``sys.unraisablehook`` before the stream goes on, as CuPy's callbacks (Cython ``noexcept``) report it:
+  every exception, a KeyboardInterrupt or SystemExit included (one raised in the callback, or a Ctrl-C that
+  lands in it while the main thread drains), which then neither stops the drain nor reaches the code that
+  drains. Both return None.
 
 What differs from CuPy's own:
 
 - The callback runs in a cuda-reclaim drain (the automatic drain thread, an event loop's drain, or an
-  explicit :func:`cuda_reclaim.drain`), never on CUDA's thread: CUDA's thread waits without the GIL.
+  explicit :func:`cuda_reclaim.drain`), never on CUDA's thread, which never takes the GIL. The drain needs
+  the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
+  GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
+  own ordered calls.
 - ``add_callback``'s error status is always 0: the call is made by a host function (``cudaLaunchHostFunc``
   semantics), which CUDA does not run at all once the context has an error; then the callback is never
   called.
 - ``launch_host_func`` on a stream that is capturing a graph is CuPy's own (the callback becomes a host node
   of the captured graph and runs on CUDA's thread at each launch): cuda-reclaim launches nothing on a
-  capturing stream.
+  capturing stream. CuPy's own is what ``_BaseStream`` held when :func:`install` first ran in the process
+  (never a wrapper that leads back to the integration's).
 - After :func:`cuda_reclaim.close` (and at exit) a callback whose point the stream has not reached is never
   called.
 """
@@ -34,7 +40,6 @@ from . import _support
 __all__ = ["install", "uninstall", "is_installed", "installed"]
 
 _PATCHES = _support.Patches()
-_own_launch_host_func = None  # CuPy's launch_host_func, for a capturing stream, while installed
 
 
 def _base_stream(function):
@@ -49,7 +54,7 @@ def _stream_callback(stream, callback, arg):
 def add_callback(self, callback, arg):
     """Call ``callback(stream, 0, arg)`` once the work enqueued before it is done; the stream's later work
     waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
-    ``sys.unraisablehook``."""
+    ``sys.unraisablehook`` (a KeyboardInterrupt too: see the module's docstring)."""
     import cuda_reclaim
 
     cuda_reclaim.launch_host_func_ordered(
@@ -60,11 +65,10 @@ def add_callback(self, callback, arg):
 def launch_host_func(self, callback, arg):
     """Call ``callback(arg)`` once the work enqueued before it is done; the stream's later work waits for the
     call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
-    ``sys.unraisablehook``. On a stream that is capturing a graph, CuPy's own launch_host_func."""
+    ``sys.unraisablehook`` (a KeyboardInterrupt too: see the module's docstring). On a stream that is capturing
+    a graph, CuPy's own launch_host_func (what the class held when :func:`install` first ran)."""
     if self.is_capturing():
-        own = _own_launch_host_func
-        if own is not None:
-            return _support.call_original(own, self, callback, arg)
+        return _support.call_original(_PATCHES.own(type(self), "launch_host_func"), self, callback, arg)
     import cuda_reclaim
 
     cuda_reclaim.launch_host_func_ordered(self.ptr, _support.reporting(callback), arg)
@@ -73,13 +77,8 @@ def launch_host_func(self, callback, arg):
 def install():
     """Make CuPy's ``add_callback`` and ``launch_host_func`` go through cuda-reclaim. Idempotent: True if this
     call installed them, False if they were installed already. ImportError when CuPy is missing."""
-    global _own_launch_host_func
     base = _base_stream("cuda_reclaim.integrations.cupy.install()")
-    own = base.launch_host_func
-    mine = _PATCHES.install([(base, "add_callback", add_callback), (base, "launch_host_func", launch_host_func)])
-    if mine:
-        _own_launch_host_func = own
-    return mine
+    return _PATCHES.install([(base, "add_callback", add_callback), (base, "launch_host_func", launch_host_func)])
 
 
 def uninstall():

@@ -8,23 +8,31 @@ While installed:
 - ``stream.add_callback(callback, arg=None)`` calls ``callback(stream, status, arg)`` once all work enqueued
   on the stream before it is done, and the stream's later work waits for the call to return (the ordered
   form, :func:`cuda_reclaim.launch_host_func_ordered`), as numba-cuda's own. An exception in the callback is
-  turned into a warning ("Exception in stream callback: ..."), as numba-cuda does. Returns None.
-- ``stream.async_done()`` returns an asyncio future of the running loop that gets the stream as its result
-  once the stream reaches that point; it is completed on the loop's own thread
-  (``loop.call_soon_threadsafe``). A future that was cancelled (or otherwise completed) by then is left
-  alone; a loop closed by then gets nothing.
+  turned into a warning ("Exception in stream callback: ..."), as numba-cuda does. What numba-cuda's own
+  leaves to ``sys.unraisablehook`` goes there too: a KeyboardInterrupt or SystemExit (raised in the
+  callback, or a Ctrl-C that lands in it while the main thread drains), which then neither stops the drain
+  nor reaches the code that drains, and the warning itself where warnings are errors (``-W error``).
+  Returns None.
+- ``stream.async_done()`` returns an asyncio future of the running loop (a task) that gets the stream as
+  its result once the stream reaches that point, on the loop's thread. The point is taken when
+  ``async_done()`` is called. Something drains for it whatever the automatic drain's mode: as
+  :func:`cuda_reclaim.asyncio.stream_reached`, the loop's own drain is installed while the automatic drain
+  is not the thread. Cancelling the future cancels the wait (the host function then runs nothing).
 
 What differs from numba-cuda's own:
 
 - The callback runs in a cuda-reclaim drain (the automatic drain thread, an event loop's drain, or an
-  explicit :func:`cuda_reclaim.drain`), never on CUDA's thread: CUDA's thread waits without the GIL, so a
-  thread that holds the GIL while waiting on the CUDA driver cannot deadlock with it. The warning of an
-  exception is issued on the drain's thread.
+  explicit :func:`cuda_reclaim.drain`), never on CUDA's thread, which never takes the GIL. The drain needs
+  the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
+  GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
+  own ordered calls. The warning of an exception is issued on the drain's thread.
 - ``status`` is always 0: the call is made by a host function (``cuLaunchHostFunc``), which CUDA does not run
   at all once the context has an error, instead of ``cuStreamAddCallback``, which passes the error. Then the
   callback is never called, and ``async_done()``'s future never completes.
 - ``async_done()``'s future is completed without holding the stream's later work back (the unordered
   :func:`cuda_reclaim.launch_host_func`): it can only complete on its loop, after the stream has gone on.
+  After :func:`cuda_reclaim.close` (and at exit) it ends cancelled, with a message that says so; in a fork
+  child, on a loop made before the fork, as :func:`cuda_reclaim.asyncio.stream_reached`.
 - Works with numba-cuda's ``cuda.bindings`` stream handles (numba-cuda 0.30's own methods read
   ``handle.value``, which those handles lack).
 - After :func:`cuda_reclaim.close` (and at exit) a callback whose point the stream has not reached is never
@@ -63,40 +71,55 @@ def _call(stream, callback, arg):
     try:
         callback(stream, 0, arg)
     except Exception as error:  # noqa: BLE001 - numba-cuda's own rule: any exception becomes a warning
-        warnings.warn(f"Exception in stream callback: {error}")
+        try:
+            warnings.warn(f"Exception in stream callback: {error}")
+        except BaseException as warning:  # noqa: BLE001 - a warning raised as an error: reported, as numba's own
+            _support.report_unraisable(warning)
+    except BaseException as error:  # noqa: BLE001 - KeyboardInterrupt, SystemExit: as numba's own, unraisable
+        _support.report_unraisable(error)
 
 
 def add_callback(self, callback, arg=None):
     """Call ``callback(stream, status, arg)`` (status 0) once the work enqueued before it is done; the stream's
-    later work waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread."""
+    later work waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread. An Exception
+    becomes a warning; a KeyboardInterrupt or SystemExit, and a warning raised as an error, go to
+    ``sys.unraisablehook``."""
     import cuda_reclaim
 
     cuda_reclaim.launch_host_func_ordered(_handle(self), _call, self, callback, arg)
 
 
-def _resolve(future, stream):
-    if not future.done():
-        future.set_result(stream)
+def _reached():
+    return None
 
 
-def _resolve_on(loop, future, stream):
-    try:
-        loop.call_soon_threadsafe(_resolve, future, stream)
-    except RuntimeError:  # the loop is closed: nobody awaits the future any more
-        pass
+async def _until_reached(stream, loop, call):
+    from cuda_reclaim import _asyncio_calls
+
+    await _asyncio_calls._await_call(loop, call, "async_done")
+    return stream
 
 
 def async_done(self):
-    """An asyncio future (of the running loop) whose result is this stream once the work enqueued before it
-    is done; completed on the loop's thread."""
+    """An asyncio future (a task of the running loop) whose result is this stream once the work enqueued
+    before this call is done; completed on the loop's thread, with the loop's drain installed while the
+    automatic drain is not the thread. Cancelling it cancels the wait."""
     import asyncio
 
     import cuda_reclaim
+    from cuda_reclaim import _asyncio_drain
 
     loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    cuda_reclaim.launch_host_func(_handle(self), _resolve_on, loop, future, self)
-    return future
+    _asyncio_drain.check_loop("async_done", loop)
+    call = cuda_reclaim.launch_host_func(_handle(self), _reached)  # the stream's point: this call's
+    try:
+        task = loop.create_task(_until_reached(self, loop, call))
+    except BaseException:
+        call.cancel()
+        raise
+    # A task cancelled before it first runs never awaits the call: the call is cancelled with it.
+    task.add_done_callback(lambda _: call.cancel())
+    return task
 
 
 def install():

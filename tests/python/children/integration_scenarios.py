@@ -373,16 +373,253 @@ def cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close():
         raise AssertionError("an ordered host_call() was prepared with no drain to run it")
     except RuntimeError as error:
         assert str(error).startswith('host_call(): the automatic drain is "off"'), error
-    pointer, user_data, future = cuda_core.host_call(0x9340, print, ordered=False)
-    assert pointer and user_data, "the unordered form needs no drain when it is prepared"
-    cuda_core.withdraw(user_data)
-    assert future.cancelled()
     cuda_reclaim.close()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         pointer, user_data, future = cuda_core.host_call(0x9340, print)
     assert not pointer and user_data == 0 and future.cancelled()
     assert [str(w.message).split(":")[0] for w in caught] == ["host_call() after cuda_reclaim.close()"], caught
+
+
+def cupy_capture_fallback_is_cupys_own_after_a_wrapper_and_a_reinstall():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    base = standins.CupyBaseStream
+    own = base.__dict__["launch_host_func"]
+    cupy.install()
+    installed = base.launch_host_func
+
+    def their_wrapper(self, callback, arg):  # another library's wrapper, over the integration's method
+        return installed(self, callback, arg)
+
+    base.launch_host_func = their_wrapper
+    cupy.uninstall()  # leaves their wrapper, as documented
+    assert base.__dict__["launch_host_func"] is their_wrapper
+    cupy.install()
+    stream = base(0x9230)
+    stream.capturing = True
+    stream.launch_host_func(print, "captured")  # CuPy's own, not their wrapper (which leads back here)
+    assert standins.OWN_CALLS == [("cupy launch_host_func", print, "captured")], standins.OWN_CALLS
+    cupy.uninstall()
+    assert base.__dict__["launch_host_func"] is their_wrapper
+    base.launch_host_func = own
+
+
+def cupy_install_that_races_an_uninstall_records_cupys_own():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    window = threading.Event()
+    others = []
+
+    def uninstall_elsewhere():
+        window.clear()
+        other = threading.Thread(target=cupy.uninstall)
+        others.append(other)
+        other.start()
+        # Without a lock around install()'s reads the uninstall finishes here; with one it waits for it.
+        other.join(0 if cupy._PATCHES._lock.locked() else WAIT)
+
+    class Meta(type):
+        # Another thread's uninstall() just after install() reads the class (its method or its __dict__).
+        def __getattribute__(cls, name):
+            value = type.__getattribute__(cls, name)
+            if name in ("launch_host_func", "__dict__") and window.is_set():
+                uninstall_elsewhere()
+            return value
+
+    class Base(standins.CupyBaseStream, metaclass=Meta):
+        pass
+
+    sys.modules["cupy.cuda.stream"]._BaseStream = Base
+    assert cupy.install() is True
+    window.set()
+    cupy.install()  # installed already (False), or installed again after the other thread's uninstall
+    for other in others:
+        other.join(WAIT)
+        assert not other.is_alive()
+    window.clear()
+    cupy.install()
+    stream = Base(0x9240)
+    stream.capturing = True
+    stream.launch_host_func(print, "captured")
+    assert standins.OWN_CALLS == [("cupy launch_host_func", print, "captured")], standins.OWN_CALLS
+
+
+def racing_installs_and_uninstalls_keep_the_librarys_own():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core, cupy
+
+    sys.setswitchinterval(1e-6)
+    own = standins.CupyBaseStream.__dict__["launch_host_func"]
+    definition_own = standins.GraphDefinition.__dict__["callback"]
+
+    def hammer():
+        for _ in range(5000):
+            cupy.install()
+            cuda_core.install()
+            cupy.uninstall()
+            cuda_core.uninstall()
+
+    threads = [threading.Thread(target=hammer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT * 4)
+        assert not thread.is_alive()
+    assert standins.CupyBaseStream.__dict__["launch_host_func"] is own
+    assert standins.GraphDefinition.__dict__["callback"] is definition_own
+    with cupy.installed(), cuda_core.installed():
+        stream = standins.CupyExternalStream(0x9260)
+        stream.capturing = True
+        stream.launch_host_func(print, "captured")
+        pointer = cuda_core.HOST_FN(lambda data: None)
+        standins.GraphDefinition(0).callback(pointer, user_data=1)
+    assert standins.OWN_CALLS == [
+        ("cupy launch_host_func", print, "captured"),
+        ("GraphDefinition.callback", pointer, 1),
+    ], standins.OWN_CALLS
+
+
+def numba_async_done_completes_with_the_automatic_drain_off():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    async def main():
+        stream = standins.NumbaStream(0x9130)
+        assert await asyncio.wait_for(stream.async_done(), WAIT) is stream
+        # A switch away from the drain thread while a future waits: the loop's drain takes over.
+        cuda_reclaim.set_auto_drain("thread")
+        fake.fake_cuda_stream_hold(stream.handle, 1)
+        pending = stream.async_done()
+        await asyncio.sleep(0)  # one turn of the loop: the task's first step, scheduled before it, begins the wait
+        cuda_reclaim.set_auto_drain("off")
+        fake.fake_cuda_stream_hold(stream.handle, 0)
+        assert await asyncio.wait_for(pending, WAIT) is stream
+
+    cuda_reclaim.set_auto_drain("off")
+    with numba_cuda.installed():
+        asyncio.run(main())
+    assert standins.OWN_CALLS == []
+
+
+def numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    async def main():
+        stream = standins.NumbaStream(0x9140)
+        fake.fake_cuda_stream_hold(stream.handle, 1)
+        before = cuda_reclaim.stats()
+        cancelled = stream.async_done()
+        cancelled.cancel()  # before the task's first step: it never begins to wait
+        try:
+            await cancelled
+            raise AssertionError("a cancelled async_done() future completed")
+        except asyncio.CancelledError:
+            pass
+        fake.fake_cuda_stream_hold(stream.handle, 0)
+        synchronize(fake, stream.handle)
+        assert cuda_reclaim.wait_handed_back(WAIT)
+        after = cuda_reclaim.stats()
+        assert after["calls_cancelled"] == before["calls_cancelled"] + 1, (before, after)
+        assert after["calls_run"] == before["calls_run"], (before, after)
+
+    with numba_cuda.installed():
+        asyncio.run(main())
+
+
+def numba_add_callback_reports_what_numba_leaves_unraisable():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    records = []
+    sys.unraisablehook = records.append
+
+    def raises(stream, status, arg):
+        raise arg
+
+    with numba_cuda.installed(), warnings.catch_warnings():
+        warnings.simplefilter("error")  # the warning of an exception is raised as an error
+        stream = standins.NumbaStream(0x9150)
+        stream.add_callback(raises, ValueError("callback failed"))
+        stream.add_callback(raises, SystemExit(3))
+        stream.add_callback(raises, KeyboardInterrupt("in the callback"))
+        synchronize(fake, stream.handle)
+    assert [r.exc_type for r in records] == [UserWarning, SystemExit, KeyboardInterrupt], records
+    assert str(records[0].exc_value) == "Exception in stream callback: callback failed"
+
+
+def ctrl_c_in_a_callback_that_the_main_threads_drain_runs_reaches_the_unraisablehook():
+    import signal
+
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    records = []
+    sys.unraisablehook = records.append
+    ran = []
+
+    def callback(stream, status, arg):
+        ran.append(threading.get_ident())
+        signal.raise_signal(signal.SIGINT)  # Ctrl-C, while the callback runs on the main thread
+        ran.append("not reached")
+
+    numba_cuda.install()
+    stream = standins.NumbaStream(0x9160)
+    fake.fake_cuda_stream_hold(stream.handle, 1)
+    stream.add_callback(callback)
+    cuda_reclaim.set_auto_drain("off")  # the program drains explicitly from here on
+    fake.fake_cuda_stream_hold(stream.handle, 0)
+    assert cuda_reclaim.wait_handed_back(WAIT)
+    assert cuda_reclaim.drain() == 1
+    assert ran == [threading.get_ident()], ran
+    assert [r.exc_type for r in records] == [KeyboardInterrupt], records
+    synchronize(fake, stream.handle)
+
+
+def cupy_base_exceptions_reach_the_unraisablehook_before_the_stream_goes_on():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy
+
+    records = []
+    sys.unraisablehook = records.append
+
+    def raises(arg):
+        raise arg
+
+    with cupy.installed():
+        stream = standins.CupyBaseStream(0x9250)
+        stream.launch_host_func(raises, SystemExit(3))
+        stream.add_callback(lambda s, status, arg: raises(arg), KeyboardInterrupt("in the callback"))
+        synchronize(fake, stream.ptr)
+        assert [r.exc_type for r in records] == [SystemExit, KeyboardInterrupt], records
+
+
+def cuda_core_host_call_keeps_fns_keywords_and_reports_a_base_exception():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    records = []
+    sys.unraisablehook = records.append
+
+    def fn(x, ordered="fn's default"):
+        return (x, ordered)
+
+    def interrupted():
+        raise KeyboardInterrupt("in fn")
+
+    calls = [cuda_core.host_call(0x9350, fn, 1, ordered=False), cuda_core.host_call(0x9350, interrupted)]
+    for pointer, user_data, future in calls:
+        cuda = threading.Thread(target=pointer, args=(user_data,))  # CUDA's thread, as CUDA would call it
+        cuda.start()
+        cuda.join(WAIT)
+        assert not cuda.is_alive()
+        assert future.done(), "ordered: the call had run when CUDA's thread went on"
+    assert calls[0][2].result(timeout=0) == (1, False), "fn got its own keyword"
+    assert calls[1][2].result(timeout=0) is None
+    assert [r.exc_type for r in records] == [KeyboardInterrupt], records
 
 
 def the_real_cuda_core_classes_are_patched_and_restored():
@@ -448,6 +685,15 @@ if __name__ == "__main__":
         cuda_core_host_call_runs_once_in_a_drain_before_cudas_thread_goes_on,
         cuda_core_withdraw_cancels_a_host_call_cuda_never_got,
         cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close,
+        cupy_capture_fallback_is_cupys_own_after_a_wrapper_and_a_reinstall,
+        cupy_install_that_races_an_uninstall_records_cupys_own,
+        racing_installs_and_uninstalls_keep_the_librarys_own,
+        numba_async_done_completes_with_the_automatic_drain_off,
+        numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing,
+        numba_add_callback_reports_what_numba_leaves_unraisable,
+        ctrl_c_in_a_callback_that_the_main_threads_drain_runs_reaches_the_unraisablehook,
+        cupy_base_exceptions_reach_the_unraisablehook_before_the_stream_goes_on,
+        cuda_core_host_call_keeps_fns_keywords_and_reports_a_base_exception,
         the_real_cuda_core_classes_are_patched_and_restored,
         import_errors,
         nothing_heavy_at_import,
