@@ -53,7 +53,7 @@ def test_cupy_launch_host_func_while_capturing_is_cupys_own():
     fake_cuda.run_script(SCENARIOS, "cupy_launch_host_func_on_a_capturing_stream_is_cupys_own")
 
 
-def test_cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch():
+def test_cuda_core_python_callables_become_ordered_host_nodes_that_run_in_a_drain_at_every_launch():
     fake_cuda.run_script(
         SCENARIOS, "cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch"
     )
@@ -61,6 +61,10 @@ def test_cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_eve
 
 def test_cuda_core_callback_exceptions_reach_the_unraisablehook():
     fake_cuda.run_script(SCENARIOS, "cuda_core_callback_exceptions_reach_the_unraisablehook")
+
+
+def test_cuda_core_callback_of_a_python_callable_is_refused_when_no_drain_would_run_it():
+    fake_cuda.run_script(SCENARIOS, "cuda_core_callback_needs_a_drain")
 
 
 def test_cuda_core_host_call_runs_once_in_a_drain_before_cudas_thread_goes_on():

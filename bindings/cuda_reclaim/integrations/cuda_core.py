@@ -8,7 +8,8 @@ on CUDA's thread, and a ctypes ``CUhostFn`` pointer with ``user_data``, which CU
   wraps it): cuda-reclaim's C trampoline and user data. CUDA's thread only hands the call over and waits,
   without the GIL, until a drain has run it (stream order), and the call runs in a drain.
 - :func:`install` makes the Python-callable form of ``GraphDefinition.callback`` and ``GraphNode.callback``
-  add the node with :func:`cuda_reclaim.add_host_node` (each firing hands one call to a drain) and return
+  add the node in the form of :func:`cuda_reclaim.add_host_node_ordered` (each firing hands one call to a
+  drain and waits, without the GIL, until a drain has run it) and return
   cuda.core's object for that node, so that the builder chain goes on as with cuda.core's own. cuda.core's
   files are not edited: its classes are compiled extension types, so their namespaces are written and
   CPython told with ``PyType_Modified``. :func:`uninstall` puts back cuda.core's own; :func:`installed` is
@@ -16,7 +17,9 @@ on CUDA's thread, and a ctypes ``CUhostFn`` pointer with ``user_data``, which CU
 
 While installed, a Python callable given to ``callback(fn)`` is called ``fn()`` each time the graph reaches
 the node, in a cuda-reclaim drain (the automatic drain thread, an event loop's drain, or an explicit
-:func:`cuda_reclaim.drain`); an exception goes to ``sys.unraisablehook`` and the graph still finishes, as
+:func:`cuda_reclaim.drain`), and the graph goes on past the node once the call has returned, as with
+cuda.core's own: the graph's later nodes, and a ``stream.sync()`` after the launch, see what ``fn`` did. An
+exception goes to ``sys.unraisablehook`` and the graph still finishes, as
 with cuda.core's own trampoline (``noexcept with gil``). That holds for every exception of ``fn``, of a
 graph's node and of a :func:`host_call` alike: a KeyboardInterrupt or SystemExit (raised in ``fn``, or a
 Ctrl-C that lands in it while the main thread drains) goes to ``sys.unraisablehook`` too, and neither stops
@@ -25,19 +28,20 @@ the drain nor reaches the code that drains.
 What differs from cuda.core's own:
 
 - The call runs on the drain's thread, never on CUDA's, and CUDA's thread never takes the GIL. The drain
-  needs the GIL to run a stream-ordered call (:func:`host_call`) that the stream waits for: a thread that
-  waits for the stream must release the GIL while it waits (cuda.bindings, CuPy and ctypes release it
+  needs the GIL to run the call that the stream waits for (a node's firing, a :func:`host_call`): a thread
+  that waits for the stream must release the GIL while it waits (cuda.bindings, CuPy and ctypes release it
   around driver calls), as with cuda-reclaim's own ordered calls.
-- The graph does not wait for the call: the node completes once the call is handed over, so the graph's
-  later nodes, and a ``stream.sync()`` after the launch, may come before ``fn`` has run. cuda-reclaim's
-  ordered form (:func:`host_call`, :func:`cuda_reclaim.launch_host_func_ordered`) serves one call on a
-  stream; a graph node fires at every launch, which that form does not cover.
+- Something must drain: ``callback(fn)`` raises RuntimeError (naming ``GraphDefinition.callback`` or
+  ``GraphNode.callback``) while the automatic drain is ``"off"`` or ``"gc"`` and no event loop drains
+  (:func:`cuda_reclaim.asyncio.install`), as :func:`cuda_reclaim.add_host_node_ordered` does. While a
+  firing waits, every host function of the context waits behind it; ``fn``, and anything a drain runs,
+  must not wait for GPU work queued behind a firing that waits.
 - ``GraphBuilder.callback`` (a host function launched into a stream capture) stays cuda.core's own:
   cuda-reclaim adds nothing to a graph under capture.
 - The node's callable as cuda.core reports it (``HostCallbackNode.callback``) is not ``fn``.
 - A ctypes pointer, or a call with ``user_data``, goes to cuda.core's own method: what the class held when
   :func:`install` first ran in the process (never a wrapper that leads back to the integration's).
-- After :func:`cuda_reclaim.close` (and at exit) a firing never runs.
+- After :func:`cuda_reclaim.close` (and at exit) a firing runs nothing and the graph goes on.
 """
 
 import contextlib
@@ -99,10 +103,18 @@ def _node_of(graph, handle):
     raise RuntimeError(f"cuda_reclaim.integrations.cuda_core: the host node {int(handle):#x} is not in its graph")
 
 
-def _add(graph, fn, dependencies):
-    import cuda_reclaim
+def _add(function, graph, fn, dependencies):
+    """The stream-ordered host node of ``fn`` (cuda_reclaim.add_host_node_ordered's, with errors that name the
+    public `function`), as cuda.core's object for it."""
+    from cuda_reclaim import _graph, _ordered_calls, _reclaim
 
-    return _node_of(graph, cuda_reclaim.add_host_node(graph, fn, dependencies=dependencies))
+    handle = _graph.add_node(
+        function, graph, fn, (), dependencies, None, ordered=True,
+        check=lambda: _ordered_calls.check_a_drain_runs(function),
+    )
+    if _reclaim.is_closed():
+        _graph.warn_after_close(function, _graph.NODE_AFTER_CLOSE)
+    return _node_of(graph, handle)
 
 
 def _is_python_callable(fn, user_data):
@@ -110,31 +122,34 @@ def _is_python_callable(fn, user_data):
 
 
 def _definition_callback(self, fn, *, user_data=None):
-    """GraphDefinition.callback while installed: a Python callable becomes a cuda-reclaim host node."""
+    """GraphDefinition.callback while installed: a Python callable becomes a stream-ordered cuda-reclaim host
+    node."""
     if _is_python_callable(fn, user_data):
-        return _add(self, fn, ())
+        return _add("GraphDefinition.callback", self, fn, ())
     return _support.call_original(_PATCHES.own(type(self), "callback"), self, fn, user_data=user_data)
 
 
 def _node_callback(self, fn, *, user_data=None):
-    """GraphNode.callback while installed: a Python callable becomes a cuda-reclaim host node after this one."""
+    """GraphNode.callback while installed: a Python callable becomes a stream-ordered cuda-reclaim host node
+    after this one."""
     if _is_python_callable(fn, user_data):
-        return _add(self.graph, fn, () if self.handle is None else (self,))
+        return _add("GraphNode.callback", self.graph, fn, () if self.handle is None else (self,))
     return _support.call_original(_PATCHES.own(type(self), "callback"), self, fn, user_data=user_data)
 
 
 def _documented(replacement, original):
     replacement.__doc__ = (
-        "cuda.core's callback(fn, *, user_data=None); a Python callable is added with cuda_reclaim.add_host_node "
-        "and runs in a cuda-reclaim drain, not on CUDA's thread (cuda_reclaim.integrations.cuda_core).\n\n"
+        "cuda.core's callback(fn, *, user_data=None); a Python callable is added as "
+        "cuda_reclaim.add_host_node_ordered adds it and runs in a cuda-reclaim drain, not on CUDA's thread, "
+        "before the graph goes on (cuda_reclaim.integrations.cuda_core).\n\n"
         + (getattr(original, "__doc__", None) or "")
     )
 
 
 def install():
-    """Make the Python-callable form of cuda.core's ``GraphDefinition.callback`` and ``GraphNode.callback`` go
-    through :func:`cuda_reclaim.add_host_node`. Idempotent: True if this call installed them, False if they
-    were installed already. ImportError when cuda.core is missing."""
+    """Make the Python-callable form of cuda.core's ``GraphDefinition.callback`` and ``GraphNode.callback`` add
+    a stream-ordered cuda-reclaim host node (:func:`cuda_reclaim.add_host_node_ordered`). Idempotent: True if
+    this call installed them, False if they were installed already. ImportError when cuda.core is missing."""
     graph = _support.import_library(
         "cuda.core.graph", "cuda_reclaim.integrations.cuda_core.install()", "cuda.core", "cuda-core"
     )

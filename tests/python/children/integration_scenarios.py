@@ -242,16 +242,19 @@ def cupy_launch_host_func_on_a_capturing_stream_is_cupys_own():
 
 
 def recording_the_nodes_added():
-    """cuda_reclaim.add_host_node, recording each node in its graph's list of standins.NODES (the driver's
-    node list of cuda.core's GraphDefinition.nodes(), which the fake driver does not keep)."""
-    add_host_node = cuda_reclaim.add_host_node
+    """cuda_reclaim's add_node (what the integration adds its nodes with), recording each node in its graph's
+    list of standins.NODES (the driver's node list of cuda.core's GraphDefinition.nodes(), which the fake
+    driver does not keep)."""
+    from cuda_reclaim import _graph
 
-    def recording(graph, fn, /, *args, dependencies=(), **kwargs):
-        node = add_host_node(graph, fn, *args, dependencies=dependencies, **kwargs)
+    add_node = _graph.add_node
+
+    def recording(function, graph, *args, **kwargs):
+        node = add_node(function, graph, *args, **kwargs)
         standins.NODES.setdefault(int(graph.handle), []).append(int(node))
         return node
 
-    cuda_reclaim.add_host_node = recording
+    _graph.add_node = recording
 
 
 def cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch():
@@ -259,36 +262,62 @@ def cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_la
     from cuda_reclaim.integrations import cuda_core
 
     recording_the_nodes_added()
-    ran, all_ran = [], threading.Event()
+    ran = []
+    entered, release = threading.Event(), threading.Event()
 
-    def record(name):
-        ran.append((name, threading.get_ident()))
-        if len(ran) == 4:
-            all_ran.set()
+    def first():
+        ran.append(("first", threading.get_ident()))
+        entered.set()
+        assert release.wait(WAIT)
 
     graph = fake.fake_cuda_graph_create()
     with cuda_core.installed():
         definition = standins.GraphDefinition(graph)
-        first = definition.callback(lambda: record("first"))
-        second = first.callback(lambda: record("second"))
+        first_node = definition.callback(first)
+        second_node = first_node.callback(lambda: ran.append(("second", threading.get_ident())))
         theirs = cuda_core.HOST_FN(lambda data: None)
         definition.callback(theirs, user_data=1234)  # a ctypes callback goes to cuda.core as it is
         lam = lambda: None  # noqa: E731
-        first.callback(lam, user_data=5)  # cuda.core's own ValueError for this: unchanged
-    assert isinstance(first, standins.GraphNode) and isinstance(second, standins.GraphNode)
-    assert [first.handle, second.handle] == standins.NODES[graph], "cuda.core's objects for the nodes added"
-    assert first.graph is definition and second.graph is definition
+        first_node.callback(lam, user_data=5)  # cuda.core's own ValueError for this: unchanged
+    assert isinstance(first_node, standins.GraphNode) and isinstance(second_node, standins.GraphNode)
+    assert [first_node.handle, second_node.handle] == standins.NODES[graph], "cuda.core's objects for the nodes"
+    assert first_node.graph is definition and second_node.graph is definition
     assert fake.fake_cuda_graph_host_node_count(graph) == 2
     assert standins.OWN_CALLS == [("GraphDefinition.callback", theirs, 1234), ("GraphNode.callback", lam, 5)]
     executable = fake.fake_cuda_graph_instantiate(graph)
     stream = 0x9300
     fake.fake_cuda_graph_launch(executable, stream)
     fake.fake_cuda_graph_launch(executable, stream)
+    assert entered.wait(WAIT)
+    # Stream order: the graph waits at the node until its call has returned.
+    held = fake.fake_cuda_stream_synchronize(stream, 0)
+    release.set()
     synchronize(fake, stream)
-    assert all_ran.wait(WAIT), ran
-    assert sorted(name for name, _ in ran) == ["first", "first", "second", "second"], ran
+    assert held == 1, "the stream went on while the node's call ran"
+    assert [name for name, _ in ran] == ["first", "second", "first", "second"], "in the graph's order, all run"
     assert threading.get_ident() not in {thread for _, thread in ran}, "ran in the drain thread"
     fake.fake_cuda_graph_exec_destroy(executable)
+    fake.fake_cuda_graph_destroy(graph)
+
+
+def cuda_core_callback_needs_a_drain():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import cuda_core
+
+    cuda_reclaim.set_auto_drain("off")
+    graph = fake.fake_cuda_graph_create()
+    with cuda_core.installed():
+        definition = standins.GraphDefinition(graph)
+        for name, add in (
+            ("GraphDefinition.callback", definition.callback),
+            ("GraphNode.callback", standins.GraphNode(definition, None).callback),
+        ):
+            try:
+                add(print)
+                raise AssertionError(f"{name}() added an ordered node with no drain to run it")
+            except RuntimeError as error:
+                assert str(error).startswith(f'{name}(): the automatic drain is "off"'), error
+    assert fake.fake_cuda_graph_host_node_count(graph) == 0
     fake.fake_cuda_graph_destroy(graph)
 
 
@@ -682,6 +711,7 @@ if __name__ == "__main__":
         cupy_launch_host_func_on_a_capturing_stream_is_cupys_own,
         cuda_core_python_callables_become_host_nodes_that_run_in_a_drain_at_every_launch,
         cuda_core_callback_exceptions_reach_the_unraisablehook,
+        cuda_core_callback_needs_a_drain,
         cuda_core_host_call_runs_once_in_a_drain_before_cudas_thread_goes_on,
         cuda_core_withdraw_cancels_a_host_call_cuda_never_got,
         cuda_core_host_call_needs_a_drain_and_gives_nothing_after_close,
