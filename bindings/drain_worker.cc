@@ -315,9 +315,16 @@ PyObject* py_set_trim_delay(PyObject*, PyObject* seconds) {
 // bytecode, or the rest of ours). The call tells by the frame that called os.fork(): while that frame is on
 // the stack below the top one, os.fork() has not returned (or its caller called deeper after a failed fork):
 // the call adds itself again for the next check. Once that frame is the top one, or gone (a failed fork's
-// exception unwound it), the callback runs. Both references are held by the GIL holder only (main thread).
-PyObject* g_fork_return_callback = nullptr;  // strong; set while a call is outstanding
-PyObject* g_fork_caller_frame = nullptr;     // strong; the frame that called os.fork()
+// exception unwound it), the callback runs. A caller that never becomes the top frame again (os.fork() called
+// from C code that then runs Python code for good) would keep the main thread's eval breaker set: once the call
+// has found os.fork() not returned under kMostTopFramesWhileForking different top frames, the callback runs
+// anyway (a check runs the call again and again under one top frame: CPython runs up to 32 pending calls per
+// check). All of it is touched by the GIL holder only (main thread).
+constexpr int kMostTopFramesWhileForking = 10000;
+PyObject* g_fork_return_callback = nullptr;     // strong; set while a call is outstanding
+PyObject* g_fork_caller_frame = nullptr;        // strong; the frame that called os.fork()
+const void* g_fork_last_top_frame = nullptr;    // compared only, never dereferenced
+int g_fork_top_frames = 0;                      // top frames under which os.fork() had not returned
 
 // True when `frame` is on the calling thread's stack below `top`. GIL held; allocates frame objects.
 bool frame_below(PyFrameObject* top, PyObject* frame) {
@@ -340,11 +347,18 @@ bool frame_below(PyFrameObject* top, PyObject* frame) {
 int call_once_fork_returned(void*) {
   PyFrameObject* top = PyEval_GetFrame();  // borrowed
   if (top != nullptr && reinterpret_cast<PyObject*>(top) != g_fork_caller_frame &&
-      frame_below(top, g_fork_caller_frame) && Py_AddPendingCall(call_once_fork_returned, nullptr) == 0) {
+      g_fork_top_frames < kMostTopFramesWhileForking && frame_below(top, g_fork_caller_frame) &&
+      Py_AddPendingCall(call_once_fork_returned, nullptr) == 0) {
+    if (g_fork_last_top_frame != top) {
+      g_fork_last_top_frame = top;
+      ++g_fork_top_frames;
+    }
     return 0;  // still inside os.fork(): at the next check
   }
   PyObject* callback = g_fork_return_callback;
   g_fork_return_callback = nullptr;
+  g_fork_last_top_frame = nullptr;
+  g_fork_top_frames = 0;
   Py_CLEAR(g_fork_caller_frame);
   if (callback == nullptr) return 0;
   PyObject* result = PyObject_CallNoArgs(callback);
@@ -376,6 +390,8 @@ PyObject* py_call_once_fork_returned(PyObject*, PyObject* callback) {
   Py_INCREF(callback);
   g_fork_return_callback = callback;
   g_fork_caller_frame = reinterpret_cast<PyObject*>(caller);
+  g_fork_last_top_frame = nullptr;
+  g_fork_top_frames = 0;
   Py_XDECREF(old_callback);
   Py_XDECREF(old_frame);
   Py_RETURN_TRUE;

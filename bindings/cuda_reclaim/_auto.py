@@ -338,8 +338,8 @@ def _before_fork():
 
 
 # CPython 3.13 and 3.14.0 count the threads for os.fork()'s multi-threaded-process DeprecationWarning after the
-# parent's after-fork hooks (3.12 before them, later releases before them too): a drain thread started by the
-# hook would make every fork warn. There the main thread restarts it once os.fork() has returned.
+# parent's after-fork hooks (3.12 before them, and so do later releases): a drain thread started by the hook
+# would make every fork warn. From 3.13 on the main thread restarts it once os.fork() has returned.
 _FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
 
 
@@ -355,7 +355,7 @@ def _after_fork_in_parent():
         later = (
             _FORK_COUNTS_THREADS_AFTER_HOOKS
             and not sys.is_finalizing()
-            and threading.current_thread() is threading.main_thread()
+            and threading.get_ident() == threading.main_thread().ident
         )
         failure = None if later else _start_locked()
     # Called from this frame itself: the frame below it is the one that called os.fork().

@@ -227,7 +227,14 @@ def forks_on_the_main_thread_with_the_drain_thread_running(count_text):
     from cuda_reclaim import _auto
 
     later_hook_calls = []
-    os.register_at_fork(after_in_parent=lambda: later_hook_calls.append(len(later_hook_calls)))
+
+    def square(number):
+        return number * number
+
+    def later_hook():  # calls and loops: eval-breaker checks inside os.fork(), in frames of their own
+        later_hook_calls.append(sum(square(number) for number in range(1000)))
+
+    os.register_at_fork(after_in_parent=later_hook)
     count = int(count_text)
     running_as_fork_returned = 0
     released_after_fork = 0
