@@ -100,6 +100,10 @@ def test_numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing():
     fake_cuda.run_script(SCENARIOS, "numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing")
 
 
+def test_numba_async_done_ends_cancelled_with_a_message_at_close_and_after_it():
+    fake_cuda.run_script(SCENARIOS, "numba_async_done_ends_cancelled_at_close_and_after_it")
+
+
 def test_numba_add_callback_reports_a_warning_raised_as_an_error_and_base_exceptions_as_unraisable():
     fake_cuda.run_script(SCENARIOS, "numba_add_callback_reports_what_numba_leaves_unraisable")
 

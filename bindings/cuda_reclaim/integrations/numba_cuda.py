@@ -106,12 +106,11 @@ def async_done(self):
     automatic drain is not the thread. Cancelling it cancels the wait."""
     import asyncio
 
-    import cuda_reclaim
-    from cuda_reclaim import _asyncio_drain
+    from cuda_reclaim import _asyncio_drain, _graph
 
     loop = asyncio.get_running_loop()
     _asyncio_drain.check_loop("async_done", loop)
-    call = cuda_reclaim.launch_host_func(_handle(self), _reached)  # the stream's point: this call's
+    call = _graph.launch("async_done", _handle(self), _reached, (), None)  # the stream's point: this call's
     try:
         task = loop.create_task(_until_reached(self, loop, call))
     except BaseException:

@@ -559,6 +559,35 @@ def numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing():
         asyncio.run(main())
 
 
+def numba_async_done_ends_cancelled_at_close_and_after_it():
+    fake = with_the_fake_driver()
+    from cuda_reclaim.integrations import numba_cuda
+
+    message = "async_done(): cuda_reclaim is closed: the call never runs"
+
+    async def cancelled_with(future):
+        try:
+            await asyncio.wait_for(future, WAIT)
+        except asyncio.CancelledError as error:
+            return error.args
+        raise AssertionError("async_done() completed after close")
+
+    async def main():
+        stream = standins.NumbaStream(0x9170)
+        fake.fake_cuda_stream_hold(stream.handle, 1)
+        pending = stream.async_done()
+        await asyncio.sleep(0)  # one turn of the loop: the task's first step, scheduled before it, begins the wait
+        cuda_reclaim.close()
+        assert await cancelled_with(pending) == (message,)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)  # a launch after close says so, once
+            assert await cancelled_with(stream.async_done()) == (message,)
+        fake.fake_cuda_stream_hold(stream.handle, 0)
+
+    with numba_cuda.installed():
+        asyncio.run(main())
+
+
 def numba_add_callback_reports_what_numba_leaves_unraisable():
     fake = with_the_fake_driver()
     from cuda_reclaim.integrations import numba_cuda
@@ -720,6 +749,7 @@ if __name__ == "__main__":
         racing_installs_and_uninstalls_keep_the_librarys_own,
         numba_async_done_completes_with_the_automatic_drain_off,
         numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing,
+        numba_async_done_ends_cancelled_at_close_and_after_it,
         numba_add_callback_reports_what_numba_leaves_unraisable,
         ctrl_c_in_a_callback_that_the_main_threads_drain_runs_reaches_the_unraisablehook,
         cupy_base_exceptions_reach_the_unraisablehook_before_the_stream_goes_on,
