@@ -226,14 +226,17 @@ def all_names(module):
 
 
 def public_modules(tree):
-    """{module name: path}: cuda_reclaim and each public submodule (no leading underscore) with an __all__."""
+    """{module name: path}: cuda_reclaim and each public submodule or subpackage module (no part with a leading
+    underscore) with an __all__, at any depth (cuda_reclaim.integrations.cupy too)."""
     found = {}
-    pattern = re.compile(r"bindings/cuda_reclaim/([a-z]\w*|__init__)\.py")
+    pattern = re.compile(r"bindings/cuda_reclaim/((?:[a-z]\w*/)*)([a-z]\w*|__init__)\.py")
     for path in tree.matching(pattern.fullmatch):
-        name = os.path.basename(path)[:-3]
+        parts = ["cuda_reclaim"] + path[len("bindings/cuda_reclaim/"):-len(".py")].split("/")
+        if parts[-1] == "__init__":
+            parts.pop()
         module = parse(tree, path)
-        if module is not None and (name == "__init__" or all_names(module)):
-            found["cuda_reclaim" if name == "__init__" else "cuda_reclaim." + name] = path
+        if module is not None and (len(parts) == 1 or all_names(module)):
+            found[".".join(parts)] = path
     return found
 
 
