@@ -67,6 +67,12 @@ struct HostCall {
   HostCall* next;
   HostCall* parked_previous;  // the order's parked list, while kParked
   HostCall* parked_next;
+  // A prepared call (_prepare_host_call) is on the list of live pairs from its preparation until a drain
+  // takes its item from the queue, it is withdrawn, or it is freed: _withdraw_host_call finds a pair there
+  // by address, never reading memory that user data names.
+  bool prepared;
+  HostCall* prepared_previous;
+  HostCall* prepared_next;
 };
 
 // A _HostItem of kind kNode: one add_host_node node. One Python reference stands for every native
@@ -142,6 +148,14 @@ bool is_host_node(PyObject* item);
 // takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
 // with an exception set; then the order's reference is dropped. Requires the GIL.
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future);
+
+// The list of live prepared pairs (HostCall::prepared): `call` (just made, its pair counted by graph/'s
+// prepare_host_call) goes on it; unlink_prepared takes a call off it (nothing if it is not on it); and
+// find_prepared returns the call on it whose pair `user_data` is exactly (address and generation), or
+// null. find_prepared reads only the calls on the list. Require the GIL.
+void link_prepared(HostCall* call);
+void unlink_prepared(HostCall* call);
+HostCall* find_prepared(std::uintptr_t user_data);
 
 // A launch that CUDA refused: nothing will run `call`, so it leaves the outstanding list and drops what
 // it holds (unless a close() meanwhile cancelled it already). Its future is left as it is. Requires the GIL.

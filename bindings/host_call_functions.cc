@@ -201,12 +201,23 @@ PyObject* py_prepare_host_call(PyObject*, PyObject* const* argv, Py_ssize_t narg
     Py_DECREF(future);
     return nullptr;
   }
-  // The call's own reference becomes CUDA's: the host function's push hands it to the queue.
-  const auto host_function = ordered != 0 ? graph::ordered_host_call_function : graph::host_call_function;
+  // The call's own reference becomes the pair's, then CUDA's: the host function's push hands it to the queue.
+  const graph::PreparedPair pair = graph::prepare_host_call(&call->slot, ordered != 0);
+  if (pair.host_fn == nullptr) {
+    withdraw_host_call(call);
+    Py_DECREF(call);
+    Py_DECREF(future);
+    PyErr_SetString(PyExc_RuntimeError,
+                    "_prepare_host_call(): the call's address has its top 16 bits set; nothing was prepared");
+    return nullptr;
+  }
+  link_prepared(call);
   PyObject* result = Py_BuildValue(
-      "(KKN)", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(host_function)),
-      static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(&call->slot)), future);
+      "(KKN)", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(pair.host_fn)),
+      static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(pair.user_data)), future);
   if (result == nullptr) {
+    unlink_prepared(call);
+    (void)graph::withdraw_prepared_host_call(&call->slot);  // nobody has the pair: this takes it
     withdraw_host_call(call);
     Py_DECREF(call);
   }
@@ -218,22 +229,27 @@ PyObject* py_withdraw_host_call(PyObject*, PyObject* argument) {
   std::uintptr_t data;
   if (!parse_handle("_withdraw_host_call", "user_data", argument, &data)) return nullptr;
   if (data == 0) Py_RETURN_NONE;  // the pair of a preparation after close: nothing was made
-  auto* slot = reinterpret_cast<graph::HostCallSlot*>(data);
-  auto* call = static_cast<HostCall*>(slot->payload);
-  if (!is_host_call(reinterpret_cast<PyObject*>(call)) || &call->slot != slot) {
-    PyErr_SetString(PyExc_ValueError, "_withdraw_host_call(): user_data is not a prepared call's");
+  // Only a pair on the list of live ones is touched: nothing here reads memory that user_data names.
+  HostCall* call = find_prepared(data);
+  if (call == nullptr) {
+    PyErr_SetString(PyExc_ValueError,
+                    "_withdraw_host_call(): user_data is not a live prepared pair's (never prepared, withdrawn "
+                    "already, or its call was run or cancelled by a drain after CUDA ran its host function)");
     return nullptr;
   }
-  PyObject* future = call->future;  // null once done (cancelled by a close, or withdrawn already)
-  if (future == nullptr) {
-    PyErr_SetString(PyExc_ValueError, "_withdraw_host_call(): the call is done already (withdrawn or closed)");
+  if (!graph::withdraw_prepared_host_call(&call->slot)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "_withdraw_host_call(): CUDA ran the pair's host function already: the call is the queue's "
+                    "and a drain runs it");
     return nullptr;
   }
-  Py_INCREF(future);
+  unlink_prepared(call);
+  PyObject* future = call->future;  // null once a close (or a fork child) cancelled the call
+  Py_XINCREF(future);
   withdraw_host_call(call);
   cancel_future(future);
-  Py_DECREF(future);
-  Py_DECREF(call);  // the reference CUDA would have handed to the queue
+  Py_XDECREF(future);
+  Py_DECREF(call);  // the pair's reference, which CUDA would have handed to the queue
   Py_RETURN_NONE;
 }
 
@@ -325,16 +341,26 @@ PyMethodDef kHostCallMethods[] = {
      "_withdraw_host_call(user_data): the future is cancelled, counted in calls_cancelled, and every\n"
      "reference released. If CUDA never runs an enqueued pair, close() (and the exit) cancels the call\n"
      "and counts it; the small call item stays allocated, as for any launch CUDA never ran. Cancelling\n"
-     "the future before the call runs means fn never runs. Enqueuing the pair more than once, or in a\n"
-     "captured graph (which fires it at every launch), is a user error: the first firing hands the call\n"
-     "to the queue and gives up its reference; a later firing reads memory that may be freed by then.\n"
+     "the future before the call runs means fn never runs.\n"
+     "Counting: the pair counts as attached to CUDA (attached_to_cuda, held_by_cuda) from the return on,\n"
+     "with a hand-back ticket, as a launch does: its host function's push, or a withdrawal, hands it back,\n"
+     "so wait_handed_back() covers it, and waits for a pair that is never enqueued nor withdrawn. A pair\n"
+     "still unfired at close stays counted as held (a pair never enqueued cannot be told from one that\n"
+     "CUDA has not reached): withdraw it to hand it back.\n"
+     "Enqueuing the pair more than once, in a captured graph (which fires it at every launch), or after\n"
+     "withdrawing it, is a user error: the host function reads the call's memory, which may be freed by\n"
+     "then; while that memory is the pair's, a firing after the first or after a withdrawal does nothing.\n"
      "After close (or while the interpreter finalizes) nothing is prepared: (0, 0, a cancelled future)."},
     {"_withdraw_host_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_withdraw_host_call)),
      METH_O,
      "_withdraw_host_call($module, user_data, /)\n--\n\n"
      "Hand back a prepared call (_prepare_host_call) whose pair CUDA never got: its future is cancelled\n"
-     "(counted in calls_cancelled) and its references released. ValueError if the call is done already;\n"
-     "a user_data of 0 does nothing. Never for a pair that was enqueued."},
+     "(counted in calls_cancelled, unless a close cancelled it already), its references released, and\n"
+     "its attach counted as handed back. A user_data of 0 does nothing. ValueError for user data that is\n"
+     "not a live pair's: never prepared, withdrawn already, a stale pair whose memory went to a new one,\n"
+     "or a pair whose host function CUDA ran (its call is the queue's). Only for a pair CUDA never got:\n"
+     "an enqueued pair whose host function has not run yet cannot be told from one never enqueued; its\n"
+     "withdrawal frees the call, and CUDA's later firing reads freed memory (a user error)."},
     {"_add_host_node", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(py_add_host_node)),
      METH_FASTCALL,
      "_add_host_node($module, cugraph, dependencies, fn, args, kwargs, ordered=False, /)\n--\n\n"

@@ -34,6 +34,9 @@ HostCall* g_parents_calls = nullptr;
 // never returns to them (open_every_gate), and are forgotten in a fork child that fn forks.
 HostCall* g_running = nullptr;
 
+// The live prepared pairs (call_items.h's link_prepared), linked through prepared_previous/prepared_next.
+HostCall* g_prepared = nullptr;
+
 void link_running(HostCall* call) {
   call->previous = nullptr;
   call->next = g_running;
@@ -197,7 +200,38 @@ void run_in_order(StreamOrder* order, HostCall* call) {
 
 }  // namespace
 
+void link_prepared(HostCall* call) {
+  call->prepared = true;
+  call->prepared_previous = nullptr;
+  call->prepared_next = g_prepared;
+  if (g_prepared != nullptr) g_prepared->prepared_previous = call;
+  g_prepared = call;
+}
+
+void unlink_prepared(HostCall* call) {
+  if (!call->prepared) return;
+  call->prepared = false;
+  if (call->prepared_previous != nullptr) {
+    call->prepared_previous->prepared_next = call->prepared_next;
+  } else {
+    g_prepared = call->prepared_next;
+  }
+  if (call->prepared_next != nullptr) call->prepared_next->prepared_previous = call->prepared_previous;
+  call->prepared_previous = call->prepared_next = nullptr;
+}
+
+HostCall* find_prepared(std::uintptr_t user_data) {
+  const void* const address = reclaim::graph::prepared_slot_address(user_data);
+  for (HostCall* call = g_prepared; call != nullptr; call = call->prepared_next) {
+    if (&call->slot == address) {
+      return reclaim::graph::is_prepared_pair(&call->slot, user_data) ? call : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 void clear_host_call(HostCall* call) {
+  unlink_prepared(call);
   if (call->state != CallState::kDone) {
     // Released by something other than this module's release action (a drain through another copy's
     // table with its own action): it never runs, so say so through its future.
@@ -231,6 +265,8 @@ HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObje
   call->slot.order = &order->counters;
   call->state = CallState::kWaiting;
   call->parked_previous = call->parked_next = nullptr;
+  call->prepared = false;
+  call->prepared_previous = call->prepared_next = nullptr;
   link(call);
   return call;
 }
@@ -254,6 +290,7 @@ namespace {
 // A call that arrived (the queue's reference) and must not run: its future is cancelled, its parts
 // released, and the queue's reference dropped.
 void cancel_arrived_call(HostCall* call) {
+  unlink_prepared(call);  // its host function fired: the pair is no longer live
   if (call->state != CallState::kDone) {
     CallParts parts;
     finish(call, &parts);
@@ -266,6 +303,7 @@ void cancel_arrived_call(HostCall* call) {
 }  // namespace
 
 void host_call_arrived(HostCall* call) {
+  unlink_prepared(call);  // its host function fired: the pair is no longer live
   if (call->state == CallState::kDone) {  // cancelled by a close() that ran while its batch was dequeued
     Py_DECREF(call);
     return;

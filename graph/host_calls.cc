@@ -7,8 +7,9 @@
 #include <unistd.h>
 
 #include "cleanup/reclaim.h"
-#include "graph/counters.h"
+#include "cuda_reclaim/reclaim_abi.h"
 #include "graph/attach.h"
+#include "graph/counters.h"
 
 namespace reclaim {
 namespace graph {
@@ -22,15 +23,78 @@ AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlo
       "cuLaunchHostFunc (the stream is capturing a graph: add a host node to the graph instead)");
 }
 
-void host_call_function(void* data) noexcept {
-  const Untagged untagged = untag(data);
-  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
+namespace {
+
+// The generation of the next prepared pair: 0 .. kGenerations - 1, which tag() carries as a ticket.
+constexpr std::uint32_t kGenerations = (1u << RECLAIM_HAND_BACK_TICKET_BITS) - 1;
+std::atomic<std::uint32_t> g_next_generation{0};
+
+// host_call_function's body, for a slot and the ticket that came with it.
+void hand_call_to_queue(HostCallSlot* slot, int ticket) noexcept {
   internal::note_host_function_thread();
   CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
   slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
   const int status = internal::push_payload(slot->payload, note_host_call_push);
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
-  note_handed_back(untagged.ticket);
+  note_handed_back(ticket);
+}
+
+void hand_ordered_call_to_queue(HostCallSlot* slot, int ticket) noexcept;
+
+// The slot of a prepared pair's firing, once it took the claim; null for a stale or taken pair.
+HostCallSlot* claim_prepared(void* data) noexcept {
+  const Untagged untagged = untag(data);
+  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
+  if (slot == nullptr || static_cast<std::uint32_t>(untagged.ticket) != slot->generation) return nullptr;
+  std::uint32_t expected = kUnclaimed;
+  if (!slot->claim.compare_exchange_strong(expected, kFired, std::memory_order_acq_rel)) return nullptr;
+  return slot;
+}
+
+}  // namespace
+
+void host_call_function(void* data) noexcept {
+  const Untagged untagged = untag(data);
+  hand_call_to_queue(static_cast<HostCallSlot*>(untagged.pointer), untagged.ticket);
+}
+
+PreparedPair prepare_host_call(HostCallSlot* slot, bool ordered) noexcept {
+  if (slot == nullptr || !taggable(slot)) return PreparedPair{nullptr, nullptr};
+  const std::uint32_t generation = g_next_generation.fetch_add(1, std::memory_order_relaxed) % kGenerations;
+  slot->generation = generation;
+  slot->claim.store(kUnclaimed, std::memory_order_relaxed);
+  slot->ticket = note_attach_begin();
+  note_attach_end(true, slot->ticket);
+  // Published to CUDA's thread by the launch (a driver call) that the integration makes after this.
+  return PreparedPair{ordered ? prepared_ordered_host_call_function : prepared_host_call_function,
+                      tag(slot, static_cast<int>(generation))};
+}
+
+const void* prepared_slot_address(std::uintptr_t user_data) noexcept {
+  return untag(reinterpret_cast<void*>(user_data)).pointer;
+}
+
+bool is_prepared_pair(const HostCallSlot* slot, std::uintptr_t user_data) noexcept {
+  const Untagged untagged = untag(reinterpret_cast<void*>(user_data));
+  return untagged.pointer == slot && untagged.ticket >= 0 &&
+         static_cast<std::uint32_t>(untagged.ticket) == slot->generation;
+}
+
+bool withdraw_prepared_host_call(HostCallSlot* slot) noexcept {
+  std::uint32_t expected = kUnclaimed;
+  if (!slot->claim.compare_exchange_strong(expected, kWithdrawn, std::memory_order_acq_rel)) return false;
+  note_handed_back(slot->ticket);  // back with its owner: the attach counted at preparation ends here
+  return true;
+}
+
+void prepared_host_call_function(void* data) noexcept {
+  HostCallSlot* const slot = claim_prepared(data);
+  if (slot != nullptr) hand_call_to_queue(slot, slot->ticket);
+}
+
+void prepared_ordered_host_call_function(void* data) noexcept {
+  HostCallSlot* const slot = claim_prepared(data);
+  if (slot != nullptr) hand_ordered_call_to_queue(slot, slot->ticket);
 }
 
 namespace {
@@ -48,7 +112,12 @@ void wait_for_gate(const std::atomic<std::uint32_t>* word) noexcept {
 
 void ordered_host_call_function(void* data) noexcept {
   const Untagged untagged = untag(data);
-  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
+  hand_ordered_call_to_queue(static_cast<HostCallSlot*>(untagged.pointer), untagged.ticket);
+}
+
+namespace {
+
+void hand_ordered_call_to_queue(HostCallSlot* slot, int ticket) noexcept {
   internal::note_host_function_thread();
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word is 32 bits");
   std::atomic<std::uint32_t> gate{0};
@@ -58,7 +127,7 @@ void ordered_host_call_function(void* data) noexcept {
   const int status = internal::push_payload(slot->payload, note_host_call_push);
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
   // The hand-back is the push: a barrier waiter must not wait for the call to run.
-  note_handed_back(untagged.ticket);
+  note_handed_back(ticket);
   if (status != RECLAIM_QUEUED) {
     // Not kept (leaked after close, or rejected): the payload is never released, so the slot is still
     // valid. Take the gate back; if an opener (a close cancelling outstanding calls) took it first, its
@@ -67,6 +136,8 @@ void ordered_host_call_function(void* data) noexcept {
   }
   wait_for_gate(&gate);
 }
+
+}  // namespace
 
 bool open_host_call_gate(HostCallSlot* slot) noexcept {
   std::atomic<std::uint32_t>* const word = slot->gate.exchange(nullptr, std::memory_order_acq_rel);

@@ -49,7 +49,18 @@ struct HostCallSlot {
   // function before its push; taken (exchange to null, acq_rel) by exactly one of open_host_call_gate,
   // forget_host_call_gate and the host function itself after a push the queue did not keep.
   std::atomic<std::atomic<std::uint32_t>*> gate{nullptr};
+  // A prepared call's (prepare_host_call): its hand-back ticket, carried here rather than in the pointer
+  // CUDA gets (whose top bits carry `generation`), and which of its host function and a withdrawal took it
+  // (claim: kUnclaimed until one exchange takes it). Unused by launch_host_func.
+  int ticket = -1;
+  std::uint32_t generation = 0;
+  std::atomic<std::uint32_t> claim{0};
 };
+
+// HostCallSlot::claim.
+constexpr std::uint32_t kUnclaimed = 0;
+constexpr std::uint32_t kFired = 1;      // its host function ran
+constexpr std::uint32_t kWithdrawn = 2;  // withdraw_prepared_host_call took it
 
 // cuLaunchHostFunc(stream, host_call_function, slot), the native half of cuda_reclaim.launch_host_func: when
 // the stream reaches this point, the slot takes its place and slot->payload is pushed. Refuses a capturing
@@ -59,6 +70,39 @@ struct HostCallSlot {
 // Any thread; never touches Python; blocks only as long as the driver calls do.
 AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot,
                               bool ordered = false) noexcept;
+
+// A host call that an integration hands CUDA itself: the pair (host_fn, user_data) to enqueue once on the
+// stream with cuLaunchHostFunc (or what wraps it), user_data naming `slot` with a generation in its top 16
+// bits (the pair's own, from a process-wide counter, so that a stale pair whose slot's memory went to a new
+// pair does not name the new one). Counts the attach (counters.h) at once, as launch_host_func counts it
+// before its driver call: the payload is held from here on, and its hand-back ticket is taken and stored
+// in the slot, ended by the host function's push or by withdraw_prepared_host_call. A slot whose address
+// has its top 16 bits set is refused: host_fn null, nothing counted.
+// Any thread; never touches Python; never blocks; never allocates.
+struct PreparedPair {
+  CUhostFn host_fn;
+  void* user_data;
+};
+PreparedPair prepare_host_call(HostCallSlot* slot, bool ordered) noexcept;
+
+// The slot address `user_data` of a prepared pair names, and whether `user_data` is exactly the pair of
+// `slot` (its address and generation); neither reads the memory user_data names. Never blocks.
+const void* prepared_slot_address(std::uintptr_t user_data) noexcept;
+bool is_prepared_pair(const HostCallSlot* slot, std::uintptr_t user_data) noexcept;
+
+// Takes a prepared call back from its pair before CUDA ran its host function: true if this call took the
+// claim (the host function has not run; if CUDA got the pair anyway, its host function will find the
+// claim taken and do nothing, provided the slot's memory is still there: a user error), counting the
+// payload as handed back and ending its ticket. False if the host function took it first (it ran, or
+// runs now) or it was withdrawn already. Any thread; never touches Python; never blocks.
+bool withdraw_prepared_host_call(HostCallSlot* slot) noexcept;
+
+// The CUhostFns of a prepared pair: as host_call_function / ordered_host_call_function, with the ticket
+// read from the slot, once the firing took the claim; a firing whose pair is stale (another generation) or
+// whose claim is taken (withdrawn, or a second firing) does nothing.
+// CUDA's thread; never touches Python; the ordered one blocks as ordered_host_call_function.
+void prepared_host_call_function(void* data) noexcept;
+void prepared_ordered_host_call_function(void* data) noexcept;
 
 // The CUhostFn (public so that tests can fire it as CUDA would): takes a place, pushes the payload, counts.
 // Any thread; never touches Python; never blocks.

@@ -29,10 +29,15 @@ def launch_host_func_ordered(stream, fn, /, *args, **kwargs):
     Rules (each a deadlock otherwise):
 
     - A drain must run the call: with the automatic drain ``"off"`` or ``"gc"`` (whose drains hand calls
-      back unrun) it raises RuntimeError, unless an event loop's drain (:func:`cuda_reclaim.asyncio.install`)
-      is installed and not cancelled. Switching the automatic drain off later leaves the call to an explicit
-      :func:`cuda_reclaim.drain` (or to close). After :func:`cuda_reclaim.close` nothing is refused: the
-      future comes back cancelled.
+      back unrun), or ``"thread"`` whose thread cannot start (the launch tries to start it first; a
+      RuntimeWarning says why it could not), it raises RuntimeError, unless an event loop's drain
+      (:func:`cuda_reclaim.asyncio.install`) is installed, not cancelled, and its loop is running (not
+      closed). After :func:`cuda_reclaim.close` nothing is refused: the future comes back cancelled.
+    - A drain that stops before the stream reaches the call leaves the gate closed until a
+      :func:`cuda_reclaim.drain` or :func:`cuda_reclaim.close`: the automatic drain switched ``"off"``
+      (or to ``"gc"``) later, or an event loop that was the only drain and stops, closes (``asyncio.run()``
+      returning) or has its drain cancelled. The exit's close comes only after ``threading`` has joined
+      every non-daemon thread: a non-daemon thread that waits for the stream then holds the exit for good.
     - ``fn``, the future's done-callbacks (they run before the stream goes on), and anything else a drain
       runs (finalizers, other calls) must not wait for GPU work queued after an ordered call that has not
       run yet, on any stream of the context (``synchronize()``, an event's): the drain it waits in may be
@@ -88,13 +93,15 @@ def add_host_node_ordered(graph, fn, /, *args, dependencies=(), **kwargs):
 
 def check_a_drain_runs(function):
     """Raise RuntimeError naming the public `function` unless a drain will run an ordered call: the automatic
-    drain thread, or an event-loop drain (nothing is refused once closed: the call is cancelled then)."""
+    drain thread, started here if it is not running yet (one that cannot start is no drain), or a running
+    event loop's drain (nothing is refused once closed: the call is cancelled then)."""
     if _reclaim.is_closed():
         return
+    _auto.note_handover()  # starts the drain thread now: a start that fails makes the mode "off"
     mode = _auto.get_auto_drain()
     if mode in ("off", "gc") and not _event_loop_drains():
         raise RuntimeError(
-            f'{function}(): the automatic drain is "{mode}" and no event loop drains '
+            f'{function}(): the automatic drain is "{mode}" and no running event loop drains '
             "(cuda_reclaim.asyncio.install()): nothing would run the call, and CUDA's thread would wait "
             'for it; set_auto_drain("thread"), install an event-loop drain, or use launch_host_func()'
         )
@@ -121,11 +128,14 @@ def prepare_host_call(function, stream, fn, args, kwargs, *, ordered):
 
 
 def _event_loop_drains():
-    """True while an event-loop drain of cuda_reclaim.asyncio is installed and drains (not cancelled, its loop
-    not closed, max_items not 0). Only an imported cuda_reclaim.asyncio can have one; its table of installed
-    drains lives in the module that defines install()."""
+    """True while an event-loop drain of cuda_reclaim.asyncio is installed and drains: not cancelled, its loop
+    running (not closed, not stopped, not yet run), max_items not 0. Only an imported cuda_reclaim.asyncio can
+    have one; its table of installed drains lives in the module that defines install()."""
     for name in ("cuda_reclaim._asyncio_drain", "cuda_reclaim.asyncio"):
         installed = getattr(sys.modules.get(name), "_installed", None)
         if installed is not None:
-            return any(not handle.cancelled and handle.mode is not None for handle in list(installed.values()))
+            return any(
+                not handle.cancelled and handle.mode is not None and loop.is_running()
+                for loop, handle in list(installed.items())
+            )
     return False

@@ -109,3 +109,24 @@ def test_a_close_with_a_firing_in_flight_frees_cudas_thread():
 @pytest.mark.parametrize("ending", ["close", "fork"])
 def test_a_waiting_firing_opens_at_close_and_is_left_alone_in_a_fork_child(ending):
     fake_cuda.run_script(SCENARIOS, "a_waiting_firing_at_close_and_in_a_fork_child", ending)
+
+
+def test_withdraw_refuses_a_stale_unknown_or_run_pair_and_never_reads_what_it_names():
+    fake_cuda.run_script(SCENARIOS, "a_stale_or_unknown_pair_is_refused")
+
+
+def test_withdraw_refuses_a_pair_whose_host_function_cuda_ran_and_a_second_firing_does_nothing():
+    fake_cuda.run_script(SCENARIOS, "a_pair_cuda_fired_is_not_withdrawn")
+
+
+@pytest.mark.parametrize("ordered", ["ordered", "unordered"])
+def test_a_prepared_pair_counts_as_attached_until_its_push_or_withdrawal(ordered):
+    fake_cuda.run_script(SCENARIOS, "a_prepared_pair_is_counted_until_handed_back", ordered)
+
+
+def test_refused_when_the_drain_thread_cannot_start():
+    fake_cuda.run_script(SCENARIOS, "refused_when_the_drain_thread_cannot_start")
+
+
+def test_an_event_loop_that_is_not_running_is_no_drain():
+    fake_cuda.run_script(SCENARIOS, "an_event_loop_that_does_not_run_is_no_drain")

@@ -502,6 +502,162 @@ def a_prepared_call_withdrawn():
     assert sys.getrefcount(fn) == base
 
 
+def a_stale_or_unknown_pair_is_refused():
+    # withdraw() finds a pair among the live ones and reads no memory that user data names: a pair withdrawn
+    # already, one whose memory went to a new pair, one that ran, and numbers that name nothing are refused.
+    fake = fake_driver()
+    stream = 0xAE00
+    mask = (1 << 48) - 1
+    _, stale, _ = _reclaim._prepare_host_call(stream, print, (), None, False)
+    _reclaim._withdraw_host_call(stale)
+    for _ in range(100):  # the new pair takes the stale one's memory (the allocator reuses it first)
+        host_fn, user_data, future = _reclaim._prepare_host_call(stream, lambda: "new", (), None, False)
+        if user_data & mask == stale & mask:
+            break
+        _reclaim._withdraw_host_call(user_data)
+    else:
+        raise AssertionError("no new pair took the stale pair's memory")
+    assert user_data != stale, "a new pair at the same address has another generation"
+    for bogus in (stale, 1, 12345, 2**40, user_data + 8, user_data ^ (1 << 60)):
+        try:
+            _reclaim._withdraw_host_call(bogus)
+        except ValueError as error:
+            assert str(error).startswith("_withdraw_host_call(): user_data is not a live prepared pair's"), error
+        else:
+            raise AssertionError(f"{bogus:#x} withdrawn")
+    assert not future.done(), "the new pair was cancelled through a stale one"
+    assert fake.fake_cuda_launch_host_func(stream, host_fn, user_data) == 0
+    synchronize(fake, stream)
+    cuda_reclaim.drain()  # the private pair starts no drain thread
+    assert future.result(timeout=0) == "new"
+    try:
+        _reclaim._withdraw_host_call(user_data)
+    except ValueError as error:
+        assert "not a live prepared pair's" in str(error), error
+    else:
+        raise AssertionError("a pair that ran was withdrawn")
+
+
+def a_pair_cuda_fired_is_not_withdrawn():
+    # Once CUDA ran the host function the call is the queue's: withdraw refuses, a second firing does
+    # nothing, and a drain runs the call once.
+    fake = fake_driver("off")
+    stream = 0xAE10
+    host_fn, user_data, future = _reclaim._prepare_host_call(stream, lambda: "ran", (), None, False)
+    assert fake.fake_cuda_launch_host_func(stream, host_fn, user_data) == 0
+    assert fake.fake_cuda_launch_host_func(stream, host_fn, user_data) == 0  # a user error: does nothing
+    synchronize(fake, stream)
+    try:
+        _reclaim._withdraw_host_call(user_data)
+    except ValueError as error:
+        assert str(error).startswith("_withdraw_host_call(): CUDA ran the pair's host function"), error
+    else:
+        raise AssertionError("a fired pair was withdrawn")
+    cuda_reclaim.drain()
+    assert future.result(timeout=0) == "ran"
+    s = cuda_reclaim.stats()
+    assert s["host_calls"] == 1 and s["calls_run"] == 1 and s["calls_outstanding"] == 0, s
+
+
+def _holds():
+    s = cuda_reclaim.stats()
+    return s["attached_to_cuda"], s["handed_back_by_cuda"], s["held_by_cuda"]
+
+
+def a_prepared_pair_is_counted_until_handed_back(ordered):
+    # A pair counts as attached and held from its preparation (with a hand-back ticket that
+    # wait_handed_back waits for) until its host function's push or its withdrawal hands it back.
+    fake = fake_driver()
+    stream = 0xAE20
+    ordered = ordered == "ordered"
+    fake.fake_cuda_stream_hold(stream, 1)
+    host_fn, user_data, future = _reclaim._prepare_host_call(stream, lambda: "ran", (), None, ordered)
+    assert _holds() == (1, 0, 1), _holds()
+    assert fake.fake_cuda_launch_host_func(stream, host_fn, user_data) == 0
+    assert not cuda_reclaim.wait_handed_back(0), "the launched pair is not handed back yet"
+    fake.fake_cuda_stream_hold(stream, 0)
+    handed_back()
+    cuda_reclaim.drain()  # the private pair starts no drain thread
+    synchronize(fake, stream)
+    assert future.result(timeout=0) == "ran"
+    assert _holds() == (1, 1, 0), _holds()
+    _, withdrawn, _ = _reclaim._prepare_host_call(stream, print, (), None, ordered)
+    mark = cuda_reclaim.hand_back_mark()
+    _, left, left_future = _reclaim._prepare_host_call(stream, print, (), None, ordered)
+    assert _holds() == (3, 1, 2), _holds()
+    _reclaim._withdraw_host_call(withdrawn)
+    assert _holds() == (3, 2, 1), _holds()
+    assert not cuda_reclaim.wait_handed_back(0, since=mark), "a pair neither launched nor withdrawn is held"
+    assert cuda_reclaim.conserved()
+    cuda_reclaim.close()
+    assert left_future.cancelled()
+    assert _holds() == (3, 2, 1), "a pair unfired at close stays held (CUDA may have it)"
+    _reclaim._withdraw_host_call(left)  # handed back by its owner after close
+    assert _holds() == (3, 3, 0), _holds()
+    s = cuda_reclaim.stats()
+    assert s["calls_outstanding"] == 0 and s["calls_cancelled"] == 2, s
+
+
+def refused_when_the_drain_thread_cannot_start():
+    # The automatic drain is "thread" but its thread cannot start (as under a pids limit): the launch tries
+    # to start it first, and refuses the call once it could not.
+    import warnings
+
+    from cuda_reclaim import _auto
+
+    def refuse(self):
+        raise RuntimeError("can't start new thread")
+
+    _auto._DrainThread.start = refuse
+    _auto._NativeDrainThread.start = refuse
+    fake = fake_driver()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            cuda_reclaim.launch_host_func_ordered(0xAE30, print)
+        except RuntimeError as error:
+            assert str(error).startswith('launch_host_func_ordered(): the automatic drain is "off"'), error
+        else:
+            raise AssertionError("an ordered call accepted with no drain thread")
+    assert any("drain thread could not start" in str(warning.message) for warning in caught), caught
+    s = cuda_reclaim.stats()
+    assert s["host_calls"] == 0 and s["calls_outstanding"] == 0, s
+    assert fake.fake_cuda_stream_synchronize(0xAE30, TIMEOUT_MS) == 0
+
+
+def an_event_loop_that_does_not_run_is_no_drain():
+    # An installed drain counts only while its loop runs: made and installed but not run, or closed, it is
+    # refused; running, it is accepted.
+    import asyncio
+
+    import cuda_reclaim.asyncio as reclaim_asyncio
+
+    fake = fake_driver("off")
+    stream = 0xAE40
+
+    def refused():
+        try:
+            cuda_reclaim.launch_host_func_ordered(stream, print)
+        except RuntimeError as error:
+            assert str(error).startswith('launch_host_func_ordered(): the automatic drain is "off"'), error
+        else:
+            raise AssertionError("accepted with no running event loop")
+
+    loop = asyncio.new_event_loop()
+    reclaim_asyncio.install(loop)
+    refused()
+
+    async def main():
+        future = cuda_reclaim.launch_host_func_ordered(stream, lambda: "ran")
+        await loop.run_in_executor(None, synchronize, fake, stream)
+        return future.result(timeout=0)
+
+    assert loop.run_until_complete(main()) == "ran"
+    refused()
+    loop.close()
+    refused()
+
+
 if __name__ == "__main__":
     scenario.run(
         synchronize_sees_fn_and_later_work_waits,
@@ -525,4 +681,9 @@ if __name__ == "__main__":
         a_fork_from_fn_leaves_the_gate_to_the_parent,
         a_prepared_call,
         a_prepared_call_withdrawn,
+        a_stale_or_unknown_pair_is_refused,
+        a_pair_cuda_fired_is_not_withdrawn,
+        a_prepared_pair_is_counted_until_handed_back,
+        refused_when_the_drain_thread_cannot_start,
+        an_event_loop_that_does_not_run_is_no_drain,
     )
