@@ -41,6 +41,12 @@ def test_numba_async_done_gives_the_stream_on_the_loop_and_leaves_a_cancelled_fu
     fake_cuda.run_script(SCENARIOS, "numba_async_done_completes_on_the_loop_and_leaves_a_cancelled_future_alone")
 
 
+def test_ordered_callbacks_are_refused_with_the_librarys_method_named_when_no_drain_would_run_them():
+    fake_cuda.run_script(
+        SCENARIOS, "ordered_callbacks_are_refused_with_the_librarys_method_named_when_no_drain_would_run_them"
+    )
+
+
 def test_cupy_add_callback_and_launch_host_func_pass_their_arguments_in_stream_order():
     fake_cuda.run_script(SCENARIOS, "cupy_callbacks_pass_their_arguments_in_stream_order")
 

@@ -127,6 +127,20 @@ class Patches:
                 _set(cls, name, own)
 
 
+def launch_ordered(function, stream, fn, *args):
+    """``cuda_reclaim.launch_host_func_ordered(stream, fn, *args)`` for the library's method `function`
+    (``"Stream.add_callback"``), which its errors (RuntimeError when no drain would run the call) and the
+    warning of a launch after close name. Returns the future."""
+    from cuda_reclaim import _graph, _ordered_calls, _reclaim
+
+    handle = _graph.stream_handle(stream, function)
+    _ordered_calls.check_a_drain_runs(function)
+    future = _graph.launch(function, handle, fn, args, None, ordered=True)
+    if future.cancelled() and _reclaim.is_closed():
+        _graph.warn_after_close(function, "the call never runs: its future is cancelled")
+    return future
+
+
 class _Unraisable:
     """Raises its exception from __del__: CPython hands it to ``sys.unraisablehook`` (with the arguments type
     only CPython can make), exactly as for an exception a callback on CUDA's thread raises."""

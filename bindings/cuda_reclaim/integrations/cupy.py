@@ -55,11 +55,7 @@ def add_callback(self, callback, arg):
     """Call ``callback(stream, 0, arg)`` once the work enqueued before it is done; the stream's later work
     waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
     ``sys.unraisablehook`` (a KeyboardInterrupt too: see the module's docstring)."""
-    import cuda_reclaim
-
-    cuda_reclaim.launch_host_func_ordered(
-        self.ptr, _support.reporting(_stream_callback), self, callback, arg
-    )
+    _support.launch_ordered("Stream.add_callback", self.ptr, _support.reporting(_stream_callback), self, callback, arg)
 
 
 def launch_host_func(self, callback, arg):
@@ -69,9 +65,7 @@ def launch_host_func(self, callback, arg):
     a graph, CuPy's own launch_host_func (what the class held when :func:`install` first ran)."""
     if self.is_capturing():
         return _support.call_original(_PATCHES.own(type(self), "launch_host_func"), self, callback, arg)
-    import cuda_reclaim
-
-    cuda_reclaim.launch_host_func_ordered(self.ptr, _support.reporting(callback), arg)
+    _support.launch_ordered("Stream.launch_host_func", self.ptr, _support.reporting(callback), arg)
 
 
 def install():

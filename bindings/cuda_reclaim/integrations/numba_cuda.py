@@ -84,9 +84,7 @@ def add_callback(self, callback, arg=None):
     later work waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread. An Exception
     becomes a warning; a KeyboardInterrupt or SystemExit, and a warning raised as an error, go to
     ``sys.unraisablehook``."""
-    import cuda_reclaim
-
-    cuda_reclaim.launch_host_func_ordered(_handle(self), _call, self, callback, arg)
+    _support.launch_ordered("Stream.add_callback", _handle(self), _call, self, callback, arg)
 
 
 def _reached():

@@ -183,6 +183,26 @@ def numba_async_done_completes_on_the_loop_and_leaves_a_cancelled_future_alone()
     assert standins.OWN_CALLS == []
 
 
+def ordered_callbacks_are_refused_with_the_librarys_method_named_when_no_drain_would_run_them():
+    with_the_fake_driver()
+    from cuda_reclaim.integrations import cupy, numba_cuda
+
+    cuda_reclaim.set_auto_drain("off")
+    with numba_cuda.installed(), cupy.installed():
+        numba_stream, cupy_stream = standins.NumbaStream(0x9180), standins.CupyBaseStream(0x9270)
+        for name, launch in (
+            ("Stream.add_callback", lambda: numba_stream.add_callback(print)),
+            ("Stream.add_callback", lambda: cupy_stream.add_callback(print, None)),
+            ("Stream.launch_host_func", lambda: cupy_stream.launch_host_func(print, None)),
+        ):
+            try:
+                launch()
+                raise AssertionError(f"{name}() launched an ordered call with no drain to run it")
+            except RuntimeError as error:
+                assert str(error).startswith(f'{name}(): the automatic drain is "off"'), error
+    assert cuda_reclaim.stats()["host_calls"] == 0
+
+
 def cupy_callbacks_pass_their_arguments_in_stream_order():
     fake = with_the_fake_driver()
     from cuda_reclaim.integrations import cupy
@@ -736,6 +756,7 @@ if __name__ == "__main__":
         numba_add_callback_passes_stream_status_and_arg_in_stream_order,
         numba_add_callback_turns_an_exception_into_a_warning,
         numba_async_done_completes_on_the_loop_and_leaves_a_cancelled_future_alone,
+        ordered_callbacks_are_refused_with_the_librarys_method_named_when_no_drain_would_run_them,
         cupy_callbacks_pass_their_arguments_in_stream_order,
         cupy_exceptions_reach_the_unraisablehook_before_the_stream_goes_on,
         cupy_launch_host_func_on_a_capturing_stream_is_cupys_own,
