@@ -22,6 +22,9 @@ What differs from CuPy's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls.
+- Something must drain the call: while the automatic drain is ``"off"`` or ``"gc"`` and no event loop
+  drains (:func:`cuda_reclaim.asyncio.install`), both raise RuntimeError naming ``Stream.add_callback`` or
+  ``Stream.launch_host_func`` (CUDA's thread would wait for good).
 - ``add_callback``'s error status is always 0: the call is made by a host function (``cudaLaunchHostFunc``
   semantics), which CUDA does not run at all once the context has an error; then the callback is never
   called.

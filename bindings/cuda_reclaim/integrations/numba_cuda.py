@@ -26,6 +26,9 @@ What differs from numba-cuda's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls. The warning of an exception is issued on the drain's thread.
+- Something must drain ``add_callback``'s call: while the automatic drain is ``"off"`` or ``"gc"`` and no
+  event loop drains (:func:`cuda_reclaim.asyncio.install`), it raises RuntimeError naming
+  ``Stream.add_callback`` (CUDA's thread would wait for good).
 - ``status`` is always 0: the call is made by a host function (``cuLaunchHostFunc``), which CUDA does not run
   at all once the context has an error, instead of ``cuStreamAddCallback``, which passes the error. Then the
   callback is never called, and ``async_done()``'s future never completes.
