@@ -257,57 +257,6 @@ PyObject* worker_attach_stats(PyObject*, PyObject*) {
                        static_cast<unsigned long long>(refused));
 }
 
-PyMethodDef kWorkerMethods[] = {
-    {"run", worker_run, METH_NOARGS,
-     "run($self, /)\n--\n\n"
-     "Run the automatic drain loop on this thread until stop(), close() or finalization. Releases the\n"
-     "GIL while it waits. Runs once per worker."},
-    {"stop", worker_stop, METH_NOARGS,
-     "stop($self, /)\n--\n\n"
-     "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
-     "blocks; safe from a finalizer that the loop itself is running."},
-    {"_attach_stats", worker_attach_stats, METH_NOARGS | METH_STATIC,
-     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
-     "(CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches': attaches it refused\n"
-     "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
-PyGetSetDef kWorkerGetSet[] = {
-    {"stopped", worker_stopped, nullptr, "True once stop() was called.", nullptr},
-    {nullptr, nullptr, nullptr, nullptr, nullptr},
-};
-
-// Private (_DrainWorker): only cuda_reclaim._auto makes workers.
-PyType_Slot kWorkerSlots[] = {
-    {Py_tp_new, reinterpret_cast<void*>(worker_new)},
-    {Py_tp_dealloc, reinterpret_cast<void*>(worker_dealloc)},
-    {Py_tp_methods, kWorkerMethods},
-    {Py_tp_getset, kWorkerGetSet},
-    {Py_tp_doc, const_cast<char*>("_DrainWorker()\n--\n\n"
-                                  "One run of the automatic drain loop (see cuda_reclaim._auto).")},
-    {0, nullptr},
-};
-
-PyType_Spec kWorkerSpec = {
-    "cuda_reclaim._reclaim._DrainWorker",
-    sizeof(DrainWorker),
-    0,
-    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
-    kWorkerSlots,
-};
-
-PyObject* py_set_trim_delay(PyObject*, PyObject* seconds) {
-  const double value = PyFloat_AsDouble(seconds);
-  if (value == -1.0 && PyErr_Occurred()) return nullptr;
-  if (!(value >= 0.0 && value <= 3600.0)) {
-    PyErr_Format(PyExc_ValueError, "_set_trim_delay(): seconds must be in [0, 3600], not %R", seconds);
-    return nullptr;
-  }
-  const int previous = g_trim_delay_ms.exchange(static_cast<int>(value * 1000.0), std::memory_order_relaxed);
-  return PyFloat_FromDouble(previous / 1000.0);
-}
-
 // The restart of the parent's drain thread after os.fork() (cuda_reclaim._auto._after_fork_in_parent). CPython
 // 3.13 and 3.14.0 count the process's threads for fork()'s multi-threaded-process warning after the parent's
 // after-fork hooks, so a hook that starts the thread makes every fork warn. A pending call runs on the main
@@ -368,17 +317,19 @@ int call_once_fork_returned(void*) {
   return 0;
 }
 
-PyObject* py_call_once_fork_returned(PyObject*, PyObject* callback) {
+// A static method of _DrainWorker, like _attach_stats: it belongs to the drain threads' lifecycle.
+PyObject* worker_call_once_fork_returned(PyObject*, PyObject* callback) {
   if (!PyCallable_Check(callback)) {
-    PyErr_Format(PyExc_TypeError, "_call_once_fork_returned(): the callback must be callable, not %.100s",
+    PyErr_Format(PyExc_TypeError, "_DrainWorker._call_once_fork_returned(): the callback must be callable, not %.100s",
                  Py_TYPE(callback)->tp_name);
     return nullptr;
   }
   PyFrameObject* hook = PyEval_GetFrame();  // borrowed: the after-fork hook that called this
   PyFrameObject* caller = hook == nullptr ? nullptr : PyFrame_GetBack(hook);  // new reference
   if (caller == nullptr) {
-    if (PyErr_Occurred()) return nullptr;
-    Py_RETURN_FALSE;  // os.fork() called with no Python frame below: nothing to tell its return by
+    // No Python frame called os.fork() (or its frame object could not be made): nothing to tell its return by.
+    if (PyErr_Occurred()) PyErr_Clear();  // the hook restarts the thread itself instead
+    Py_RETURN_FALSE;
   }
   if (g_fork_return_callback == nullptr && Py_AddPendingCall(call_once_fork_returned, nullptr) != 0) {
     Py_DECREF(caller);
@@ -397,12 +348,64 @@ PyObject* py_call_once_fork_returned(PyObject*, PyObject* callback) {
   Py_RETURN_TRUE;
 }
 
-PyMethodDef kWorkerFunctions[] = {
-    {"_call_once_fork_returned", py_call_once_fork_returned, METH_O,
+PyMethodDef kWorkerMethods[] = {
+    {"run", worker_run, METH_NOARGS,
+     "run($self, /)\n--\n\n"
+     "Run the automatic drain loop on this thread until stop(), close() or finalization. Releases the\n"
+     "GIL while it waits. Runs once per worker."},
+    {"stop", worker_stop, METH_NOARGS,
+     "stop($self, /)\n--\n\n"
+     "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
+     "blocks; safe from a finalizer that the loop itself is running."},
+    {"_attach_stats", worker_attach_stats, METH_NOARGS | METH_STATIC,
+     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
+     "(CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches': attaches it refused\n"
+     "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
+    {"_call_once_fork_returned", worker_call_once_fork_returned, METH_O | METH_STATIC,
      "_call_once_fork_returned(callback, /)\n--\n\nInternal (cuda_reclaim._auto's after-fork hook in the parent,\n"
      "which calls it itself, on the main thread): call callback() on the main thread once the os.fork() in\n"
      "progress has returned to its caller. Returns False, scheduling nothing, when that cannot be told (no\n"
-     "Python frame called os.fork()) or no pending call can be added; the caller then acts at once."},
+     "Python frame called os.fork(), or its frame object could not be made) or no pending call can be added;\n"
+     "the caller then acts at once."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyGetSetDef kWorkerGetSet[] = {
+    {"stopped", worker_stopped, nullptr, "True once stop() was called.", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr},
+};
+
+// Private (_DrainWorker): only cuda_reclaim._auto makes workers.
+PyType_Slot kWorkerSlots[] = {
+    {Py_tp_new, reinterpret_cast<void*>(worker_new)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(worker_dealloc)},
+    {Py_tp_methods, kWorkerMethods},
+    {Py_tp_getset, kWorkerGetSet},
+    {Py_tp_doc, const_cast<char*>("_DrainWorker()\n--\n\n"
+                                  "One run of the automatic drain loop (see cuda_reclaim._auto).")},
+    {0, nullptr},
+};
+
+PyType_Spec kWorkerSpec = {
+    "cuda_reclaim._reclaim._DrainWorker",
+    sizeof(DrainWorker),
+    0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    kWorkerSlots,
+};
+
+PyObject* py_set_trim_delay(PyObject*, PyObject* seconds) {
+  const double value = PyFloat_AsDouble(seconds);
+  if (value == -1.0 && PyErr_Occurred()) return nullptr;
+  if (!(value >= 0.0 && value <= 3600.0)) {
+    PyErr_Format(PyExc_ValueError, "_set_trim_delay(): seconds must be in [0, 3600], not %R", seconds);
+    return nullptr;
+  }
+  const int previous = g_trim_delay_ms.exchange(static_cast<int>(value * 1000.0), std::memory_order_relaxed);
+  return PyFloat_FromDouble(previous / 1000.0);
+}
+
+PyMethodDef kWorkerFunctions[] = {
     {"_set_trim_delay", py_set_trim_delay, METH_O,
      "_set_trim_delay(seconds, /)\n--\n\nInternal (tests): how long pending must stay at or below the reserved\n"
      "capacity after a burst before the drain thread trims; returns the previous delay. Default 1.0."},

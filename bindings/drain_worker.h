@@ -1,5 +1,5 @@
-// bindings/drain_worker.h — cuda_reclaim._reclaim._DrainWorker, the automatic drain loop, _set_trim_delay and
-// _call_once_fork_returned (the exit-time _NativeThread is in drain_native_thread.h). cuda_reclaim._auto owns the
+// bindings/drain_worker.h — cuda_reclaim._reclaim._DrainWorker, the automatic drain loop, and
+// _set_trim_delay (the exit-time _NativeThread is in drain_native_thread.h). cuda_reclaim._auto owns the
 // lifecycle (which worker runs on which thread, when it stops); drain_worker.cc owns the protocol.
 
 #pragma once
@@ -9,11 +9,11 @@
 namespace reclaim::bindings {
 
 // Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_attach.h's
-// counts) and _NativeThread, and the functions _set_trim_delay and _call_once_fork_returned, to `module`.
-// Returns 0, or -1 with an exception set.
-// _call_once_fork_returned(callback): called by cuda_reclaim._auto's after-fork hook in the parent, on the main
-// thread, GIL held, from that hook's own frame; allocates, never blocks. It adds a pending call that runs
-// callback() on the main thread once os.fork() has returned to its caller.
+// counts, and its static _call_once_fork_returned()) and _NativeThread, and the function _set_trim_delay, to
+// `module`. Returns 0, or -1 with an exception set.
+// _DrainWorker._call_once_fork_returned(callback): called by cuda_reclaim._auto's after-fork hook in the
+// parent, on the main thread, GIL held, from that hook's own frame; allocates, never blocks. It adds a pending
+// call that runs callback() on the main thread once os.fork() has returned to its caller.
 // Module init only; requires an attached thread state (GIL).
 int add_drain_worker_types(PyObject* module);
 

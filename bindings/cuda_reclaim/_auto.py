@@ -345,10 +345,11 @@ _FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
 
 def _after_fork_in_parent():
     # A fork on the main thread: the drain thread restarts through a pending call that runs as soon as
-    # os.fork() has returned to its caller (_reclaim._call_once_fork_returned), before the caller's next
+    # os.fork() has returned to its caller (_DrainWorker._call_once_fork_returned), before the caller's next
     # bytecode, so releases that CUDA hands back meanwhile wait for no later hand-over. A fork on another thread
     # restarts it here: a pending call runs on the main thread only, which may be blocked in C for as long as
-    # that fork's caller likes (a join), and releases must not wait for it; that fork warns on those releases.
+    # that fork's caller likes (a join), and releases must not wait for it. Such a fork warns anyway on 3.12+:
+    # its process has two threads at the fork, the main one and the forking one.
     global _fork_depth
     with _lock.held():
         _fork_depth = max(0, _fork_depth - 1)
@@ -359,7 +360,7 @@ def _after_fork_in_parent():
         )
         failure = None if later else _start_locked()
     # Called from this frame itself: the frame below it is the one that called os.fork().
-    if later and not _reclaim._call_once_fork_returned(_restart_after_fork):
+    if later and not _reclaim._DrainWorker._call_once_fork_returned(_restart_after_fork):
         with _lock.held():
             failure = _start_locked()
     _warn_start_failure(failure)
