@@ -73,6 +73,11 @@ struct HostCall {
   bool prepared;
   HostCall* prepared_previous;
   HostCall* prepared_next;
+  // While a drain runs the call (host_calls.cc's running list): the thread that runs it
+  // (PyThread_get_thread_ident) and the references the call gave up to it, on that drain's stack (a
+  // CallParts), so that a fork child whose copy of that thread never returns can end the future.
+  unsigned long runner;
+  void* running_parts;
 };
 
 // A _HostItem of kind kNode: one add_host_node node. One Python reference stands for every native

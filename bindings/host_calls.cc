@@ -29,9 +29,11 @@ HostCall* g_outstanding = nullptr;  // head of the outstanding list
 // child's own. Each call is on one of the two lists until it is done; both count as outstanding.
 HostCall* g_parents_calls = nullptr;
 
-// Ordered calls that a drain is running now (fn has not returned yet), linked through previous/next (free
-// once a call is off the outstanding list): their gates open when fn returns, or at the end of an exit that
-// never returns to them (open_every_gate), and are forgotten in a fork child that fn forks.
+// Calls that a drain is running now (fn has not returned yet), linked through previous/next (free once a
+// call is off the outstanding list): the gates of ordered ones open when fn returns, or at the end of an exit
+// that never returns to them (open_every_gate), and are forgotten in a fork child; in a fork child, the
+// futures of the calls that another thread of the parent was running end with an exception
+// (forget_calls_after_fork).
 HostCall* g_running = nullptr;
 
 // The live prepared pairs (call_items.h's link_prepared), linked through prepared_previous/prepared_next.
@@ -166,7 +168,9 @@ void run_call(HostCall* call) {
   finish(call, &parts);
   // Dequeued: the host function stored its gate before the push that this drain's dequeue follows.
   const bool gated = call->slot.gate.load(std::memory_order_acquire) != nullptr;
-  if (gated) link_running(call);
+  call->runner = PyThread_get_thread_ident();
+  call->running_parts = &parts;
+  link_running(call);
   PyObject* running = call_future(parts.future, "set_running_or_notify_cancel");
   const bool run = running == Py_True;
   Py_XDECREF(running);
@@ -176,10 +180,9 @@ void run_call(HostCall* call) {
   } else {
     ++g_call_counters.cancelled;  // cancelled through its future before its turn
   }
-  if (gated) {
-    unlink_running(call);
-    (void)reclaim::graph::open_host_call_gate(&call->slot);  // null in a fork child that fn forked
-  }
+  unlink_running(call);
+  call->running_parts = nullptr;
+  if (gated) (void)reclaim::graph::open_host_call_gate(&call->slot);  // null in a fork child that fn forked
   release_parts(parts);
 }
 
@@ -267,6 +270,8 @@ HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObje
   call->parked_previous = call->parked_next = nullptr;
   call->prepared = false;
   call->prepared_previous = call->prepared_next = nullptr;
+  call->runner = 0;
+  call->running_parts = nullptr;
   link(call);
   return call;
 }
@@ -385,13 +390,58 @@ void open_every_gate() noexcept {
   open_node_gates();
 }
 
+namespace {
+
+// Fork child: the calls (linked through `next`) that a thread of the parent other than the forking one was
+// running at the fork. They ran in the parent, which gets their outcome; here no thread will finish them, so
+// each future that is not done yet gets a RuntimeError, and the references the call gave that thread (on its
+// stack, which the child has a copy of) are released. Done-callbacks may re-enter: each call is taken off
+// the chain before its future is touched.
+void end_stranded_calls(HostCall* stranded) {
+  while (HostCall* call = stranded) {
+    stranded = call->next;
+    call->next = nullptr;
+    auto* parts_on_stack = static_cast<CallParts*>(call->running_parts);
+    call->running_parts = nullptr;
+    const CallParts parts = *parts_on_stack;
+    *parts_on_stack = CallParts{};
+    PyObject* done = call_future(parts.future, "done");
+    if (done == Py_False) {
+      PyObject* error = PyObject_CallFunction(
+          PyExc_RuntimeError, "s",
+          "os.fork(): the host call was running on another thread of the parent at the fork; it finishes in "
+          "the parent, and this process never gets its outcome");
+      if (error != nullptr) {
+        Py_XDECREF(call_future(parts.future, "set_exception", error));
+        Py_DECREF(error);
+      } else {
+        PyErr_WriteUnraisable(parts.future);
+      }
+    }
+    Py_XDECREF(done);
+    release_parts(parts);
+  }
+}
+
+}  // namespace
+
 void forget_calls_after_fork() {
   // The gates are the parent's: CUDA's thread that waits on one is not in this process.
   for_each_slot(g_outstanding, reclaim::graph::forget_host_call_gate);
   for_each_slot(g_parents_calls, reclaim::graph::forget_host_call_gate);
   for_each_slot(g_running, reclaim::graph::forget_host_call_gate);
-  // Running calls go on as the child's (their fn returns here); they are off every list from now on.
-  while (HostCall* call = g_running) unlink_running(call);
+  // Running calls leave the list. Those of the forking thread go on as the child's (their fn returns here);
+  // those of another thread never return here (that thread is the parent's): they are kept, linked through
+  // `next`, for their futures to end below.
+  const unsigned long me = PyThread_get_thread_ident();
+  HostCall* stranded = nullptr;
+  while (HostCall* call = g_running) {
+    unlink_running(call);
+    if (call->runner != me && call->running_parts != nullptr) {
+      call->next = stranded;
+      stranded = call;
+    }
+  }
   forget_node_gates_after_fork();
   // First: a launch that a done-callback makes below is the child's own and starts a fresh order (an order
   // of the parent's would wait for places that the child never gets). Calls CUDA still holds keep theirs
@@ -408,6 +458,7 @@ void forget_calls_after_fork() {
     g_outstanding = nullptr;
   }
   cancel_list(&g_parents_calls);
+  end_stranded_calls(stranded);
 }
 
 }  // namespace reclaim::bindings

@@ -54,7 +54,10 @@ void cancel_outstanding_calls();
 void open_every_gate() noexcept;
 
 // In a fork child: the parent runs the calls it launched; here they are cancelled (as at close) and the
-// streams' orders start afresh.
+// streams' orders start afresh. A call that another thread of the parent was running at the fork ran there:
+// its future, if not done, ends with a RuntimeError that says so (cancelling is impossible once running),
+// and the references it gave that thread are released; a call the forking thread runs goes on as the
+// child's.
 // Fork child, single-threaded, GIL held.
 void forget_calls_after_fork();
 

@@ -130,3 +130,9 @@ def test_refused_when_the_drain_thread_cannot_start():
 
 def test_an_event_loop_that_is_not_running_is_no_drain():
     fake_cuda.run_script(SCENARIOS, "an_event_loop_that_does_not_run_is_no_drain")
+
+
+@pytest.mark.parametrize("ordered", ["ordered", "unordered"])
+def test_a_fork_child_ends_the_future_of_a_call_another_thread_was_running(ordered):
+    result = fake_cuda.run_script(SCENARIOS, "a_fork_child_ends_the_future_of_a_call_another_thread_runs", ordered)
+    assert "child:" not in result.stdout, result.stdout

@@ -658,6 +658,39 @@ def an_event_loop_that_does_not_run_is_no_drain():
     refused()
 
 
+def a_fork_child_ends_the_future_of_a_call_another_thread_runs(ordered):
+    # fork() while the drain thread is inside fn: in the child no thread will finish that call (it ran in
+    # the parent), so its future ends with a RuntimeError that says so; the parent gets the result.
+    fake = fake_driver()
+    stream = 0xAE50
+    launch = cuda_reclaim.launch_host_func_ordered if ordered == "ordered" else cuda_reclaim.launch_host_func
+    started, release = threading.Event(), threading.Event()
+
+    def fn():
+        started.set()
+        release.wait(60)
+        return "done"
+
+    future = launch(stream, fn)
+    assert started.wait(60), "the drain never ran fn"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            error = future.exception(timeout=60)
+            if isinstance(error, RuntimeError) and str(error).startswith("os.fork(): the host call was running"):
+                code = 0
+            else:
+                print("child: the future ended with", repr(error), flush=True)
+        finally:
+            os._exit(code)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    assert future.result(timeout=60) == "done"
+    synchronize(fake, stream)
+
+
 if __name__ == "__main__":
     scenario.run(
         synchronize_sees_fn_and_later_work_waits,
@@ -686,4 +719,5 @@ if __name__ == "__main__":
         a_prepared_pair_is_counted_until_handed_back,
         refused_when_the_drain_thread_cannot_start,
         an_event_loop_that_does_not_run_is_no_drain,
+        a_fork_child_ends_the_future_of_a_call_another_thread_runs,
     )
