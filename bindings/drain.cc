@@ -9,6 +9,7 @@
 #include "bindings/release_loop.h"
 #include "cleanup/queue_drain.h"
 #include "graph/counters.h"
+#include "handback/process_barrier.h"
 
 namespace reclaim::bindings {
 namespace {
@@ -135,6 +136,9 @@ bool releasing_on_this_thread() noexcept { return t_releasing > 0; }
 void reopen_calls_after_fork() noexcept { g_calls_closed = false; }
 
 void close_without_release_if_open() noexcept {
+  // The barrier first, as close() does: a waiter asleep in it (a C API user's thread, one that the exit's
+  // earlier hooks did not reach) returns "not handed back" instead of sleeping through the exit.
+  reclaim::handback::shut_process_barrier();
   if (g_queue != nullptr && !g_queue->is_closed()) g_queue->close_without_release();
   open_every_gate();  // CUDA's thread must not wait for a drain that never comes
 }
@@ -143,6 +147,7 @@ Py_ssize_t close_safely() {
   if (interpreter_finalizing()) {
     // Too late to release anything safely: close so later pushes count as leaked; queued ones stay
     // pending and are reported.
+    reclaim::handback::shut_process_barrier();  // as close_without_release_if_open
     queue().close_without_release();
     open_every_gate();  // nothing runs any more: CUDA's thread must not wait for it
     return 0;

@@ -61,16 +61,18 @@ bool calls_closed() noexcept;
 // Fork child: the queue is open again, and so are calls. Single-threaded, GIL held.
 void reopen_calls_after_fork() noexcept;
 
-// Final drain, then close (or, once finalizing, close without releasing and open every ordered call's
-// gate), then cancel the host calls that CUDA has not handed back (host_calls.h). Returns the number
+// Final drain, then close (or, once finalizing, shut the hand-back barrier, close without releasing and
+// open every ordered call's gate), then cancel the host calls that CUDA has not handed back (host_calls.h). Returns the number
 // released.
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 
-// Closes the queue without releasing anything unless it is closed already (or was never bound): the last
-// step of Py_Finalize, for an exit whose atexit hook did not close it (interrupted, or registered too
-// late to run). From then on hand-overs count as leaked; what is queued stays pending in the report. Then
-// opens every ordered call's gate (host_calls.h's open_every_gate): no drain runs those calls any more.
+// Shuts the process's hand-back barrier (handback/process_barrier.h: every wait on it that is not over,
+// a C API user's included, returns "not handed back"), then closes the queue without releasing anything
+// unless it is closed already (or was never bound): the last step of Py_Finalize, for an exit whose atexit
+// hook did not close it (interrupted, or registered too late to run). From then on hand-overs count as
+// leaked; what is queued stays pending in the report. Then opens every ordered call's gate (host_calls.h's
+// open_every_gate): no drain runs those calls any more.
 // The thread that finalizes the interpreter; never touches Python; waits only for pushes in flight (which
 // never block).
 void close_without_release_if_open() noexcept;
