@@ -395,8 +395,9 @@ namespace {
 // Fork child: the calls (linked through `next`) that a thread of the parent other than the forking one was
 // running at the fork. They ran in the parent, which gets their outcome; here no thread will finish them, so
 // each future that is not done yet gets a RuntimeError, and the references the call gave that thread (on its
-// stack, which the child has a copy of) are released. Done-callbacks may re-enter: each call is taken off
-// the chain before its future is touched.
+// stack, which the child has a copy of) are released. A future whose lock (concurrent.futures.Future's
+// _condition) that thread held at the fork is left as it is: nothing can take that lock in the child.
+// Done-callbacks may re-enter: each call is taken off the chain before its future is touched.
 void end_stranded_calls(HostCall* stranded) {
   while (HostCall* call = stranded) {
     stranded = call->next;
@@ -405,7 +406,12 @@ void end_stranded_calls(HostCall* stranded) {
     call->running_parts = nullptr;
     const CallParts parts = *parts_on_stack;
     *parts_on_stack = CallParts{};
-    PyObject* done = call_future(parts.future, "done");
+    // The thread may have died holding the future's own lock (inside set_result, say): then every method
+    // of the future would wait for good, here in the fork hook. Only a future whose lock is free is ended.
+    PyObject* condition = PyObject_GetAttrString(parts.future, "_condition");
+    PyObject* acquired = condition != nullptr ? PyObject_CallMethod(condition, "acquire", "O", Py_False) : nullptr;
+    if (acquired == nullptr) PyErr_WriteUnraisable(parts.future);
+    PyObject* done = acquired == Py_True ? call_future(parts.future, "done") : nullptr;
     if (done == Py_False) {
       PyObject* error = PyObject_CallFunction(
           PyExc_RuntimeError, "s",
@@ -419,6 +425,9 @@ void end_stranded_calls(HostCall* stranded) {
       }
     }
     Py_XDECREF(done);
+    if (acquired == Py_True) Py_XDECREF(call_future(condition, "release"));
+    Py_XDECREF(acquired);
+    Py_XDECREF(condition);
     release_parts(parts);
   }
 }
