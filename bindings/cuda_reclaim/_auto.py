@@ -1,9 +1,11 @@
 """The automatic drain: a Python-owned thread (default), a gc callback, or nothing.
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
-when it stops for good) and of the process hooks (atexit, fork, the C API's attach). The drain protocol is
-one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the drain threads and the gc callback are
-built in ``_auto_threads``. States, transitions, who may call what: docs/design.md ("The automatic drain").
+when it stops for good): it holds the state, runs the atexit hook and registers the process hooks (atexit,
+fork, the C API's attach). The fork hooks live in ``_auto_fork``, which reads and writes this module's state
+through the module. The drain protocol is one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the
+drain threads and the gc callback are built in ``_auto_threads``. States, transitions, who may call what:
+docs/design.md ("The automatic drain").
 
 Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
 
@@ -30,12 +32,11 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
 import gc
 import os
 import sys
-import threading
 import time
 import warnings
 from collections.abc import Callable
 
-from . import _python_compat, _reclaim
+from . import _auto_fork, _python_compat, _reclaim
 from ._auto_threads import (
     _DrainThread,
     _NativeDrainThread,
@@ -314,97 +315,9 @@ def close_at_exit():
         _reclaim.close()  # the final drain and the close happen whatever interrupted the wait
 
 
-# How long a fork waits for the drain thread to leave. Other libraries' before-fork hooks run before ours
-# when they were registered after it (as logging's would: it takes its module lock across the fork): a
-# finalizer on the drain thread that needs such a lock cannot return until the fork is over, so waiting
-# for it without limit would hang the fork. Past the limit the fork goes ahead with the thread alive (it
-# holds no state the child needs: it releases only with the GIL, which the forking thread holds).
-_FORK_JOIN_LIMIT_SECONDS = 1.0
-
-
-def _before_fork():
-    # The child should start single-threaded (CPython 3.12+ warns about forking a multi-threaded process),
-    # so stop ours and wait (bounded, see above) for it to leave. With an automatic drain on, release what
-    # is queued now, here in the parent: references still queued at the fork are counted as abandoned in
-    # the child (its copies of them stay alive there). With "off" the queue is left as the user left it.
-    global _fork_depth
-    with _lock.held():
-        _fork_depth += 1
-        _retire_locked()
-        drain_now = _mode != "off" and not _closed
-    _join_retired(_FORK_JOIN_LIMIT_SECONDS)
-    if drain_now:
-        _reclaim.drain()
-
-
-# CPython 3.13 and 3.14.0 count the threads for os.fork()'s multi-threaded-process DeprecationWarning after the
-# parent's after-fork hooks (3.12 before them, and so do later releases): a drain thread started by the hook
-# would make every fork warn. From 3.13 on the main thread restarts it once os.fork() has returned.
-_FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
-
-
-def _after_fork_in_parent():
-    # A fork on the main thread: the drain thread restarts through a pending call that runs as soon as
-    # os.fork() has returned to its caller (_DrainWorker._call_once_fork_returned), before the caller's next
-    # bytecode, so releases that CUDA hands back meanwhile wait for no later hand-over. A fork on another thread
-    # restarts it here: a pending call runs on the main thread only, which may be blocked in C for as long as
-    # that fork's caller likes (a join), and releases must not wait for it. Such a fork warns anyway on 3.12+:
-    # its process has two threads at the fork, the main one and the forking one.
-    global _fork_depth
-    with _lock.held():
-        _fork_depth = max(0, _fork_depth - 1)
-        later = (
-            _FORK_COUNTS_THREADS_AFTER_HOOKS
-            and not sys.is_finalizing()
-            and threading.get_ident() == threading.main_thread().ident
-        )
-        failure = None if later else _start_locked()
-    # Called from this frame itself: the frame below it is the one that called os.fork().
-    if later and not _reclaim._DrainWorker._call_once_fork_returned(_restart_after_fork):
-        with _lock.held():
-            failure = _start_locked()
-    _warn_start_failure(failure)
-
-
-def _restart_after_fork():
-    """The parent's restart after a fork on the main thread, once os.fork() has returned: starts the drain
-    thread if the state still calls for one (a set_auto_drain() or close() since decides; one that started
-    it already leaves nothing to do). Main thread, from a pending call."""
-    with _lock.held():
-        failure = _start_locked()
-    _warn_start_failure(failure)
-
-
-def _after_fork_in_child():
-    # cleanup/'s pthread_atfork handler already gave the child a fresh, open queue (what the parent had
-    # queued is counted as abandoned). Only the forking thread exists here: if it is a drain thread (a
-    # finalizer it ran called fork()), its loop leaves when that release returns. The drain thread
-    # restarts lazily on the next Python-side hand-over, as in a new process; at once when a C API user
-    # attached in the parent, since its native threads hand over without ever passing through Python.
-    global _lock, _worker, _thread, _retired, _closed, _fork_depth, _starting, _start_failure
-    current = current_drain_thread()
-    if current is not None:
-        current.worker.stop()
-    _lock = _StateLock()
-    _worker = _thread = None
-    # Not the forking drain thread: its drain stops taking from the parent's storage after the reset, so a
-    # new drain thread may serve the child's hand-overs while the finalizer that forked still runs.
-    _retired = []
-    _closed = False
-    _fork_depth = 0
-    _starting = False
-    _start_failure = None
-    _reclaim._after_fork_in_child()
-    _set_gc_callback(_mode == "gc")
-    if _attached:
-        with _lock.held():
-            failure = _start_locked()
-        _warn_start_failure(failure)
-
-
 def _install_process_hooks():
-    # Once per process, however often the package is imported or reloaded: the hooks are this module's
-    # functions and the flag lives on the extension module, which is never re-initialised.
+    # Once per process, however often the package is imported or reloaded: the hooks are this module's and
+    # _auto_fork's functions, and the flag lives on the extension module, which is never re-initialised.
     if getattr(_reclaim, "_process_hooks_installed", False):
         return
     import atexit
@@ -419,7 +332,11 @@ def _install_process_hooks():
     # Registered at import, so atexit hooks registered later (which may destroy CUDA graphs and hand
     # references over) run before this one.
     atexit.register(close_at_exit)
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_auto_fork._before_fork,
+        after_in_parent=_auto_fork._after_fork_in_parent,
+        after_in_child=_auto_fork._after_fork_in_child,
+    )
     # The C API's attach (cuda_reclaim_import() in other extensions): they will hand references over.
     _reclaim._set_attach_hook(note_attach)
     _reclaim._process_hooks_installed = True
