@@ -9,11 +9,8 @@
 namespace reclaim::bindings {
 
 // Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_attach.h's
-// counts, and its static _call_once_fork_returned()) and _NativeThread, and the function _set_trim_delay, to
-// `module`. Returns 0, or -1 with an exception set.
-// _DrainWorker._call_once_fork_returned(callback): called by cuda_reclaim._auto's after-fork hook in the
-// parent, on the main thread, GIL held, from that hook's own frame; allocates, never blocks. It adds a pending
-// call that runs callback() on the main thread once os.fork() has returned to its caller.
+// counts, and its static _call_once_fork_returned(): drain_fork_return.h) and _NativeThread, and the function
+// _set_trim_delay, to `module`. Returns 0, or -1 with an exception set.
 // Module init only; requires an attached thread state (GIL).
 int add_drain_worker_types(PyObject* module);
 
