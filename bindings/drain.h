@@ -62,8 +62,8 @@ bool calls_closed() noexcept;
 void reopen_calls_after_fork() noexcept;
 
 // Final drain, then close (or, once finalizing, shut the hand-back barrier, close without releasing and
-// open every ordered call's gate), then cancel the host calls that CUDA has not handed back (host_calls.h). Returns the number
-// released.
+// open every ordered call's gate), then cancel the host calls that CUDA has not handed back
+// (host_calls.h). Returns the number released.
 // Requires an attached thread state (GIL); re-entrant.
 Py_ssize_t close_safely();
 
