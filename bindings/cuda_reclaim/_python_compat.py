@@ -4,6 +4,8 @@ spelling of public ones.
 """
 
 import _imp
+import ctypes as _ctypes
+import gc as _gc
 import sys as _sys
 import threading as _threading
 
@@ -47,3 +49,23 @@ def last_exception():
     if _sys.version_info >= (3, 12):
         return getattr(_sys, "last_exc", None)
     return getattr(_sys, "last_value", None)
+
+
+_type_modified = _ctypes.PYFUNCTYPE(None, _ctypes.py_object)(("PyType_Modified", _ctypes.pythonapi))
+
+
+def write_type_namespace(cls, name, value, *, delete=False):
+    """Sets ``cls.name = value`` (or deletes ``cls.name`` with ``delete``) on a class that refuses setattr (an
+    extension type, e.g. a Cython ``cdef class``), then calls ``PyType_Modified`` so that the attribute caches
+    of the class and its subclasses see the change. With the GIL; never blocks.
+
+    No public API writes an immutable type's namespace: the dict behind the read-only ``cls.__dict__`` proxy is
+    reached as that proxy's one dict referent (``gc.get_referents``), an implementation detail of CPython's
+    mappingproxy, and written; ``PyType_Modified`` is public C API, called through ctypes.
+    """
+    (namespace,) = [referent for referent in _gc.get_referents(cls.__dict__) if isinstance(referent, dict)]
+    if delete:
+        namespace.pop(name, None)
+    else:
+        namespace[name] = value
+    _type_modified(cls)

@@ -5,6 +5,8 @@ import _imp
 import sys
 import threading
 
+import pytest
+
 from conftest import run_child, run_child_script
 
 from cuda_reclaim import _python_compat
@@ -41,6 +43,8 @@ def test_a_threading_exit_hook_cannot_be_registered_once_threading_shuts_down():
     result = run_child(
         """
 import threading
+
+import pytest
 from cuda_reclaim import _python_compat
 def late():
     try:
@@ -108,3 +112,20 @@ def test_last_exception_is_the_exception_that_ended_the_main_program_when_atexit
     assert result.returncode == 1, result.stdout + result.stderr
     assert "last exception at exit: LookupError('ends the main program')" in result.stdout.splitlines(), (
         result.stdout + result.stderr)
+
+
+def test_write_type_namespace_sets_and_deletes_an_attribute_of_a_class_that_refuses_setattr():
+    import array
+
+    with pytest.raises(TypeError):
+        array.array.pinned_by_the_compat_test = 1  # an extension type: setattr is refused
+    instance = array.array("b")
+    assert not hasattr(instance, "pinned_by_the_compat_test")  # the attribute cache has seen the miss
+    _python_compat.write_type_namespace(array.array, "pinned_by_the_compat_test", 42)
+    try:
+        assert array.array.pinned_by_the_compat_test == 42 and instance.pinned_by_the_compat_test == 42
+        assert "pinned_by_the_compat_test" in array.array.__dict__
+    finally:
+        _python_compat.write_type_namespace(array.array, "pinned_by_the_compat_test", None, delete=True)
+    assert not hasattr(instance, "pinned_by_the_compat_test"), "the type's cache still has the deleted attribute"
+    assert "pinned_by_the_compat_test" not in array.array.__dict__

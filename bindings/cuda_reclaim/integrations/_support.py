@@ -2,10 +2,10 @@
 and of the library's own methods, the import of the library with an ImportError that names the package, and
 the report of a callback's exception to ``sys.unraisablehook``."""
 
-import ctypes
-import gc
 import importlib
 import threading
+
+from .. import _python_compat
 
 _ABSENT = object()  # the class had no attribute of that name in its own __dict__ (it inherited one, or none)
 
@@ -21,19 +21,9 @@ def import_library(module, function, package, pip_name):
         ) from error
 
 
-_type_modified = ctypes.PYFUNCTYPE(None, ctypes.py_object)(("PyType_Modified", ctypes.pythonapi))
-
-
-def _namespace_of(cls):
-    """The dict behind ``cls.__dict__`` (a read-only proxy)."""
-    (namespace,) = [referent for referent in gc.get_referents(cls.__dict__) if isinstance(referent, dict)]
-    return namespace
-
-
 def _set(cls, name, value):
     """``cls.name = value``, or ``del cls.name`` for _ABSENT. A class compiled as an extension type (a Cython
-    ``cdef class``) refuses setattr: then its namespace is written and PyType_Modified() tells CPython, so
-    that its attribute caches (of the class and its subclasses) see the change."""
+    ``cdef class``) refuses setattr: then its namespace is written through _python_compat."""
     try:
         if value is _ABSENT:
             delattr(cls, name)
@@ -42,12 +32,7 @@ def _set(cls, name, value):
         return
     except TypeError:
         pass  # an immutable type: below
-    namespace = _namespace_of(cls)
-    if value is _ABSENT:
-        namespace.pop(name, None)
-    else:
-        namespace[name] = value
-    _type_modified(cls)
+    _python_compat.write_type_namespace(cls, name, value, delete=value is _ABSENT)
 
 
 def call_original(original, instance, *args, **kwargs):
