@@ -107,7 +107,7 @@ struct CallCounters {
 };
 extern CallCounters g_call_counters;
 
-// --- stream_orders.cc: the table of orders, and each order's parked calls ------------------------------
+// --- stream_orders.cc: the table of orders and its parked calls; prepared pairs; stranded calls ---------
 
 // The order of `stream`, created if needed, with one more reference (the caller's). Null with MemoryError
 // set if it could not be allocated. Requires the GIL.
@@ -126,6 +126,19 @@ void unpark(HostCall* call);
 // Takes the parked call of `order` whose turn has come, or null if none: the call whose place is next or,
 // once a push of the stream was rejected (that place never arrives), the first parked one. Requires the GIL.
 HostCall* take_next_parked(StreamOrder* order);
+
+// Fork child: ends the calls (linked through `next`) that a thread of the parent other than the forking
+// one was running at the fork (host_calls.cc's forget_calls_after_fork collects them). Single-threaded,
+// GIL held; done-callbacks may re-enter.
+void end_stranded_calls(HostCall* stranded);
+
+// The list of live prepared pairs (HostCall::prepared): `call` (just made, its pair counted by graph/'s
+// prepare_host_call) goes on it; unlink_prepared takes a call off it (nothing if it is not on it); and
+// find_prepared returns the call on it whose pair `user_data` is exactly (address and generation), or
+// null. find_prepared reads only the calls on the list. Require the GIL.
+void link_prepared(HostCall* call);
+void unlink_prepared(HostCall* call);
+HostCall* find_prepared(std::uintptr_t user_data);
 
 // Empties the table: later launches start with fresh orders, while calls that CUDA still holds keep theirs
 // until they are gone. Fork child, single-threaded, GIL held.
@@ -149,18 +162,28 @@ bool is_host_node(PyObject* item);
 
 // --- host_calls.cc: host calls ----------------------------------------------------------------------------
 
+// The references a call still holds, taken out of it so that a re-entrant pass never sees them twice.
+// Released explicitly (release_parts), not by a destructor: CPython may end a thread that runs a call with
+// a forced unwind (pthread_exit, a daemon thread taking the GIL during finalization), and nothing on that
+// way out may touch Python.
+struct CallParts {
+  PyObject* fn = nullptr;
+  PyObject* args = nullptr;
+  PyObject* kwargs = nullptr;
+  PyObject* future = nullptr;
+};
+
+// Drops every reference of `parts` (null ones skipped). Requires the GIL.
+void release_parts(const CallParts& parts);
+
+// future.<method>() or future.<method>(argument); a failure goes to sys.unraisablehook. Returns the
+// result (new) or null. Requires the GIL.
+PyObject* call_future(PyObject* future, const char* method, PyObject* argument = nullptr);
+
 // A new host call (a new reference) of fn(*args, **kwargs) into `future`, for `order` (whose reference it
 // takes over), on the outstanding list; it takes its own references to fn, args, kwargs and future. Null
 // with an exception set; then the order's reference is dropped. Requires the GIL.
 HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* future);
-
-// The list of live prepared pairs (HostCall::prepared): `call` (just made, its pair counted by graph/'s
-// prepare_host_call) goes on it; unlink_prepared takes a call off it (nothing if it is not on it); and
-// find_prepared returns the call on it whose pair `user_data` is exactly (address and generation), or
-// null. find_prepared reads only the calls on the list. Require the GIL.
-void link_prepared(HostCall* call);
-void unlink_prepared(HostCall* call);
-HostCall* find_prepared(std::uintptr_t user_data);
 
 // A launch that CUDA refused: nothing will run `call`, so it leaves the outstanding list and drops what
 // it holds (unless a close() meanwhile cancelled it already). Its future is left as it is. Requires the GIL.

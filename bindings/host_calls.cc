@@ -36,9 +36,6 @@ HostCall* g_parents_calls = nullptr;
 // (forget_calls_after_fork).
 HostCall* g_running = nullptr;
 
-// The live prepared pairs (call_items.h's link_prepared), linked through prepared_previous/prepared_next.
-HostCall* g_prepared = nullptr;
-
 void link_running(HostCall* call) {
   call->previous = nullptr;
   call->next = g_running;
@@ -86,24 +83,6 @@ void unlink(HostCall* call) {
   --g_call_counters.outstanding;
 }
 
-// The references a call still holds, taken out of it so that a re-entrant pass never sees them twice.
-// Released explicitly (release_parts), not by a destructor: CPython may end a thread that runs a call with
-// a forced unwind (pthread_exit, a daemon thread taking the GIL during finalization), and nothing on that
-// way out may touch Python.
-struct CallParts {
-  PyObject* fn = nullptr;
-  PyObject* args = nullptr;
-  PyObject* kwargs = nullptr;
-  PyObject* future = nullptr;
-};
-
-void release_parts(const CallParts& parts) {
-  Py_XDECREF(parts.fn);
-  Py_XDECREF(parts.args);
-  Py_XDECREF(parts.kwargs);
-  Py_XDECREF(parts.future);
-}
-
 // Cancels the future of `call` (just finished: its parts taken), then opens its gate if its host function
 // waits: the future is done, and its done-callbacks ran, before CUDA's thread goes on, as after a run. While
 // the callbacks run, the call is on the running list (a fork from one forgets its gate; an exit that never
@@ -127,19 +106,6 @@ void finish(HostCall* call, CallParts* parts) {
   parts->kwargs = call->kwargs;
   parts->future = call->future;
   call->fn = call->args = call->kwargs = call->future = nullptr;
-}
-
-// future.<method>() or future.<method>(argument); a failure goes to sys.unraisablehook. Returns the
-// result (new) or null.
-PyObject* call_future(PyObject* future, const char* method, PyObject* argument = nullptr) {
-  PyObject* name = PyUnicode_InternFromString(method);
-  PyObject* result = nullptr;
-  if (name != nullptr) {
-    result = PyObject_CallMethodObjArgs(future, name, argument, nullptr);  // argument null: no arguments
-    Py_DECREF(name);
-  }
-  if (result == nullptr) PyErr_WriteUnraisable(future);
-  return result;
 }
 
 // fn(*args, **kwargs) into `future`.
@@ -203,34 +169,22 @@ void run_in_order(StreamOrder* order, HostCall* call) {
 
 }  // namespace
 
-void link_prepared(HostCall* call) {
-  call->prepared = true;
-  call->prepared_previous = nullptr;
-  call->prepared_next = g_prepared;
-  if (g_prepared != nullptr) g_prepared->prepared_previous = call;
-  g_prepared = call;
+void release_parts(const CallParts& parts) {
+  Py_XDECREF(parts.fn);
+  Py_XDECREF(parts.args);
+  Py_XDECREF(parts.kwargs);
+  Py_XDECREF(parts.future);
 }
 
-void unlink_prepared(HostCall* call) {
-  if (!call->prepared) return;
-  call->prepared = false;
-  if (call->prepared_previous != nullptr) {
-    call->prepared_previous->prepared_next = call->prepared_next;
-  } else {
-    g_prepared = call->prepared_next;
+PyObject* call_future(PyObject* future, const char* method, PyObject* argument) {
+  PyObject* name = PyUnicode_InternFromString(method);
+  PyObject* result = nullptr;
+  if (name != nullptr) {
+    result = PyObject_CallMethodObjArgs(future, name, argument, nullptr);  // argument null: no arguments
+    Py_DECREF(name);
   }
-  if (call->prepared_next != nullptr) call->prepared_next->prepared_previous = call->prepared_previous;
-  call->prepared_previous = call->prepared_next = nullptr;
-}
-
-HostCall* find_prepared(std::uintptr_t user_data) {
-  const void* const address = reclaim::graph::prepared_slot_address(user_data);
-  for (HostCall* call = g_prepared; call != nullptr; call = call->prepared_next) {
-    if (&call->slot == address) {
-      return reclaim::graph::is_prepared_pair(&call->slot, user_data) ? call : nullptr;
-    }
-  }
-  return nullptr;
+  if (result == nullptr) PyErr_WriteUnraisable(future);
+  return result;
 }
 
 void clear_host_call(HostCall* call) {
@@ -389,50 +343,6 @@ void open_every_gate() noexcept {
   for_each_slot(g_running, open);
   open_node_gates();
 }
-
-namespace {
-
-// Fork child: the calls (linked through `next`) that a thread of the parent other than the forking one was
-// running at the fork. They ran in the parent, which gets their outcome; here no thread will finish them, so
-// each future that is not done yet gets a RuntimeError, and the references the call gave that thread (on its
-// stack, which the child has a copy of) are released. A future whose lock (concurrent.futures.Future's
-// _condition) that thread held at the fork is left as it is: nothing can take that lock in the child.
-// Done-callbacks may re-enter: each call is taken off the chain before its future is touched.
-void end_stranded_calls(HostCall* stranded) {
-  while (HostCall* call = stranded) {
-    stranded = call->next;
-    call->next = nullptr;
-    auto* parts_on_stack = static_cast<CallParts*>(call->running_parts);
-    call->running_parts = nullptr;
-    const CallParts parts = *parts_on_stack;
-    *parts_on_stack = CallParts{};
-    // The thread may have died holding the future's own lock (inside set_result, say): then every method
-    // of the future would wait for good, here in the fork hook. Only a future whose lock is free is ended.
-    PyObject* condition = PyObject_GetAttrString(parts.future, "_condition");
-    PyObject* acquired = condition != nullptr ? PyObject_CallMethod(condition, "acquire", "O", Py_False) : nullptr;
-    if (acquired == nullptr) PyErr_WriteUnraisable(parts.future);
-    PyObject* done = acquired == Py_True ? call_future(parts.future, "done") : nullptr;
-    if (done == Py_False) {
-      PyObject* error = PyObject_CallFunction(
-          PyExc_RuntimeError, "s",
-          "os.fork(): the host call was running on another thread of the parent at the fork; it finishes in "
-          "the parent, and this process never gets its outcome");
-      if (error != nullptr) {
-        Py_XDECREF(call_future(parts.future, "set_exception", error));
-        Py_DECREF(error);
-      } else {
-        PyErr_WriteUnraisable(parts.future);
-      }
-    }
-    Py_XDECREF(done);
-    if (acquired == Py_True) Py_XDECREF(call_future(condition, "release"));
-    Py_XDECREF(acquired);
-    Py_XDECREF(condition);
-    release_parts(parts);
-  }
-}
-
-}  // namespace
 
 void forget_calls_after_fork() {
   // The gates are the parent's: CUDA's thread that waits on one is not in this process.

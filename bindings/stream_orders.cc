@@ -1,5 +1,6 @@
 // bindings/stream_orders.cc — the streams' orders (see call_items.h): a fixed table of intrusive buckets
-// keyed by stream handle, and each order's parked calls, an intrusive list sorted by place.
+// keyed by stream handle, and each order's parked calls, an intrusive list sorted by place; the list of live
+// prepared pairs; and, in a fork child, the end of the calls that another thread of the parent was running.
 //
 // Orders are allocated with calloc rather than new: an allocation failure becomes a MemoryError of the
 // launch, and nothing here brings in libstdc++'s exception paths. Calls of one stream arrive almost in
@@ -107,6 +108,85 @@ void forget_stream_orders() {
       order->in_table = false;
     }
   }
+}
+
+// Fork child: the calls (linked through `next`) that a thread of the parent other than the forking one was
+// running at the fork. They ran in the parent, which gets their outcome; here no thread will finish them, so
+// each future that is not done yet gets a RuntimeError, and the references the call gave that thread (on its
+// stack, which the child has a copy of) are released. A future whose lock (concurrent.futures.Future's
+// _condition) that thread held at the fork is left as it is: nothing can take that lock in the child.
+// Done-callbacks may re-enter: each call is taken off the chain before its future is touched.
+void end_stranded_calls(HostCall* stranded) {
+  while (HostCall* call = stranded) {
+    stranded = call->next;
+    call->next = nullptr;
+    auto* parts_on_stack = static_cast<CallParts*>(call->running_parts);
+    call->running_parts = nullptr;
+    const CallParts parts = *parts_on_stack;
+    *parts_on_stack = CallParts{};
+    // The thread may have died holding the future's own lock (inside set_result, say): then every method
+    // of the future would wait for good, here in the fork hook. Only a future whose lock is free is ended.
+    PyObject* condition = PyObject_GetAttrString(parts.future, "_condition");
+    PyObject* acquired = condition != nullptr ? PyObject_CallMethod(condition, "acquire", "O", Py_False) : nullptr;
+    if (acquired == nullptr) PyErr_WriteUnraisable(parts.future);
+    PyObject* done = acquired == Py_True ? call_future(parts.future, "done") : nullptr;
+    if (done == Py_False) {
+      PyObject* error = PyObject_CallFunction(
+          PyExc_RuntimeError, "s",
+          "os.fork(): the host call was running on another thread of the parent at the fork; it finishes in "
+          "the parent, and this process never gets its outcome");
+      if (error != nullptr) {
+        Py_XDECREF(call_future(parts.future, "set_exception", error));
+        Py_DECREF(error);
+      } else {
+        PyErr_WriteUnraisable(parts.future);
+      }
+    }
+    Py_XDECREF(done);
+    if (acquired == Py_True) Py_XDECREF(call_future(condition, "release"));
+    Py_XDECREF(acquired);
+    Py_XDECREF(condition);
+    release_parts(parts);
+  }
+}
+
+// --- the live prepared pairs (call_items.h) ---------------------------------------------------------------
+
+namespace {
+
+// Linked through prepared_previous/prepared_next.
+HostCall* g_prepared = nullptr;
+
+}  // namespace
+
+void link_prepared(HostCall* call) {
+  call->prepared = true;
+  call->prepared_previous = nullptr;
+  call->prepared_next = g_prepared;
+  if (g_prepared != nullptr) g_prepared->prepared_previous = call;
+  g_prepared = call;
+}
+
+void unlink_prepared(HostCall* call) {
+  if (!call->prepared) return;
+  call->prepared = false;
+  if (call->prepared_previous != nullptr) {
+    call->prepared_previous->prepared_next = call->prepared_next;
+  } else {
+    g_prepared = call->prepared_next;
+  }
+  if (call->prepared_next != nullptr) call->prepared_next->prepared_previous = call->prepared_previous;
+  call->prepared_previous = call->prepared_next = nullptr;
+}
+
+HostCall* find_prepared(std::uintptr_t user_data) {
+  const void* const address = reclaim::graph::prepared_slot_address(user_data);
+  for (HostCall* call = g_prepared; call != nullptr; call = call->prepared_next) {
+    if (&call->slot == address) {
+      return reclaim::graph::is_prepared_pair(&call->slot, user_data) ? call : nullptr;
+    }
+  }
+  return nullptr;
 }
 
 }  // namespace reclaim::bindings
