@@ -80,4 +80,10 @@ inline bool exception_set([[maybe_unused]] const PyThreadState* thread) noexcept
   return PyErr_Occurred() != nullptr;
 }
 
+// The lock of a concurrent.futures.Future: its private `_condition` (a threading.Condition). No public way
+// asks whether a thread that a fork left behind holds it (every public method of the future takes it); the
+// meaning is pinned by tests/python/test_python_compat.py. New reference, or null with an exception set.
+// Requires an attached thread state (GIL).
+inline PyObject* future_lock(PyObject* future) noexcept { return PyObject_GetAttrString(future, "_condition"); }
+
 }  // namespace reclaim::bindings::python_compat

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "bindings/call_items.h"
+#include "bindings/python_compat.h"
 
 namespace reclaim::bindings {
 namespace {
@@ -113,8 +114,8 @@ void forget_stream_orders() {
 // Fork child: the calls (linked through `next`) that a thread of the parent other than the forking one was
 // running at the fork. They ran in the parent, which gets their outcome; here no thread will finish them, so
 // each future that is not done yet gets a RuntimeError, and the references the call gave that thread (on its
-// stack, which the child has a copy of) are released. A future whose lock (concurrent.futures.Future's
-// _condition) that thread held at the fork is left as it is: nothing can take that lock in the child.
+// stack, which the child has a copy of) are released. A future whose lock (python_compat::future_lock) that
+// thread held at the fork is left as it is: nothing can take that lock in the child.
 // Done-callbacks may re-enter: each call is taken off the chain before its future is touched.
 void end_stranded_calls(HostCall* stranded) {
   while (HostCall* call = stranded) {
@@ -126,7 +127,7 @@ void end_stranded_calls(HostCall* stranded) {
     *parts_on_stack = CallParts{};
     // The thread may have died holding the future's own lock (inside set_result, say): then every method
     // of the future would wait for good, here in the fork hook. Only a future whose lock is free is ended.
-    PyObject* condition = PyObject_GetAttrString(parts.future, "_condition");
+    PyObject* condition = python_compat::future_lock(parts.future);
     PyObject* acquired = condition != nullptr ? PyObject_CallMethod(condition, "acquire", "O", Py_False) : nullptr;
     if (acquired == nullptr) PyErr_WriteUnraisable(parts.future);
     PyObject* done = acquired == Py_True ? call_future(parts.future, "done") : nullptr;

@@ -129,3 +129,27 @@ def test_write_type_namespace_sets_and_deletes_an_attribute_of_a_class_that_refu
         _python_compat.write_type_namespace(array.array, "pinned_by_the_compat_test", None, delete=True)
     assert not hasattr(instance, "pinned_by_the_compat_test"), "the type's cache still has the deleted attribute"
     assert "pinned_by_the_compat_test" not in array.array.__dict__
+
+
+def test_a_futures_lock_is_its_condition_that_every_public_method_takes():
+    import concurrent.futures
+
+    future = concurrent.futures.Future()
+    lock = future._condition  # what python_compat.h's future_lock() reads
+    assert isinstance(lock, threading.Condition)
+    assert lock.acquire(False)  # free: a non-blocking acquire takes it
+    try:
+        taken = []
+        other = threading.Thread(target=lambda: taken.append(lock.acquire(False)))
+        other.start()
+        other.join()
+        assert taken == [False], "another thread took the future's lock while this one held it"
+        done = []
+        waiter = threading.Thread(target=lambda: done.append(future.done()))
+        waiter.start()
+        waiter.join(0.2)
+        assert waiter.is_alive(), "Future.done() did not wait for the lock this thread holds"
+    finally:
+        lock.release()
+    waiter.join()
+    assert done == [False]
