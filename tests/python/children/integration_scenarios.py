@@ -568,9 +568,11 @@ def numba_async_done_cancelled_before_the_stream_gets_there_runs_nothing():
             raise AssertionError("a cancelled async_done() future completed")
         except asyncio.CancelledError:
             pass
+        cuda_reclaim.set_auto_drain("off")  # the drain below takes the call: none takes it before (no race)
         fake.fake_cuda_stream_hold(stream.handle, 0)
         synchronize(fake, stream.handle)
         assert cuda_reclaim.wait_handed_back(WAIT)
+        cuda_reclaim.drain()  # the cancelled call is taken here, counted and never run
         after = cuda_reclaim.stats()
         assert after["calls_cancelled"] == before["calls_cancelled"] + 1, (before, after)
         assert after["calls_run"] == before["calls_run"], (before, after)
