@@ -103,7 +103,7 @@ bool g_calls_closed = false;
 bool bind_queue() noexcept {
   g_queue = reclaim::own_process_queue();
   if (g_queue == nullptr) return false;
-  reclaim::graph::register_report_fields();  // the owner's exit report says what CUDA still holds
+  reclaim::set_report_fields(reclaim::graph::format_report_fields);  // the exit report says what CUDA holds
   return true;
 }
 

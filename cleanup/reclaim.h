@@ -74,13 +74,6 @@ typedef struct reclaim_owner {
  * Call once, at load time. Any thread; never touches Python; never blocks. */
 int reclaim_own_process_queue(const reclaim_owner* owner);
 
-/* Extra fields of this copy's report (write_report, the exit report), from a layer above the queue (graph/
- * adds what CUDA still holds): `fields` writes " key=value" pairs into `buffer` (at most `size` - 1
- * characters and a NUL) and returns their length; any thread, no Python, no blocking, no allocation.
- * NULL: none. Has the contract of reclaim::set_report_fields (cleanup/reclaim_queue.h): call it once, at
- * load time, from the layer that owns those counters. Any thread; never blocks, never allocates. */
-void reclaim_set_report_fields(size_t (*fields)(char* buffer, size_t size));
-
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -165,11 +165,6 @@ int reclaim_adopt(const reclaim_api* adopted) {
   return expected == adopted ? 0 : -1;
 }
 
-void reclaim_set_report_fields(size_t (*fields)(char* buffer, size_t size)) {
-  // The C pointer type has no noexcept; the contract (no throw, no allocation) is the caller's.
-  reclaim::set_report_fields(reinterpret_cast<reclaim::ReportFieldsFn>(fields));
-}
-
 int reclaim_own_process_queue(const reclaim_owner* owner) {
   if (owner == nullptr || owner->drain == nullptr || owner->attach == nullptr) return -1;
   if (reclaim::own_process_queue() == nullptr) return -1;

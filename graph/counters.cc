@@ -102,8 +102,6 @@ void note_host_call_push() noexcept { g_host_calls.fetch_add(1, std::memory_orde
 
 void note_host_node_push() noexcept { g_host_node_calls.fetch_add(1, std::memory_order_relaxed); }
 
-void register_report_fields() noexcept { reclaim_set_report_fields(format_report_fields); }
-
 std::size_t format_report_fields(char* buffer, std::size_t size) noexcept {
   if (buffer == nullptr || size == 0) return 0;
   const GraphCounters counters = graph_counters();

@@ -99,14 +99,9 @@ void note_host_node_push() noexcept;
 
 // --- the exit report ---------------------------------------------------------------------------------------
 
-// Makes format_report_fields the report hook of this copy of cleanup/ (reclaim_set_report_fields), so that
-// its exit report says what CUDA still holds. The owner of the queue calls it once, when it takes the queue
-// (bindings: bind_queue(), at module init); a program without that owner calls it itself.
-// Any thread; never touches Python; never blocks.
-void register_report_fields() noexcept;
-
 // Writes the exit report's fields of the table (" attached_to_cuda=N handed_back_by_cuda=N
-// held_by_cuda=N") into `buffer`; returns the length written.
+// held_by_cuda=N") into `buffer`; returns the length written. The queue's owner makes it the queue's report
+// hook (reclaim::set_report_fields) when it takes the queue, so that the exit report says what CUDA holds.
 // Any thread; never touches Python; never blocks; never allocates.
 std::size_t format_report_fields(char* buffer, std::size_t size) noexcept;
 

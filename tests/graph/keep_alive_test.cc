@@ -240,7 +240,7 @@ TEST_F(KeepAliveTest, RegisteredReportHookAddsWhatCudaStillHoldsBeforeTheLawsVer
   set_report_fields(nullptr);
   const std::string bare(line, format_report(own_process_queue()->snapshot(), line, sizeof line));
   EXPECT_EQ(bare.find("attached_to_cuda="), std::string::npos) << bare;
-  register_report_fields();
+  set_report_fields(format_report_fields);  // what the queue's owner does when it takes the queue
   const std::string report(line, format_report(own_process_queue()->snapshot(), line, sizeof line));
   const GraphCounters now = graph_counters();
   const std::string fields = " attached_to_cuda=" + std::to_string(now.attached_to_cuda) +
