@@ -49,11 +49,11 @@ import ctypes
 
 from . import _support
 
-__all__ = ["HOST_FN", "host_call", "withdraw", "install", "uninstall", "is_installed", "installed"]
+__all__ = ["host_call", "withdraw", "install", "uninstall", "is_installed", "installed"]
 
 _PATCHES = _support.Patches()
 
-# CUhostFn, void (*)(void*): the prototype cuda.core checks a ctypes callback against.
+# CUhostFn, void (*)(void*): the prototype cuda.core checks a ctypes callback against (host_call's pointer type).
 HOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _FUNCTION_POINTER = HOST_FN.__mro__[1]  # the base class of every ctypes function pointer type
 
@@ -68,7 +68,7 @@ def host_call(stream, fn, /, *args, **kwargs):
     (a ``concurrent.futures.Future``) gets its result; an exception, a KeyboardInterrupt or SystemExit
     included, goes to ``sys.unraisablehook`` (and the future's result is None).
 
-    ``pointer`` is a ctypes ``CUhostFn`` (:data:`HOST_FN`) to cuda-reclaim's C trampoline, ``user_data`` an
+    ``pointer`` is a ctypes ``CUhostFn`` (``cuda_core.HOST_FN``) to cuda-reclaim's C trampoline, ``user_data`` an
     int. Hand the pair to CUDA exactly once, on ``stream``, and not into a graph capture; if it never gets
     there (the launch failed), call :func:`withdraw`. ``stream``: as :func:`cuda_reclaim.launch_host_func`.
     After :func:`cuda_reclaim.close`: a null pointer (false), user data 0 and a cancelled future: nothing to
