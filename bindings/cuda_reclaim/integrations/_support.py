@@ -2,6 +2,7 @@
 and of the library's own methods, the import of the library with an ImportError that names the package, and
 the report of a callback's exception to ``sys.unraisablehook``."""
 
+import contextlib
 import importlib
 import threading
 
@@ -33,6 +34,18 @@ def _set(cls, name, value):
     except TypeError:
         pass  # an immutable type: below
     _python_compat.write_type_namespace(cls, name, value, delete=value is _ABSENT)
+
+
+@contextlib.contextmanager
+def installed_block(install, uninstall):
+    """An integration's ``installed()``: ``install()`` for the ``with`` block; on leaving, ``uninstall()`` if
+    this block installed it (an install that was in force before the block stays)."""
+    mine = install()
+    try:
+        yield
+    finally:
+        if mine:
+            uninstall()
 
 
 def call_original(original, instance, *args, **kwargs):

@@ -44,7 +44,6 @@ What differs from cuda.core's own:
 - After :func:`cuda_reclaim.close` (and at exit) a firing runs nothing and the graph goes on.
 """
 
-import contextlib
 import ctypes
 
 from . import _support
@@ -172,12 +171,6 @@ def is_installed():
     return _PATCHES.is_installed()
 
 
-@contextlib.contextmanager
 def installed():
     """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    mine = install()
-    try:
-        yield
-    finally:
-        if mine:
-            uninstall()
+    return _support.installed_block(install, uninstall)

@@ -36,7 +36,6 @@ What differs from CuPy's own:
   called.
 """
 
-import contextlib
 
 from . import _support
 
@@ -89,12 +88,6 @@ def is_installed():
     return _PATCHES.is_installed()
 
 
-@contextlib.contextmanager
 def installed():
     """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    mine = install()
-    try:
-        yield
-    finally:
-        if mine:
-            uninstall()
+    return _support.installed_block(install, uninstall)

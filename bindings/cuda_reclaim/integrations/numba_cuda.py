@@ -42,7 +42,6 @@ What differs from numba-cuda's own:
   called (cuda-reclaim's rule for launched calls).
 """
 
-import contextlib
 import warnings
 
 from . import _support
@@ -141,12 +140,6 @@ def is_installed():
     return _PATCHES.is_installed()
 
 
-@contextlib.contextmanager
 def installed():
     """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    mine = install()
-    try:
-        yield
-    finally:
-        if mine:
-            uninstall()
+    return _support.installed_block(install, uninstall)
