@@ -100,16 +100,6 @@ async def childs_waits(loop, new, graph, while_waiting=None):
     return "ok"
 
 
-async def recording_cancellation(awaitable, messages):
-    """Await `awaitable`; the message of a CancelledError raised at the await goes to `messages` (a task's
-    result() keeps it on 3.11 and later only)."""
-    try:
-        return await awaitable
-    except asyncio.CancelledError as error:
-        messages.append(str(error))
-        raise
-
-
 def the_parents_loop_in_the_child(loop, pending, messages):
     """In the fork child, on the loop made before the fork: the wait pending at the fork (None: none) ends
     cancelled once the loop runs again, and a new wait is refused. Returns "ok" or what went wrong."""
@@ -147,7 +137,7 @@ def a_loop_made_before_a_fork_ends_its_waits_in_the_child(mode, kind, at_fork):
     cuda_reclaim.keep_alive(graph, P())
     messages = []
     if at_fork == "pending":
-        pending = loop.create_task(recording_cancellation(reclaim_asyncio.handed_back(), messages))
+        pending = loop.create_task(scenario.recording_cancellation(reclaim_asyncio.handed_back(), messages))
         # The task's first step: its wait is registered, its reader added. The loop stops with it pending
         # (asyncio forgets the running loop in a fork child: the fork is made between two runs).
         loop.run_until_complete(asyncio.sleep(0))

@@ -81,16 +81,6 @@ async def await_a_call_woken_by_the_fd_only(fake, value):
         cuda.join()  # the process forks single-threaded
 
 
-async def recording_cancellation(awaitable, messages):
-    """Await `awaitable`; the message of a CancelledError raised at the await goes to `messages` (a task's
-    result() keeps it on 3.11 and later only)."""
-    try:
-        return await awaitable
-    except asyncio.CancelledError as error:
-        messages.append(str(error))
-        raise
-
-
 def refused(loop, function, make_awaitable):
     """What a new wait (or install: `make_awaitable` None) of `function` on the parent's `loop` gives in the
     child: "refused" for the RuntimeError that names `function`, else what it gave."""
@@ -153,7 +143,7 @@ def a_loop_made_before_a_fork_is_left_to_the_parent(kind, mode):
     assert loop.run_until_complete(await_a_call_woken_by_the_fd_only(fake, 1)) == 1
     fake.fake_cuda_stream_hold(HELD_STREAM, 1)
     messages = []
-    pending = loop.create_task(recording_cancellation(reclaim_asyncio.stream_reached(HELD_STREAM), messages))
+    pending = loop.create_task(scenario.recording_cancellation(reclaim_asyncio.stream_reached(HELD_STREAM), messages))
     loop.run_until_complete(asyncio.sleep(0))  # the task's first step: its call is launched
     assert not pending.done()
 

@@ -36,3 +36,15 @@ def auto_drain_off():
         yield
     finally:
         cuda_reclaim.set_auto_drain(previous)
+
+
+async def recording_cancellation(awaitable, messages):
+    """Await `awaitable`; the message of a CancelledError raised at the await goes to `messages` (a task's
+    result() keeps it on 3.11 and later only)."""
+    import asyncio  # here: most children never use asyncio
+
+    try:
+        return await awaitable
+    except asyncio.CancelledError as error:
+        messages.append(str(error))
+        raise
