@@ -118,12 +118,14 @@ def a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded():
     # The drain thread is idle; a finalizer that the main thread's drain() runs forks: the fork hook stops
     # the thread and waits for it (the first such wait of a finalizer that a drain runs), so the process
     # forks with one thread. This hook, registered first, runs after the package's.
+    import itertools
+    import operator
     import sys
 
     threads_at_fork = []
     os.register_at_fork(before=lambda: threads_at_fork.append(len(os.listdir("/proc/self/task"))))
     import cuda_reclaim
-    from cuda_reclaim import _auto
+    from cuda_reclaim import _auto, _reclaim
 
     cuda_reclaim.defer_release(object())  # the drain thread starts, drains it, then sleeps on the fd
     deadline = time.monotonic() + 30
@@ -138,9 +140,14 @@ def a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded():
                 os._exit(0)
             os.waitpid(pid, 0)
 
-    sys.setswitchinterval(30)  # the main thread keeps the GIL: its drain() takes the object, not the thread
-    cuda_reclaim.defer_release(Forks())
-    released = cuda_reclaim.drain()
+    # The push wakes the drain thread, which asks the main thread to step aside at its next bytecode: the
+    # push and the main thread's drain() run back to back in C (no bytecode between them), and the switch
+    # interval keeps the GIL with the main thread meanwhile. iter(holder.pop, None) hands the object to the
+    # push without keeping a reference, so the drain's release runs the finalizer.
+    holder = [None, Forks()]
+    sys.setswitchinterval(30)
+    _, released = itertools.chain(map(_reclaim.defer_release, iter(holder.pop, None)),
+                                  map(operator.methodcaller("__call__"), [cuda_reclaim.drain]))
     sys.setswitchinterval(0.005)
     print("released by the main thread:", released)
     print("threads at the fork:", threads_at_fork)
