@@ -1,8 +1,8 @@
 """GPU tests (marker `gpu`) of Python callbacks from CUDA: launch_host_func, cuda_reclaim.asyncio and
-add_host_node against the real driver, on cuda.core streams and graphs and on the streams of a second
-client (CuPy, PyTorch); 10^4 callbacks in stream order; exit with callbacks still pending (held_by_cuda in
-the exit report). Skipped, with the reason, where there is no driver, no GPU or no cuda.core (a missing
-CuPy or PyTorch skips only its own tests).
+add_host_node, and their ordered forms, against the real driver, on cuda.core streams and graphs and on the
+streams of a second client (CuPy, PyTorch); 10^4 callbacks in stream order; exit with callbacks still pending
+(held_by_cuda in the exit report). Skipped, with the reason, where there is no driver, no GPU or no cuda.core
+(a missing CuPy or PyTorch skips only its own tests).
 
 Run on a GPU machine: `pytest -m gpu -v tests/python/test_gpu_callbacks.py` (docs/gpu.md)."""
 
@@ -214,6 +214,42 @@ def test_graph_host_node_fires_on_every_launch(device, spin, threaded):
     assert wait_for(lambda: gc.collect() is not None and token_ref() is None), (
         "released once the graph and its exec were gone")
     assert cuda_reclaim.stats()["held_by_cuda"] == before["held_by_cuda"]
+
+
+def test_an_ordered_call_has_run_before_the_stream_goes_past_it(device, spin, threaded):
+    stream = device.create_stream()
+    launch_spin(stream, spin, device, 0.05)
+    ran = []
+
+    def slow_call():
+        time.sleep(0.1)  # the stream's next work would otherwise be done long before the call
+        ran.append(threading.get_ident())
+
+    future = cuda_reclaim.launch_host_func_ordered(stream, slow_call)
+    after = stream.record()
+    assert wait_for(lambda: after.is_done, timeout=60), "the stream never went past the ordered call"
+    assert ran and future.done(), "the stream's later work waited until the call had run"
+    cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
+    assert ran[0] != cuda_thread, "the call ran in a drain, not on CUDA's thread"
+
+
+def test_an_ordered_host_node_holds_each_launch_until_its_call_has_run(device, spin, threaded):
+    from cuda.core import LaunchConfig
+    from cuda.core.graph import GraphDefinition
+
+    stream = device.create_stream()
+    fired = []
+    definition = GraphDefinition()
+    kernel_node = definition.launch(LaunchConfig(grid=1, block=1), spin, cycles_for(device, 0.0005))
+    cuda_reclaim.add_host_node_ordered(definition, lambda: (time.sleep(0.01), fired.append(len(fired))),
+                                       dependencies=[kernel_node])
+    executable = definition.instantiate()
+    for launch_number in range(20):
+        executable.launch(stream)
+        done = stream.record()
+        assert wait_for(lambda: done.is_done, timeout=60), "the stream never went past the ordered node"
+        assert fired == list(range(launch_number + 1)), "each launch waited for its own call"
+    executable.close()
 
 
 def test_graph_builder_after_end_building_takes_a_host_node(device, spin, threaded):
