@@ -136,3 +136,16 @@ def test_an_event_loop_that_is_not_running_is_no_drain():
 def test_a_fork_child_ends_the_future_of_a_call_another_thread_was_running(ordered):
     result = fake_cuda.run_script(SCENARIOS, "a_fork_child_ends_the_future_of_a_call_another_thread_runs", ordered)
     assert "child:" not in result.stdout, result.stdout
+
+
+def test_a_finalizer_that_a_drain_runs_may_launch_an_ordered_call():
+    fake_cuda.run_script(SCENARIOS, "launched_from_a_finalizer_that_a_drain_runs")
+
+
+def test_a_done_callback_may_launch_the_next_ordered_call_of_its_stream():
+    fake_cuda.run_script(SCENARIOS, "a_done_callback_launches_the_next_ordered_call")
+
+
+@pytest.mark.parametrize("form", ["call", "host node"])
+def test_a_keyboard_interrupt_in_fn_is_its_outcome_and_opens_the_gate(form):
+    fake_cuda.run_script(SCENARIOS, "fn_raises_keyboard_interrupt", form)

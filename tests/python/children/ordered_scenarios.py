@@ -705,6 +705,77 @@ def a_fork_child_ends_the_future_of_a_call_another_thread_runs(ordered):
     synchronize(fake, stream)
 
 
+
+def launched_from_a_finalizer_that_a_drain_runs():
+    # A finalizer that the drain thread runs launches an ordered call: its host function waits on its gate
+    # until a later drain runs it; the drain that ran the finalizer is not held up by it.
+    fake = fake_driver()
+    stream = 0xA7A0
+    launched = []
+    finalized = threading.Event()
+
+    class Launches:
+        def __del__(self):
+            launched.append(cuda_reclaim.launch_host_func_ordered(stream, lambda: "ran"))
+            finalized.set()
+
+    cuda_reclaim.defer_release(Launches())
+    assert finalized.wait(60), "no drain ran the finalizer"
+    synchronize(fake, stream)
+    assert launched[0].result(timeout=0) == "ran"
+    s = cuda_reclaim.stats()
+    assert s["calls_run"] == 1 and s["calls_outstanding"] == 0, s
+
+
+def a_done_callback_launches_the_next_ordered_call():
+    # Each call's done-callback (run by the drain after the outcome, before the gate opens) launches the next
+    # ordered call on the same stream: its host function queues behind the closed gate and runs after it.
+    fake = fake_driver()
+    stream = 0xA7B0
+    ran = []
+    futures = []
+
+    def launch(number):
+        future = cuda_reclaim.launch_host_func_ordered(stream, ran.append, number)
+        futures.append(future)
+        if number < 4:
+            future.add_done_callback(lambda _: launch(number + 1))
+
+    launch(0)
+    for number in range(5):
+        synchronize(fake, stream)  # the next call is launched by the time this one's gate opened
+        assert len(futures) >= number + 1, futures
+    for future in futures:
+        assert future.result(timeout=60) is None
+    assert ran == [0, 1, 2, 3, 4], ran
+
+
+def fn_raises_keyboard_interrupt(form):
+    # A KeyboardInterrupt raised by fn is fn's outcome: the future's exception (a host node: sys.unraisablehook);
+    # the gate opens, the drain goes on, and later calls run.
+    fake = fake_driver()
+    stream = 0xA7C0
+    raised = []
+    sys.unraisablehook = lambda unraisable: raised.append(unraisable.exc_value)
+
+    def interrupted():
+        raise KeyboardInterrupt("from the ordered call")
+
+    if form == "call":
+        future = cuda_reclaim.launch_host_func_ordered(stream, interrupted)
+    else:
+        graph = fake.fake_cuda_graph_create()
+        cuda_reclaim.add_host_node_ordered(graph, interrupted)
+        fake.fake_cuda_graph_launch(fake.fake_cuda_graph_instantiate(graph), stream)
+    later = cuda_reclaim.launch_host_func_ordered(stream, lambda: "later ran")
+    synchronize(fake, stream)
+    if form == "call":
+        assert isinstance(future.exception(timeout=0), KeyboardInterrupt), future
+    else:
+        assert len(raised) == 1 and isinstance(raised[0], KeyboardInterrupt), raised
+    assert later.result(timeout=0) == "later ran"
+
+
 if __name__ == "__main__":
     scenario.run(
         synchronize_sees_fn_and_later_work_waits,
@@ -734,4 +805,7 @@ if __name__ == "__main__":
         refused_when_the_drain_thread_cannot_start,
         an_event_loop_that_does_not_run_is_no_drain,
         a_fork_child_ends_the_future_of_a_call_another_thread_runs,
+        launched_from_a_finalizer_that_a_drain_runs,
+        a_done_callback_launches_the_next_ordered_call,
+        fn_raises_keyboard_interrupt,
     )
