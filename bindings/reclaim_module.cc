@@ -43,26 +43,26 @@ using reclaim::bindings::queue;
 
 // --- the owner's side of the table -------------------------------------------------------------------
 
-// The package's function to call when a C API user attaches (cuda_reclaim._auto.note_handover), set by
-// _set_attach_hook(). A strong reference kept for the life of the process (main interpreter only): a
-// process global, not module state, since the capsule's attach() that calls it is given no module.
-PyObject* g_attach_hook = nullptr;
+// The package's function to call when a C API user announces itself (cuda_reclaim._auto.note_announce), set
+// by _set_attach_hook(). A strong reference kept for the life of the process (main interpreter only): a
+// process global, not module state, since the capsule's announce() that calls it is given no module.
+PyObject* g_announce_hook = nullptr;
 
 // reclaim_api.drain: the safe drain. Requires the GIL.
 ptrdiff_t owner_drain(ptrdiff_t max_items) {
   return drain_safely(max_items < 0 ? SIZE_MAX : static_cast<std::size_t>(max_items));
 }
 
-// reclaim_api.attach: a C API user will hand references over: start the automatic drain. Requires the GIL.
-int owner_attach() {
-  if (g_attach_hook == nullptr) return 0;  // the package is still importing: it starts lazily anyway
-  PyObject* result = PyObject_CallNoArgs(g_attach_hook);
+// reclaim_api.announce: a C API user will hand references over: start the automatic drain. Requires the GIL.
+int owner_announce() {
+  if (g_announce_hook == nullptr) return 0;  // the package is still importing: it starts lazily anyway
+  PyObject* result = PyObject_CallNoArgs(g_announce_hook);
   if (result == nullptr) return -1;
   Py_DECREF(result);
   return 0;
 }
 
-const reclaim_owner kOwner = {owner_drain, owner_attach};
+const reclaim_owner kOwner = {owner_drain, owner_announce};
 
 // Blocks with the GIL released until work is probably pending, the queue is closed, or the timeout passes.
 bool wait_without_gil(int timeout_ms) {
@@ -169,9 +169,9 @@ PyObject* py_releasing_on_this_thread(PyObject*, PyObject*) {
   return PyBool_FromLong(reclaim::bindings::releasing_on_this_thread());
 }
 
-PyObject* py_set_attach_hook(PyObject*, PyObject* hook) {
+PyObject* py_set_announce_hook(PyObject*, PyObject* hook) {
   if (!check_callable("_set_attach_hook", "hook", hook)) return nullptr;
-  Py_XSETREF(g_attach_hook, Py_NewRef(hook));
+  Py_XSETREF(g_announce_hook, Py_NewRef(hook));
   Py_RETURN_NONE;
 }
 
@@ -232,9 +232,9 @@ PyMethodDef kMethods[] = {
     {"_releasing_on_this_thread", py_releasing_on_this_thread, METH_NOARGS,
      "_releasing_on_this_thread($module, /)\n--\n\n"
      "Internal (the package): True inside a finalizer or call that a drain on this thread runs."},
-    {"_set_attach_hook", py_set_attach_hook, METH_O,
+    {"_set_attach_hook", py_set_announce_hook, METH_O,
      "_set_attach_hook($module, hook, /)\n--\n\n"
-     "Internal (the package, at import): what to call when a C API user attaches."},
+     "Internal (the package, at import): what to call when a C API user announces itself."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -30,7 +30,7 @@ size_t reclaim_pending(void);
 int reclaim_wakeup_fd(void);
 int reclaim_write_report(int fd);
 ptrdiff_t reclaim_drain(ptrdiff_t max_items);
-int reclaim_attach(void);
+int reclaim_announce(void);
 int reclaim_hand_back_begin(void);
 void reclaim_hand_back_end(int ticket, uint32_t* done);
 int reclaim_wait_handed_back(double timeout_seconds);
@@ -61,16 +61,16 @@ const reclaim_api* reclaim_api_in_use(void);
 int reclaim_adopt(const reclaim_api* api);
 
 /* How the owner of the process queue releases items and learns about new users; the table's drain and
- * attach call these. */
+ * announce call these. */
 typedef struct reclaim_owner {
   ptrdiff_t (*drain)(ptrdiff_t max_items); /* releases in the owner's safe context */
-  int (*attach)(void);                      /* a new user will hand items over */
+  int (*announce)(void);                    /* a new user will hand items over */
 } reclaim_owner;
 
 /* Binds this copy to its own process queue (as reclaim_api_in_use() does) and makes `owner` the one
- * whose drain and attach the table calls. Returns 0, or -1 when this copy adopted another's queue (then
+ * whose drain and announce the table calls. Returns 0, or -1 when this copy adopted another's queue (then
  * it owns nothing) or `owner` is NULL or incomplete. `owner` must stay valid for the life of the process.
- * Until an owner is set, drain releases nothing and attach does nothing (both return 0).
+ * Until an owner is set, drain releases nothing and announce does nothing (both return 0).
  * Call once, at load time. Any thread; never touches Python; never blocks. */
 int reclaim_own_process_queue(const reclaim_owner* owner);
 

@@ -57,9 +57,9 @@ ptrdiff_t own_drain(ptrdiff_t max_items) {
   return owner != nullptr ? owner->drain(max_items) : 0;
 }
 
-int own_attach() {
+int own_announce() {
   const reclaim_owner* owner = g_owner.load(std::memory_order_acquire);
-  return owner != nullptr ? owner->attach() : 0;
+  return owner != nullptr ? owner->announce() : 0;
 }
 
 // The hand-back barrier's entries are //handback's (handback/process_barrier.h); the wait is 0 once the
@@ -77,7 +77,7 @@ void own_hand_back_end(int ticket, uint32_t* done) { reclaim::handback::hand_bac
 const reclaim_api kOwnApi = {
     RECLAIM_ABI_VERSION, sizeof(reclaim_api), own_push,      own_host_destructor, own_drain,
     own_get_stats,       own_is_closed,       own_pending,   own_wakeup_fd,       own_write_report,
-    own_attach,          own_hand_back_begin, own_hand_back_end, own_wait_handed_back,
+    own_announce,        own_hand_back_begin, own_hand_back_end, own_wait_handed_back,
 };
 
 // The table in use. Null until the first use (which binds kOwnApi) or reclaim_adopt(); written once,
@@ -114,7 +114,7 @@ namespace {
 bool complete(const reclaim_api& table) {
   return table.push != nullptr && table.host_destructor != nullptr && table.drain != nullptr &&
          table.get_stats != nullptr && table.is_closed != nullptr && table.pending != nullptr &&
-         table.wakeup_fd != nullptr && table.write_report != nullptr && table.attach != nullptr &&
+         table.wakeup_fd != nullptr && table.write_report != nullptr && table.announce != nullptr &&
          table.hand_back_begin != nullptr && table.hand_back_end != nullptr && table.wait_handed_back != nullptr;
 }
 }  // namespace
@@ -135,7 +135,7 @@ int reclaim_write_report(int fd) { return api().write_report(fd); }
 
 ptrdiff_t reclaim_drain(ptrdiff_t max_items) { return api().drain(max_items); }
 
-int reclaim_attach(void) { return api().attach(); }
+int reclaim_announce(void) { return api().announce(); }
 
 int reclaim_hand_back_begin(void) { return api().hand_back_begin(); }
 
@@ -166,7 +166,7 @@ int reclaim_adopt(const reclaim_api* adopted) {
 }
 
 int reclaim_own_process_queue(const reclaim_owner* owner) {
-  if (owner == nullptr || owner->drain == nullptr || owner->attach == nullptr) return -1;
+  if (owner == nullptr || owner->drain == nullptr || owner->announce == nullptr) return -1;
   if (reclaim::own_process_queue() == nullptr) return -1;
   g_owner.store(owner, std::memory_order_release);
   return 0;

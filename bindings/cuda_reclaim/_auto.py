@@ -2,7 +2,7 @@
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
 when it stops for good): it holds the state, runs the atexit hook and registers the process hooks (atexit,
-fork, the C API's attach). The fork hooks live in ``_auto_fork``, which reads and writes this module's state
+fork, the C API's announce). The fork hooks live in ``_auto_fork``, which reads and writes this module's state
 through the module. The drain protocol is one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the
 drain threads and the gc callback are built in ``_auto_threads``. States, transitions, who may call what:
 docs/design.md ("The automatic drain").
@@ -51,7 +51,7 @@ _MODES = ("thread", "gc", "off")
 _lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
 _used = False  # a reference was handed over through a Python-side API in this process
-_attached = False  # a C API user attached: its native threads hand over without passing through Python
+_announced = False  # a C API user announced itself: its native threads hand over without passing through Python
 _closed = False  # close() began (explicitly or at exit): no drain thread starts again in this process
 _fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thread starts meanwhile
 _starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
@@ -144,10 +144,10 @@ def note_handover():
     _warn_start_failure(failure)
 
 
-def note_attach():
-    """A C API user attached (the capsule's attach): its native threads will hand references over."""
-    global _attached
-    _attached = True
+def note_announce():
+    """A C API user announced itself (the capsule's announce): its native threads will hand references over."""
+    global _announced
+    _announced = True
     note_handover()
 
 
@@ -337,8 +337,8 @@ def _install_process_hooks():
         after_in_parent=_auto_fork._after_fork_in_parent,
         after_in_child=_auto_fork._after_fork_in_child,
     )
-    # The C API's attach (cuda_reclaim_import() in other extensions): they will hand references over.
-    _reclaim._set_attach_hook(note_attach)
+    # The C API's announce (cuda_reclaim_import() in other extensions): they will hand references over.
+    _reclaim._set_attach_hook(note_announce)
     _reclaim._process_hooks_installed = True
 
 

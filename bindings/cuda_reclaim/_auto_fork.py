@@ -76,7 +76,7 @@ def _after_fork_in_child():
     # queued is counted as abandoned). Only the forking thread exists here: if it is a drain thread (a
     # finalizer it ran called fork()), its loop leaves when that release returns. The drain thread
     # restarts lazily on the next Python-side hand-over, as in a new process; at once when a C API user
-    # attached in the parent, since its native threads hand over without ever passing through Python.
+    # announced itself in the parent, since its native threads hand over without ever passing through Python.
     current = current_drain_thread()
     if current is not None:
         current.worker.stop()
@@ -91,7 +91,7 @@ def _after_fork_in_child():
     _auto._start_failure = None
     _reclaim._after_fork_in_child()
     _auto._set_gc_callback(_auto._mode == "gc")
-    if _auto._attached:
+    if _auto._announced:
         with _auto._lock.held():
             failure = _auto._start_locked()
         _auto._warn_start_failure(failure)

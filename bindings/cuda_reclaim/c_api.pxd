@@ -54,7 +54,7 @@ cdef extern from "cuda_reclaim/cuda_reclaim.h" nogil:
         size_t (*pending)() noexcept nogil
         int (*wakeup_fd)() noexcept nogil
         int (*write_report)(int fd) noexcept nogil
-        int (*attach)() except -1
+        int (*announce)() except -1
         int (*hand_back_begin)() noexcept nogil
         void (*hand_back_end)(int ticket, uint32_t* done) noexcept nogil
         int (*wait_handed_back)(double timeout_seconds) noexcept nogil

@@ -59,10 +59,10 @@ static inline void cuda_reclaim_import_error_(const char* what) {
   Py_XDECREF(cause);
 }
 
-/* Imports cuda_reclaim and stores its C API in *api, then attaches (api->attach(): the package starts its
+/* Imports cuda_reclaim and stores its C API in *api, then announces itself (api->announce(): the package starts its
  * automatic drain, lazily, as any hand-over through a Python-side API does). Returns 0, or -1 with
  * ImportError set when the module or its capsule is missing or its ABI is older than this header's (then
- * *api is untouched), or with the attach's exception. Call it once, from module init.
+ * *api is untouched), or with the announce's exception. Call it once, from module init.
  * Requires an attached thread state (GIL). */
 static inline int cuda_reclaim_import(const cuda_reclaim_c_api** api) {
   /* The package first: importing it installs the atexit and fork hooks that own the queue's life. */
@@ -86,7 +86,7 @@ static inline int cuda_reclaim_import(const cuda_reclaim_c_api** api) {
                  sizeof(cuda_reclaim_c_api));
     return -1;
   }
-  if (found->attach() < 0) return -1;
+  if (found->announce() < 0) return -1;
   *api = found;
   return 0;
 }

@@ -122,7 +122,7 @@ typedef struct reclaim_api {
    * for the cuda_reclaim module, it starts the automatic drain (lazily, as a Python-side hand-over does).
    * cuda_reclaim_import() calls it. Returns 0, or -1 with the owner's error set (a Python exception).
    * Requires the owner's context (GIL). */
-  int (*attach)(void);
+  int (*announce)(void);
 
   /* --- the hand-back barrier: know when CUDA has given back what was attached, without polling ---------
    * An attachment is anything a CUDA callback of yours will hand over later (a user object's destructor,

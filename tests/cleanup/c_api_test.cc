@@ -22,9 +22,9 @@ ptrdiff_t owner_drain(ptrdiff_t max_items) {
   return static_cast<ptrdiff_t>(reclaim::own_process_queue()->drain(
       ReleaseRecorder::release, g_recorder, max_items < 0 ? SIZE_MAX : static_cast<std::size_t>(max_items)));
 }
-int attaches = 0;
-int owner_attach() { return ++attaches, 0; }
-const reclaim_owner kOwner = {owner_drain, owner_attach};
+int announces = 0;
+int owner_announce() { return ++announces, 0; }
+const reclaim_owner kOwner = {owner_drain, owner_announce};
 
 std::string report_line() {
   int fds[2];
@@ -59,7 +59,7 @@ TEST(ReclaimCApi, AdoptRefusesATableWithANullEntry) {
       [](reclaim_api& t) { t.drain = nullptr; },     [](reclaim_api& t) { t.get_stats = nullptr; },
       [](reclaim_api& t) { t.is_closed = nullptr; }, [](reclaim_api& t) { t.pending = nullptr; },
       [](reclaim_api& t) { t.wakeup_fd = nullptr; }, [](reclaim_api& t) { t.write_report = nullptr; },
-      [](reclaim_api& t) { t.attach = nullptr; },
+      [](reclaim_api& t) { t.announce = nullptr; },
       [](reclaim_api& t) { t.hand_back_begin = nullptr; }, [](reclaim_api& t) { t.hand_back_end = nullptr; },
       [](reclaim_api& t) { t.wait_handed_back = nullptr; },
   };
@@ -76,11 +76,11 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   ReleaseRecorder recorder(4 * 1000 + 10);
   g_recorder = &recorder;
   EXPECT_EQ(reclaim_drain(-1), 0) << "no owner yet: nothing is released";
-  EXPECT_EQ(reclaim_attach(), 0);
+  EXPECT_EQ(reclaim_announce(), 0);
   EXPECT_EQ(reclaim_own_process_queue(nullptr), -1);
   ASSERT_EQ(reclaim_own_process_queue(&kOwner), 0);
-  EXPECT_EQ(reclaim_attach(), 0);
-  EXPECT_EQ(attaches, 1) << "attach reaches the owner";
+  EXPECT_EQ(reclaim_announce(), 0);
+  EXPECT_EQ(announces, 1) << "announce reaches the owner";
   EXPECT_EQ(reclaim_adopt(reclaim_api_in_use()), 0) << "adopting the table in use is a no-op";
   reclaim::ReclaimQueue& queue = *reclaim::own_process_queue();
   EXPECT_EQ(reclaim_is_closed(), 0);

@@ -18,9 +18,9 @@ ptrdiff_t owner_drain(ptrdiff_t max_items) {
       queue->drain(g_release, g_context, max_items < 0 ? SIZE_MAX : static_cast<size_t>(max_items)));
 }
 
-int owner_attach() { return 0; }
+int owner_announce() { return 0; }
 
-const reclaim_owner kOwner = {owner_drain, owner_attach};
+const reclaim_owner kOwner = {owner_drain, owner_announce};
 
 int become_owner(queue_copy_release_fn release, void* context) {
   g_release = release;
