@@ -4,6 +4,8 @@ exit while waiting, timeouts, a finalizer that a drain runs, fork, signals, and 
 
 import fake_cuda
 
+SCENARIOS = "hand_back_scenarios.py"
+
 # A thread that waits and records what its wait returned; `started` once it is inside the call.
 WAITER = """
 class Waiter(threading.Thread):
@@ -425,3 +427,9 @@ assert wait(-1.0) == 1 and cuda_reclaim.wait_handed_back() is True
 print("ok")
 """
     )
+
+
+# The C API's wait_handed_back (through the capsule's table) returns 0 once the queue is closed, also
+# when nothing is held, as the docs say and as the Python form returns False.
+def test_the_c_api_wait_after_close_is_zero_with_nothing_held():
+    fake_cuda.run_script(SCENARIOS, "the_c_api_wait_after_close_is_zero_with_nothing_held")
