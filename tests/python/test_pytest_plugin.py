@@ -3,7 +3,8 @@ point loads), run by pytest's own pytester in child processes whose driver is th
 asked for; --reclaim-check (or the ini) fails a test that leaves work behind; the timeout; the marker that
 allows leftovers; the `reclaim` fixture; a session fixture that holds a graph across tests; a run that never
 uses cuda_reclaim imports none of it, even with a bad setting. The entry point itself is checked where the
-package is installed (wheel_install_test.sh, tests/packaging/sdist_install_test.sh)."""
+package is installed (wheel_install_test.sh, tests/packaging/sdist_install_test.sh). The test modules and the
+conftest that pytester runs are files of children/ (pytest_plugin_*.py), copied into pytester's folder."""
 
 import os
 import sys
@@ -11,42 +12,26 @@ import sys
 import pytest
 
 import fake_cuda
-from conftest import run_child
+from conftest import CHILDREN, run_child_script
 
 pytest_plugins = ["pytester"]
 
+
+def child_text(name):
+    """The text of children/`name`: a test module or conftest that a test writes into pytester's folder."""
+    with open(os.path.join(CHILDREN, name)) as f:
+        return f.read()
+
+
 # The children's conftest: the fake driver's few controls these tests use, a payload class, no auto drain.
-CHILD_CONFTEST = """
-import ctypes, os, threading
-import pytest
-import cuda_reclaim
-
-cuda_reclaim.set_auto_drain("off")
-fake = ctypes.CDLL(os.environ["CUDA_RECLAIM_LIBCUDA"])
-fake.fake_cuda_graph_create.restype = ctypes.c_void_p
-fake.fake_cuda_graph_destroy.argtypes = [ctypes.c_void_p]
-fake.fake_cuda_stream_hold.argtypes = [ctypes.c_void_p, ctypes.c_int]
-
-class P:
-    pass
-
-def destroy_later(graph, seconds):
-    timer = threading.Timer(seconds, fake.fake_cuda_graph_destroy, (graph,))
-    timer.start()
-    return timer
-"""
+CHILD_CONFTEST = "pytest_plugin_conftest.py"
 
 # The module the entry point (pyproject.toml's [project.entry-points.pytest11]) names: it imports neither
 # cuda_reclaim nor its extension.
 START_UP_PLUGIN = "_cuda_reclaim_pytest"
 
-LEAKS_A_GRAPH = """
-from conftest import fake, P
-import cuda_reclaim
-
-def test_leaks():
-    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
-"""
+# One test that leaves a graph holding its payload.
+LEAKS_A_GRAPH = "pytest_plugin_leaks_a_graph.py"
 
 
 @pytest.fixture
@@ -60,7 +45,7 @@ def run(pytester, monkeypatch):
     monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     monkeypatch.delenv("CUDA_RECLAIM_REPORT", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))  # as conftest's children
-    pytester.makeconftest(CHILD_CONFTEST)
+    pytester.makeconftest(child_text(CHILD_CONFTEST))
 
     def run(*args):
         return pytester.runpytest_subprocess(
@@ -72,17 +57,7 @@ def run(pytester, monkeypatch):
 
 def test_off_unless_asked_for_it_changes_nothing(pytester, run):
     # Left held and left pending, and the next test sees both: no flush, no failure, no header line.
-    pytester.makepyfile(
-        LEAKS_A_GRAPH
-        + """
-def test_queues():
-    cuda_reclaim.defer_release(P())
-
-def test_sees_what_the_others_left():
-    assert cuda_reclaim.pending() == 1
-    assert cuda_reclaim.stats()["held_by_cuda"] == 1
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_off_unless_asked_for.py"))
     result = run("-v")
     result.assert_outcomes(passed=3)
     result.stdout.no_fnmatch_line("*cuda_reclaim: --reclaim-check*")
@@ -90,31 +65,14 @@ def test_sees_what_the_others_left():
 
 def test_a_test_that_leaves_nothing_behind_passes(pytester, run):
     # What CUDA hands back within the timeout and what is queued is flushed: neither is left behind.
-    pytester.makepyfile(
-        """
-from conftest import fake, P, destroy_later
-import cuda_reclaim
-
-def test_hands_back_later():
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    destroy_later(graph, 0.2)
-
-def test_queues_and_does_not_drain():
-    cuda_reclaim.defer_release(P())
-
-def test_after_them():
-    s = cuda_reclaim.stats()
-    assert s["pending"] == 0 and s["held_by_cuda"] == 0 and s["released"] == 2, s
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_leaves_nothing_behind.py"))
     result = run("--reclaim-check", "-v")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["cuda_reclaim: --reclaim-check on, flush timeout 5 s"])
 
 
 def test_a_test_that_leaves_a_graph_holding_its_payload_errors_and_says_what(pytester, run):
-    pytester.makepyfile(LEAKS_A_GRAPH)
+    pytester.makepyfile(child_text(LEAKS_A_GRAPH))
     result = run("--reclaim-check", "--reclaim-timeout=0.1")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
@@ -128,15 +86,7 @@ def test_a_test_that_leaves_a_graph_holding_its_payload_errors_and_says_what(pyt
 
 
 def test_a_host_call_left_on_a_stream_is_held_and_outstanding(pytester, run):
-    pytester.makepyfile(
-        """
-from conftest import fake
-import cuda_reclaim
-
-def test_leaves_a_call():
-    cuda_reclaim.launch_host_func(0x7300, print)  # no CUDA thread runs the fake's streams here
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_leaves_a_host_call.py"))
     result = run("--reclaim-check", "--reclaim-timeout=0")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(
@@ -150,7 +100,7 @@ def test_leaves_a_call():
 
 def test_the_ini_file_enables_the_check_and_sets_the_timeout(pytester, run):
     pytester.makeini("[pytest]\nreclaim_check = true\nreclaim_timeout = 0.1\n")
-    pytester.makepyfile(LEAKS_A_GRAPH)
+    pytester.makepyfile(child_text(LEAKS_A_GRAPH))
     result = run()
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*left work behind (after a flush that waited up to 0.1 s):"])
@@ -159,17 +109,7 @@ def test_the_ini_file_enables_the_check_and_sets_the_timeout(pytester, run):
 def test_the_timeout_option_is_how_long_the_flush_waits_for_cuda(pytester, run):
     # The ini says 0.1 s; the option, which wins, leaves CUDA time to hand the payload back.
     pytester.makeini("[pytest]\nreclaim_check = true\nreclaim_timeout = 0.1\n")
-    pytester.makepyfile(
-        """
-from conftest import fake, P, destroy_later
-import cuda_reclaim
-
-def test_hands_back_later():
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    destroy_later(graph, 0.5)
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_hands_back_after_half_a_second.py"))
     result = run("--reclaim-timeout=60")
     result.assert_outcomes(passed=1)
 
@@ -183,25 +123,7 @@ def test_a_bad_timeout_is_a_usage_error_naming_the_option(pytester, run, value):
 
 
 def test_the_marker_allows_what_the_test_intends_to_leave(pytester, run):
-    pytester.makepyfile(
-        """
-import pytest
-from conftest import fake, P
-import cuda_reclaim
-
-@pytest.mark.reclaim(allow_held=True)
-def test_leaks_on_purpose():
-    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
-
-@pytest.mark.reclaim(allow_held=True, allow_outstanding=True)
-def test_leaves_a_call_on_purpose():
-    cuda_reclaim.launch_host_func(0x7400, print)
-
-@pytest.mark.reclaim(allow_held=True)
-def test_allowed_held_only():
-    cuda_reclaim.launch_host_func(0x7500, print)
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_marker_allows_leftovers.py"))
     result = run("--reclaim-check", "--reclaim-timeout=0.1", "-rE")
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(
@@ -217,41 +139,7 @@ def test_allowed_held_only():
 
 def test_what_a_drain_on_another_thread_has_not_finished_is_pending_unless_allowed(pytester, run):
     # A release that blocks on another thread's drain: in_drain, which the check's flush cannot finish.
-    pytester.makepyfile(
-        """
-import threading
-import pytest
-import cuda_reclaim
-
-release = threading.Event()
-
-class Blocks:
-    def __del__(self):
-        release.wait()
-
-def start_a_blocked_drain():
-    cuda_reclaim.defer_release(Blocks())
-    drainer = threading.Thread(target=cuda_reclaim.drain)
-    drainer.start()
-    while cuda_reclaim.stats()["in_drain"] == 0:
-        pass
-    return drainer
-
-def test_leaves_a_drain_unfinished():
-    test_leaves_a_drain_unfinished.drainer = start_a_blocked_drain()
-
-@pytest.mark.reclaim(allow_pending=True)
-def test_lets_it_finish_and_leaves_another_on_purpose():
-    release.set()
-    test_leaves_a_drain_unfinished.drainer.join()
-    release.clear()
-    test_lets_it_finish_and_leaves_another_on_purpose.drainer = start_a_blocked_drain()
-
-def test_finishes_it():
-    release.set()
-    test_lets_it_finish_and_leaves_another_on_purpose.drainer.join()
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_unfinished_drain.py"))
     result = run("--reclaim-check", "--reclaim-timeout=0.1", "-rE")
     result.assert_outcomes(passed=3, errors=1)
     result.stdout.fnmatch_lines(
@@ -276,19 +164,7 @@ def test_a_bad_marker_is_an_error_naming_it(pytester, run, marker, message):
 
 
 def test_the_marker_sets_a_tests_own_timeout(pytester, run):
-    pytester.makepyfile(
-        """
-import pytest
-from conftest import fake, P, destroy_later
-import cuda_reclaim
-
-@pytest.mark.reclaim(timeout=60)
-def test_hands_back_later():
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    destroy_later(graph, 0.5)
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_marker_timeout.py"))
     run("--reclaim-check", "--reclaim-timeout=0").assert_outcomes(passed=1)
 
 
@@ -304,91 +180,46 @@ def test_a_bad_timeout_is_an_error_with_the_check_off_too(pytester, run):
     result.stderr.fnmatch_lines(["*reclaim_timeout (ini): a number of seconds >= 0 is needed, not -1*"])
 
 
-READS_THE_TIMEOUT = """
-def test_reads_the_timeout(request):
-    value = request.config.getini("reclaim_timeout")
-    assert type(value) is float and value == EXPECTED, repr(value)
-"""
+# Its test asserts getini("reclaim_timeout") == EXPECTED_RECLAIM_TIMEOUT (a literal), of the same type unless
+# EXPECTED_RECLAIM_TIMEOUT_TYPE is "any".
+READS_THE_TIMEOUT = "pytest_plugin_reads_the_timeout.py"
 
 
-def test_reclaim_timeout_is_a_float_typed_ini(pytester, run_start_up):
+def test_reclaim_timeout_is_a_float_typed_ini(pytester, monkeypatch, run_start_up):
     # Registered with pytest's "float" ini type (pytest 8.4 and later): getini() gives a float.
     if pytest.version_tuple[:2] < (8, 4):
         pytest.skip("pytest before 8.4 has no float ini type: the value is a string, converted by the plugin")
-    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "5.0"))
+    pytester.makepyfile(child_text(READS_THE_TIMEOUT))
+    monkeypatch.setenv("EXPECTED_RECLAIM_TIMEOUT", "5.0")
     run_start_up("-v").assert_outcomes(passed=1)
     pytester.makeini("[pytest]\nreclaim_timeout = 0.25\n")
-    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "0.25"))
+    monkeypatch.setenv("EXPECTED_RECLAIM_TIMEOUT", "0.25")
     run_start_up("-v").assert_outcomes(passed=1)
 
 
-def test_reclaim_timeout_takes_a_toml_number(pytester, run_start_up):
+def test_reclaim_timeout_takes_a_toml_number(pytester, monkeypatch, run_start_up):
     # pytest 9's native TOML configuration ([tool.pytest]) checks the value's type against the registered one.
     if pytest.version_tuple[:2] < (9, 0):
         pytest.skip("native TOML configuration needs pytest 9")
     pytester.makepyprojecttoml("[tool.pytest]\nreclaim_timeout = 0.5\n")
-    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "0.5"))
+    pytester.makepyfile(child_text(READS_THE_TIMEOUT))
+    monkeypatch.setenv("EXPECTED_RECLAIM_TIMEOUT", "0.5")
     run_start_up("-v").assert_outcomes(passed=1)
     pytester.makepyprojecttoml("[tool.pytest]\nreclaim_timeout = 2\n")
-    pytester.makepyfile(READS_THE_TIMEOUT.replace("EXPECTED", "2").replace("type(value) is float", "True"))
+    monkeypatch.setenv("EXPECTED_RECLAIM_TIMEOUT", "2")
+    monkeypatch.setenv("EXPECTED_RECLAIM_TIMEOUT_TYPE", "any")
     run_start_up("-v").assert_outcomes(passed=1)
 
 
 def test_a_session_fixture_holding_a_graph_fails_no_test_and_a_leak_beside_it_is_still_found(pytester, run):
-    pytester.makepyfile(
-        """
-import pytest
-from conftest import fake, P
-import cuda_reclaim
-
-@pytest.fixture(scope="session")
-def session_graph():
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    yield graph
-    fake.fake_cuda_graph_destroy(graph)
-
-@pytest.fixture(scope="module")
-def module_graph(session_graph):
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    yield graph
-    fake.fake_cuda_graph_destroy(graph)
-
-@pytest.mark.parametrize("n", range(3))
-def test_uses_them(session_graph, module_graph, n):
-    assert cuda_reclaim.stats()["held_by_cuda"] == 2
-
-def test_leaks_beside_them(session_graph, module_graph):
-    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_session_fixture_and_a_leak.py"))
     result = run("--reclaim-check", "--reclaim-timeout=0.2", "-rE")
     result.assert_outcomes(passed=4, errors=1)
     result.stdout.fnmatch_lines(["*held by CUDA: 1 attached during the test*", "ERROR *::test_leaks_beside_them*"])
 
 
 def test_the_reclaim_fixture_counts_from_the_start_of_the_test(pytester, run):
-    pytester.makepyfile(
-        """
-from conftest import P
-import cuda_reclaim
-
-def test_before():
-    cuda_reclaim.defer_release(P())  # not drained: the fixture's delta of the next test starts after it
-
-def test_fixture(reclaim):
-    assert reclaim.baseline["handed_over"] >= 1
-    for _ in range(2):
-        cuda_reclaim.defer_release(P())
-    delta = reclaim.delta()
-    assert delta["handed_over"] == 2 and delta["direct_pushes"] == 2 and delta["pending"] == 2, delta
-    assert reclaim.flush(0) >= 2
-    delta = reclaim.delta()
-    assert delta["released"] >= 2 and delta["pending"] <= 0, delta
-    assert reclaim.stats()["pending"] == 0
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_fixture_counts_from_the_start.py"))
     run().assert_outcomes(passed=2)
     run("--reclaim-check").assert_outcomes(passed=2)
 
@@ -396,18 +227,7 @@ def test_fixture(reclaim):
 def test_a_law_broken_during_a_test_errors_once(pytester, run):
     # stats() made to report one reference handed over and in no bucket: the law breaks in the first test
     # and stays broken; the tests after it did not break it.
-    pytester.makepyfile(
-        """
-import cuda_reclaim
-
-def test_breaks_the_law():
-    real = cuda_reclaim.stats
-    cuda_reclaim.stats = lambda: {**real(), "handed_over": real()["handed_over"] + 1}
-
-def test_after_it():
-    assert not cuda_reclaim.conserved()
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_breaks_a_law.py"))
     result = run("--reclaim-check", "--reclaim-timeout=0.1")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
@@ -418,15 +238,8 @@ def test_after_it():
 def test_importing_the_plugin_loads_no_cuda_library():
     if not os.path.exists(fake_cuda.PATH):
         pytest.skip(f"fake driver not built: {fake_cuda.PATH}")
-    result = run_child(
-        """
-        import sys
-        import cuda_reclaim.pytest_plugin
-        with open("/proc/self/maps") as maps:
-            mapped = [line for line in maps if "libcuda" in line]
-        print([name for name in sys.modules if name == "cuda" or name.startswith("cuda.")], mapped)
-        """,
-        env={"CUDA_RECLAIM_LIBCUDA": fake_cuda.PATH},
+    result = run_child_script(
+        "pytest_plugin_imports_no_cuda_library.py", env={"CUDA_RECLAIM_LIBCUDA": fake_cuda.PATH}
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[] []"
@@ -467,46 +280,15 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     # Blocked by its entry point's name, its option is gone; its marker stays (--strict-markers).
     blocked = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:cuda_reclaim", "--reclaim-check")
     assert blocked.ret == pytest.ExitCode.USAGE_ERROR
-    pytester.makepyfile(MARKED)
+    pytester.makepyfile(child_text(MARKED))
     check_the_marker_under_no_cuda_reclaim(pytester)
-
-
-# A session fixture that keeps one graph (and its payload) attached for the whole session.
-SESSION_GRAPH = """
-import pytest
-from conftest import fake, P, destroy_later
-import cuda_reclaim
-
-@pytest.fixture(scope="session")
-def session_graph():
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    yield graph
-    fake.fake_cuda_graph_destroy(graph)
-"""
 
 
 def test_the_reclaim_fixture_flushes_what_the_test_attached_beside_a_session_graph(pytester, run):
     # The guide's example beside a graph that a session fixture keeps: the fixture's flush waits for what
     # was attached since the test began (by default up to the test's flush timeout, with None for ever),
     # never for the session's graph.
-    pytester.makepyfile(
-        SESSION_GRAPH
-        + """
-def test_releases_what_it_queued(session_graph, reclaim):
-    cuda_reclaim.defer_release(P())
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    destroy_later(graph, 0.1)
-    assert reclaim.flush() == 2  # the queued one, and the graph's payload once CUDA handed it back
-    assert reclaim.delta()["released"] == 2
-    graph = fake.fake_cuda_graph_create()
-    cuda_reclaim.keep_alive(graph, P())
-    destroy_later(graph, 0.1)
-    assert reclaim.flush(None) == 1
-    assert reclaim.stats()["held_by_cuda"] == 1  # the session's graph, still held
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_flush_beside_a_session_graph.py"))
     run("-v").assert_outcomes(passed=1)
     run("--reclaim-check", "-v").assert_outcomes(passed=1)
 
@@ -514,43 +296,13 @@ def test_releases_what_it_queued(session_graph, reclaim):
 def test_the_reclaim_fixtures_flush_waits_up_to_the_configured_timeout(pytester, run):
     # What the test attached and CUDA keeps: the fixture's flush gives up after the test's flush timeout
     # (--reclaim-timeout, the ini's reclaim_timeout, the marker's timeout), or an explicit one.
-    pytester.makepyfile(
-        SESSION_GRAPH
-        + """
-@pytest.mark.reclaim(allow_held=True)
-def test_keeps_a_graph(session_graph, reclaim):
-    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
-    cuda_reclaim.defer_release(P())
-    assert reclaim.flush() == 1  # the queued one; the graph's payload stays held
-    assert reclaim.delta()["held_by_cuda"] == 1
-    assert reclaim.flush(0) == 0
-
-@pytest.mark.reclaim(allow_held=True, timeout=0.05)
-def test_keeps_another_with_its_own_timeout(session_graph, reclaim):
-    cuda_reclaim.keep_alive(fake.fake_cuda_graph_create(), P())
-    assert reclaim.flush() == 0
-    assert reclaim.delta()["held_by_cuda"] == 1
-"""
-    )
+    pytester.makepyfile(child_text("pytest_plugin_flush_gives_up_after_the_timeout.py"))
     run("--reclaim-timeout=0.1", "-v").assert_outcomes(passed=2)
     run("--reclaim-check", "--reclaim-timeout=0.1", "-v").assert_outcomes(passed=2)
     pytester.makeini("[pytest]\nreclaim_timeout = 0.1\n")
     run("-v").assert_outcomes(passed=2)
 
 
-NEVER_USES_IT = """
-import sys
-
-def test_never_uses_cuda_reclaim():
-    imported = [name for name in sys.modules if name == "cuda_reclaim" or name.startswith("cuda_reclaim.")]
-    assert "cuda_reclaim._reclaim" not in sys.modules and imported == [], imported
-"""
-
-USES_THE_FIXTURE = """
-
-def test_uses_the_fixture(reclaim):
-    pass
-"""
 
 
 @pytest.fixture
@@ -580,7 +332,7 @@ def test_a_run_that_never_uses_cuda_reclaim_imports_none_of_it_even_with_a_bad_s
 ):
     if variable is not None:
         monkeypatch.setenv(variable, value)
-    pytester.makepyfile(NEVER_USES_IT)
+    pytester.makepyfile(child_text("pytest_plugin_never_uses_it.py"))
     result = run_start_up("-v")
     result.assert_outcomes(passed=1)
     # The options and the marker are registered all the same.
@@ -599,7 +351,7 @@ def test_with_a_bad_setting_the_check_and_the_fixture_say_so_and_other_tests_pas
     pytester, monkeypatch, run_start_up
 ):
     monkeypatch.setenv("CUDA_RECLAIM_REPORT", "maybe")
-    pytester.makepyfile(NEVER_USES_IT + USES_THE_FIXTURE)
+    pytester.makepyfile(child_text("pytest_plugin_never_uses_it_beside_the_fixture.py"))
     result = run_start_up("-v")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*ImportError: cuda_reclaim: CUDA_RECLAIM_REPORT=maybe is not understood*"])
@@ -613,15 +365,8 @@ def test_with_a_bad_setting_the_check_and_the_fixture_say_so_and_other_tests_pas
 
 def test_the_start_up_plugin_runs_the_check_and_the_fixture(pytester, run_start_up):
     # Loaded as the entry point loads it: the check (imported at configure time) and the fixture work.
-    pytester.makeconftest(CHILD_CONFTEST)
-    pytester.makepyfile(
-        LEAKS_A_GRAPH
-        + """
-def test_fixture(reclaim):
-    cuda_reclaim.defer_release(P())
-    assert reclaim.flush() == 1 and reclaim.delta()["released"] == 1
-"""
-    )
+    pytester.makeconftest(child_text(CHILD_CONFTEST))
+    pytester.makepyfile(child_text("pytest_plugin_start_up_check_and_fixture.py"))
     result = run_start_up("--reclaim-check", "--reclaim-timeout=0.1")
     result.assert_outcomes(passed=2, errors=1)
     result.stdout.fnmatch_lines(
@@ -632,13 +377,8 @@ def test_fixture(reclaim):
 # The entry points pyproject.toml declares ([project.entry-points.pytest11]): the plugin, and the marker alone.
 ENTRY_POINTS = [("cuda_reclaim", START_UP_PLUGIN), ("cuda_reclaim_marker", f"{START_UP_PLUGIN}:marker_plugin")]
 
-MARKED = """
-import pytest
-
-@pytest.mark.reclaim(allow_held=True)
-def test_marked():
-    pass
-"""
+# One test with the reclaim marker.
+MARKED = "pytest_plugin_marked.py"
 
 
 def test_strict_markers_accept_the_marker_also_under_no_cuda_reclaim(pytester, monkeypatch):
@@ -655,7 +395,7 @@ def test_strict_markers_accept_the_marker_also_under_no_cuda_reclaim(pytester, m
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("CUDA_RECLAIM_LIBCUDA", fake_cuda.PATH)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(site), *(path for path in sys.path if path)]))
-    pytester.makepyfile(MARKED)
+    pytester.makepyfile(child_text(MARKED))
     check_the_marker_under_no_cuda_reclaim(pytester)
 
 

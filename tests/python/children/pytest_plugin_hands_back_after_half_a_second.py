@@ -1,0 +1,10 @@
+"""A pytester test module of test_pytest_plugin.py: one test whose graph CUDA hands back after 0.5 s."""
+
+import cuda_reclaim
+from conftest import P, destroy_later, fake
+
+
+def test_hands_back_later():
+    graph = fake.fake_cuda_graph_create()
+    cuda_reclaim.keep_alive(graph, P())
+    destroy_later(graph, 0.5)
