@@ -35,21 +35,21 @@ __attribute__((noinline)) void release_references(reclaim::ReleaseBatch* batch, 
 }
 
 // The automatic drain thread's: as release_references, and before each item it looks at its worker's
-// stop flag (`context`): once stopped, the drain puts the rest back at the front of the queue and returns.
+// stop flag (`context`): once stopped, the drain requeues the rest at the front of the queue and returns.
 __attribute__((noinline)) void release_references_until_stopped(reclaim::ReleaseBatch* batch, void* context) {
   release_batch(batch, host_item_type(), release_queued_item, static_cast<const std::atomic<bool>*>(context));
 }
 
 // The gc mode's: plain references are released (their finalizers run, as the collector's own do), but a
-// call item is given back unrun, to the front of the queue, for the next drain that runs calls.
-__attribute__((noinline)) void release_references_giving_calls_back(reclaim::ReleaseBatch* batch, void*) {
-  // Once the queue is closed a call given back would wait for ever (no drain comes): it is cancelled, as a
+// call item is requeued unrun, at the front of the queue, for the next drain that runs calls.
+__attribute__((noinline)) void release_references_requeuing_calls(reclaim::ReleaseBatch* batch, void*) {
+  // Once the queue is closed a requeued call would wait for ever (no drain comes): it is cancelled, as a
   // call that a close interrupted is.
   release_batch(batch, host_item_type(), [batch](PyObject* item) {
     if (queue().is_closed()) {
       cancel_queued_item(item);
     } else {
-      reclaim::ReclaimQueue::give_back(batch, item);
+      reclaim::ReclaimQueue::requeue(batch, item);
     }
   });
 }
@@ -95,9 +95,9 @@ using python_compat::SavedException;
 // Set once by bind_queue() at module init (the GIL serializes it); never changes afterwards.
 reclaim::ReclaimQueue* g_queue = nullptr;
 
-// Set (with the GIL) by close_safely() once its final drain has run: from then on no call runs, also a
+// Set (with the GIL) by close_safely() once its final drain has run: the calls are stopped, no call runs, also a
 // host-node firing that an interrupted drain took before the close. Cleared in a fork child.
-bool g_calls_closed = false;
+bool g_calls_stopped = false;
 }  // namespace
 
 bool bind_queue() noexcept {
@@ -118,8 +118,8 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bo
   const QuietDecref quiet{host_item_type()};
   reclaim::ReleaseBatchFn action = release_references;
   void* context = nullptr;
-  if (calls == Calls::kGiveBack) {
-    action = release_references_giving_calls_back;
+  if (calls == Calls::kRequeue) {
+    action = release_references_requeuing_calls;
   } else if (stop != nullptr) {
     action = release_references_until_stopped;
     context = const_cast<std::atomic<bool>*>(stop);
@@ -129,11 +129,11 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bo
   return static_cast<Py_ssize_t>(released);
 }
 
-bool calls_closed() noexcept { return g_calls_closed; }
+bool calls_stopped() noexcept { return g_calls_stopped; }
 
 bool releasing_on_this_thread() noexcept { return t_releasing > 0; }
 
-void reopen_calls_after_fork() noexcept { g_calls_closed = false; }
+void reopen_calls_after_fork() noexcept { g_calls_stopped = false; }
 
 void close_without_release_if_open() noexcept {
   // The barrier first, as close() does: a waiter asleep in it (a C API user's thread, one that the exit's
@@ -157,7 +157,7 @@ Py_ssize_t close_safely() {
   const std::size_t released = queue().close(release_references, nullptr, kObjects);
   // What was queued before the close has run; the calls CUDA has not handed back never will run now, nor
   // will a host-node firing that a drain this close interrupted had already taken.
-  g_calls_closed = true;
+  g_calls_stopped = true;
   cancel_outstanding_calls();
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);

@@ -34,15 +34,15 @@ bool interpreter_finalizing() noexcept;
 // What a drain does with the call items it takes (host calls, host-node firings).
 enum class Calls {
   kRun,       // runs them (explicit drains, the drain thread, event-loop drains, close)
-  kGiveBack,  // gives them back to the front of the queue unrun (the gc mode: a collection may start at any
+  kRequeue,   // requeues them at the front of the queue unrun (the gc mode: a collection may start at any
               // allocation, inside any lock of the allocating thread, where a user's call must not run)
 };
 
 // Releases up to `max_items` queued references on this thread; returns how many. With `linger`, a drain
 // that released something keeps the wake-up signal set (ReclaimQueue::drain_and_linger): only the
 // automatic drain loop asks for that, and it ends the linger itself. With `stop` (a drain thread's
-// worker flag), the drain looks at it before each item and, once it is set, puts what it took and did
-// not reach back at the front of the queue and returns. A finalizer's exception goes to
+// worker flag), the drain looks at it before each item and, once it is set, requeues what it took and did
+// not reach at the front of the queue and returns. A finalizer's exception goes to
 // sys.unraisablehook and never stops the drain; an exception already set by the caller is kept aside and
 // restored. When nothing is pending it costs one atomic load.
 // Requires an attached thread state (GIL); re-entrant (a finalizer may drain again).
@@ -54,9 +54,9 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger = false, const std::a
 // Any thread; never touches Python; never blocks.
 bool releasing_on_this_thread() noexcept;
 
-// True once close_safely() ran its final drain: no call may run any more (until a fork child reopens).
-// Requires the GIL.
-bool calls_closed() noexcept;
+// True once close_safely() ran its final drain: the calls are stopped, none may run any more (until a fork
+// child reopens them). Requires the GIL.
+bool calls_stopped() noexcept;
 
 // Fork child: the queue is open again, and so are calls. Single-threaded, GIL held.
 void reopen_calls_after_fork() noexcept;

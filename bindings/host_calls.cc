@@ -267,7 +267,7 @@ void host_call_arrived(HostCall* call) {
     Py_DECREF(call);
     return;
   }
-  if (calls_closed()) {  // taken by a drain that a close() interrupted, or arriving during its cancellation
+  if (calls_stopped()) {  // taken by a drain that a close() interrupted, or arriving during its cancellation
     cancel_arrived_call(call);
     return;
   }

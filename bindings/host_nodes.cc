@@ -131,7 +131,7 @@ void host_node_cancelled(HostNode* node) {
 void host_node_arrived(HostNode* node) {
   // The final entry (the user object went last) runs nothing; after close() no call runs either, also one a
   // drain that the close interrupted had taken (docs/callbacks.md): host_node_cancelled handles both.
-  if (graph::host_node_entry_is_final(&node->slot) || calls_closed()) {
+  if (graph::host_node_entry_is_final(&node->slot) || calls_stopped()) {
     host_node_cancelled(node);
     return;
   }

@@ -94,7 +94,7 @@ PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
 }
 
 PyObject* py_drain_references(PyObject*, PyObject*) {
-  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim::bindings::Calls::kGiveBack));
+  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim::bindings::Calls::kRequeue));
 }
 
 constexpr const char* kWaitNames[] = {"timeout", nullptr};
@@ -189,19 +189,19 @@ PyMethodDef kMethods[] = {
      "from a finalizer. Releases nothing once the interpreter is finalizing."},
     {"_drain_references", py_drain_references, METH_NOARGS,
      "_drain_references($module, /)\n--\n\n"
-     "Internal (the gc mode's hook): release queued references, but give every call (host call, host-node\n"
-     "firing) back unrun to the front of the queue, for the next drain that runs calls."},
+     "Internal (the gc mode's hook): release queued references, but requeue every call (host call, host-node\n"
+     "firing) unrun at the front of the queue, for the next drain that runs calls."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
     {"_trim_would_help", py_trim_would_help, METH_NOARGS,
      "_trim_would_help($module, /)\n--\n\n"
-     "Internal (tests): True while a burst's memory is waiting to be given back by trim()."},
+     "Internal (tests): True while a burst's memory is waiting to be freed by trim()."},
     {"trim", py_trim, METH_NOARGS,
      "trim($module, /)\n--\n\n"
-     "Give back the memory a burst left behind: when more references were pending since the last trim\n"
+     "Free the memory a burst left behind: when more references were pending since the last trim\n"
      "than the reserved capacity, the queue moves what is pending into fresh storage of the reserved\n"
      "capacity and frees the old one. Nothing is released or lost; counters do not change. True when\n"
-     "memory was given back. False in two cases: nothing to give back (no burst since the last trim, or\n"
+     "memory was freed. False in two cases: nothing to free (no burst since the last trim, or\n"
      "the queue is closed), or busy (a drain, close or counter read is in flight, a finalizer's say, or\n"
      "another trim): try again later. The automatic drain thread trims by itself about a second after a\n"
      "burst."},

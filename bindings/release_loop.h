@@ -57,7 +57,7 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // plain reference, Py_DECREF'd here without a call. Before a call the items released so far are settled
 // (ReclaimQueue::settle), so that counters read while the call runs (an exit report) do not show them as
 // in_drain. With a `stop` flag (the automatic drain thread's), the loop looks at it before each item and,
-// once it is set, stops there (batch->stop: the drain puts that item and the rest back at the front of the
+// once it is set, halts there (batch->halt: the drain requeues that item and the rest at the front of the
 // queue); only that instantiation pays the load per item.
 // Requires the GIL; re-entrant (a release may drain again); allocates nothing itself.
 //
@@ -106,14 +106,14 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
                                    ? std::min(count, available - kFetchAhead)
                                    : 0;
   // The stop flag is read before each item (relaxed: it only has to be seen soon, and the drain settles
-  // what went back with its own ordering).
+  // what is requeued with its own ordering).
   const auto stopped = [&]() {
     if (stop == nullptr || !stop->load(std::memory_order_relaxed)) return false;
-    // A closed queue: its close's final drain has begun or is over, and what went back now would wait for
+    // A closed queue: its close's final drain has begun or is over, and what is requeued now would wait for
     // no drain at all. This drain finishes what it took instead, as that final drain would have.
     if (batch->queue != nullptr && batch->queue->is_closed()) return false;
     batch->next = index;
-    batch->stop = true;
+    batch->halt = true;
     return true;
   };
   try {

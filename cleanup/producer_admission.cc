@@ -1,4 +1,4 @@
-// cleanup/producer_admission.cc — slots, the closed bit and slot-less admissions: see
+// cleanup/producer_admission.cc — lanes, the closed bit and lane-less admissions: see
 // producer_admission.h.
 
 #include "cleanup/producer_admission.h"
@@ -11,7 +11,7 @@
 #include <new>
 
 #include "cleanup/fatal.h"
-#include "cleanup/producer_slot.h"
+#include "cleanup/producer_lane.h"
 
 namespace reclaim {
 
@@ -25,29 +25,29 @@ std::size_t round_up_to_power_of_two(std::size_t n) noexcept {
 
 }  // namespace
 
-ProducerAdmission::ProducerAdmission(std::size_t producer_slots) noexcept
-    : slots_(nullptr), slot_mask_(round_up_to_power_of_two(producer_slots == 0 ? 1 : producer_slots) - 1) {
-  // Slots are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
-  void* slot_memory = nullptr;
-  if (::posix_memalign(&slot_memory, alignof(ProducerSlot), sizeof(ProducerSlot) * (slot_mask_ + 1)) != 0) {
-    die("cannot allocate the reclaim queue's producer slots");
+ProducerAdmission::ProducerAdmission(std::size_t producer_lanes) noexcept
+    : lanes_(nullptr), lane_mask_(round_up_to_power_of_two(producer_lanes == 0 ? 1 : producer_lanes) - 1) {
+  // Lanes are cache-line aligned (alignas(64)): plain malloc only promises 16 bytes.
+  void* lane_memory = nullptr;
+  if (::posix_memalign(&lane_memory, alignof(ProducerLane), sizeof(ProducerLane) * (lane_mask_ + 1)) != 0) {
+    die("cannot allocate the reclaim queue's producer lanes");
   }
-  slots_ = static_cast<ProducerSlot*>(slot_memory);
-  for (std::size_t i = 0; i <= slot_mask_; ++i) new (&slots_[i]) ProducerSlot();
+  lanes_ = static_cast<ProducerLane*>(lane_memory);
+  for (std::size_t i = 0; i <= lane_mask_; ++i) new (&lanes_[i]) ProducerLane();
 }
 
 ProducerAdmission::~ProducerAdmission() {
-  for (std::size_t i = 0; i <= slot_mask_; ++i) slots_[i].~ProducerSlot();
-  std::free(slots_);
+  for (std::size_t i = 0; i <= lane_mask_; ++i) lanes_[i].~ProducerLane();
+  std::free(lanes_);
 }
 
-bool ProducerAdmission::admit_slotless() noexcept {
+bool ProducerAdmission::admit_laneless() noexcept {
   overflow_pushes_.fetch_add(1, std::memory_order_relaxed);
   return (admissions_.fetch_add(1, std::memory_order_seq_cst) & kClosedBit) != 0;
 }
 
 void ProducerAdmission::close() noexcept {
-  // Sets the closed bit and publishes the slot-less admission count at that moment in one step
+  // Sets the closed bit and publishes the lane-less admission count at that moment in one step
   // (admitted_at_close_ is stored before the CAS that releases it). Closers take turns: otherwise a
   // racing closer that lost the CAS could store its stale count after the winner's CAS.
   while (closing_.test_and_set(std::memory_order_acquire)) sched_yield();
@@ -63,11 +63,11 @@ void ProducerAdmission::close() noexcept {
 }
 
 bool ProducerAdmission::push_may_be_in_flight() const noexcept {
-  // A slot's `held` covers a push from before its signal check to after its enqueue.
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+  // A lane's `taken` covers a push from before its signal check to after its enqueue.
+  for (std::size_t i = 0; i <= lane_mask_; ++i) {
     // seq_cst: this load and the push's signal load (after its seq_cst exchange) must not both read old
     // values after the clearing store (store-buffering: both sides need the single total order).
-    if (slots_[i].held.load(std::memory_order_seq_cst) != 0) return true;
+    if (lanes_[i].taken.load(std::memory_order_seq_cst) != 0) return true;
   }
   const std::uint64_t admissions = admissions_.load(std::memory_order_seq_cst);
   if ((admissions & kClosedBit) != 0) return false;  // closed: no drain needs a wake-up any more
@@ -75,18 +75,18 @@ bool ProducerAdmission::push_may_be_in_flight() const noexcept {
 }
 
 void ProducerAdmission::wait_for_pushes_in_flight() noexcept {
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
+  for (std::size_t i = 0; i <= lane_mask_; ++i) {
     // seq_cst, against the push's closed-bit load after its exchange (see push_may_be_in_flight()).
-    while (slots_[i].held.load(std::memory_order_seq_cst) != 0) sched_yield();
+    while (lanes_[i].taken.load(std::memory_order_seq_cst) != 0) sched_yield();
   }
-  wait_for_slotless_pushes_in_flight();
+  wait_for_laneless_pushes_in_flight();
 }
 
-void ProducerAdmission::wait_for_slotless_pushes_in_flight() const noexcept {
-  // A slot-less push counts a completion only when it was admitted while open, so completions never pass
+void ProducerAdmission::wait_for_laneless_pushes_in_flight() const noexcept {
+  // A lane-less push counts a completion only when it was admitted while open, so completions never pass
   // the admissions that can complete: all of them while the queue is open, those before the close once it
   // is closed (a later one only counts a leak and never touches the storage). Completions read *before*
-  // the admissions and equal to them mean that at the first read every slot-less push admitted until then
+  // the admissions and equal to them mean that at the first read every lane-less push admitted until then
   // had completed; one admitted later loaded the storage after the caller's own seq_cst store (close's
   // CAS, trim's exchange). Waiting instead for the completions to reach the admissions read once would
   // let a push admitted later, which completes first, stand in for an earlier one still in the storage.
@@ -101,22 +101,22 @@ void ProducerAdmission::wait_for_slotless_pushes_in_flight() const noexcept {
   }
 }
 
-ProducerAdmission::SlotTotals ProducerAdmission::slot_totals() const noexcept {
-  SlotTotals totals;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    const ProducerSlot& slot = slots_[i];
-    // Acquire: a slot given back publishes its counters (and its item) with the release of `held`.
-    if (slot.held.load(std::memory_order_acquire) != 0) totals.any_held = true;
-    totals.admitted += slot.admitted.load(std::memory_order_relaxed);
-    totals.leaked += slot.leaked.load(std::memory_order_relaxed);
+ProducerAdmission::LaneTotals ProducerAdmission::lane_totals() const noexcept {
+  LaneTotals totals;
+  for (std::size_t i = 0; i <= lane_mask_; ++i) {
+    const ProducerLane& lane = lanes_[i];
+    // Acquire: a lane freed publishes its counters (and its item) with the release of `taken`.
+    if (lane.taken.load(std::memory_order_acquire) != 0) totals.any_taken = true;
+    totals.admitted += lane.admitted.load(std::memory_order_relaxed);
+    totals.leaked += lane.leaked.load(std::memory_order_relaxed);
   }
   return totals;
 }
 
-std::uint64_t ProducerAdmission::slotless_leaked(std::uint64_t admissions) const noexcept {
-  std::uint64_t leaked = slotless_leaked_before_reopen_.load(std::memory_order_relaxed);
+std::uint64_t ProducerAdmission::laneless_leaked(std::uint64_t admissions) const noexcept {
+  std::uint64_t leaked = laneless_leaked_before_reopen_.load(std::memory_order_relaxed);
   if ((admissions & kClosedBit) != 0) {
-    // Every slot-less admission after the close is a leak. The caller's load that saw the closed bit
+    // Every lane-less admission after the close is a leak. The caller's load that saw the closed bit
     // synchronizes with the close's CAS, so admitted_at_close_ is the value stored before it.
     leaked += (admissions & ~kClosedBit) - admitted_at_close_.load(std::memory_order_relaxed);
   }
@@ -125,25 +125,25 @@ std::uint64_t ProducerAdmission::slotless_leaked(std::uint64_t admissions) const
 
 ProducerUse ProducerAdmission::producer_use() const noexcept {
   ProducerUse use;
-  use.slot_count = slot_mask_ + 1;
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    if (slots_[i].token_owner.load(std::memory_order_relaxed) != nullptr) ++use.slots_used;
+  use.lane_count = lane_mask_ + 1;
+  for (std::size_t i = 0; i <= lane_mask_; ++i) {
+    if (lanes_[i].token_owner.load(std::memory_order_relaxed) != nullptr) ++use.lanes_used;
   }
   use.overflow_pushes = overflow_pushes_.load(std::memory_order_relaxed);
   return use;
 }
 
-void ProducerAdmission::reset_after_fork(std::uint64_t slotless_leaked) noexcept {
+void ProducerAdmission::reset_after_fork(std::uint64_t laneless_leaked) noexcept {
   const std::uint64_t admissions = admissions_.load(std::memory_order_relaxed);
-  slotless_leaked_before_reopen_.store(slotless_leaked, std::memory_order_relaxed);  // ends the derivation
+  laneless_leaked_before_reopen_.store(laneless_leaked, std::memory_order_relaxed);  // ends the derivation
   admissions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // open again
   completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
   closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
-  // Slots a parent thread held at the fork are free in the child; every producer belongs to the
-  // abandoned storage, so the tokens are dropped without touching it.
-  for (std::size_t i = 0; i <= slot_mask_; ++i) {
-    slots_[i].forget_token();
-    slots_[i].held.store(0, std::memory_order_relaxed);
+  // Lanes that parent threads had taken at the fork are free in the child; every producer belongs to the
+  // dropped storage, so the tokens are dropped without touching it.
+  for (std::size_t i = 0; i <= lane_mask_; ++i) {
+    lanes_[i].forget_token();
+    lanes_[i].taken.store(0, std::memory_order_relaxed);
   }
 }
 

@@ -1,10 +1,10 @@
 // cleanup/queue_counters.h — the counters a ReclaimQueue's owner side writes (drains, close, trim, the
-// fork reset) and the rare-path `rejected`; the push counters live in the producer slots. Internal to
+// fork reset) and the rare-path `rejected`; the push counters live in the producer lanes. Internal to
 // cleanup/ (a member of ReclaimQueue); ReclaimQueue::snapshot() sums both into a CounterSnapshot.
 //
 // in_drain is derived, taken - released - returned, so that settling (released += n) is one step a
 // snapshot cannot catch half-way: taken counts what drains dequeued (relaxed, after the dequeue),
-// returned what they put back unreleased. released and returned are written with release and read
+// returned what they requeued unreleased. released and returned are written with release and read
 // (acquire) before taken, so a reader never sees more settled than taken.
 #pragma once
 
@@ -24,7 +24,7 @@ class QueueCounters {
 
   // Every function: any thread (the fork reset: the fork child only); never blocks; never allocates.
 
-  // Pushes (or give-backs) whose pointers could not be stored.
+  // Pushes (or requeues) whose pointers could not be stored.
   void count_rejected(std::uint64_t count) noexcept { rejected_.fetch_add(count, std::memory_order_relaxed); }
   std::uint64_t rejected() const noexcept { return rejected_.load(std::memory_order_relaxed); }
 

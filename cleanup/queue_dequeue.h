@@ -28,7 +28,7 @@ struct BatchWriter {
   std::size_t index;
   std::uintptr_t next_source;
   BatchWriter& operator*() noexcept { return *this; }
-  // `item` is moodycamel's own slot of the pointer (it moves from it), so `&item + 1` is the next slot.
+  // `item` is moodycamel's own lane of the pointer (it moves from it), so `&item + 1` is the next lane.
   BatchWriter& operator=(void*&& item) noexcept {
     if (kPrefetch) __builtin_prefetch(item, 1);
     next_source = reinterpret_cast<std::uintptr_t>(&item + 1);

@@ -36,7 +36,7 @@ struct QuietBatchWriter {
   QuietRelease quiet;
 
   QuietBatchWriter& operator*() noexcept { return *this; }
-  // `item` is moodycamel's own slot of the pointer, as in BatchWriter.
+  // `item` is moodycamel's own lane of the pointer, as in BatchWriter.
   QuietBatchWriter& operator=(void*&& item) noexcept {
     void** const batch = reinterpret_cast<void**>(batch_address);
     __builtin_prefetch(item, 1);
@@ -133,23 +133,23 @@ inline std::optional<StorageReader> reader_in_fork_child(const StorageSet& stora
 template <class Take>
 std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
                                              std::size_t max_items, bool linger, const Take& take) {
-  // The caller's reader: neither storage changes until it leaves. What drains gave back (front_) is taken
-  // first, as much of it as was there when this drain began (what this drain gives back itself waits for
-  // the next one); then a storage a failed trim() retired; then the current one.
-  // Unless a release forks and the child goes on: the child's reset abandons the storages (their pointers
+  // The caller's reader: neither storage changes until it leaves. What drains requeued (front_) is taken
+  // first, as much of it as was there when this drain began (what this drain requeues itself waits for
+  // the next one); then the previous storage a failed trim() left; then the current one.
+  // Unless a release forks and the child goes on: the child's reset drops the storages (their pointers
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
   // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
   // abandoned_after_fork, see settle_taken) and stops.
   FrontStorage* const front = storages_.front();
   std::size_t front_left = front->size.load(std::memory_order_relaxed);
-  QueueStorage* const retired = storages_.retired();
+  QueueStorage* const previous = storages_.previous();
   PointerQueue& current = storages_.current()->queue;
   counters_.note_pending(storages_.stored_count());
   void* batch[kDrainBatch];
   std::size_t taken_total = 0;
   std::size_t released_total = 0;
-  bool stopped = false;
-  while (taken_total < max_items && !stopped) {
+  bool halted = false;
+  while (taken_total < max_items && !halted) {
     const std::size_t want = max_items - taken_total < kDrainBatch ? max_items - taken_total : kDrainBatch;
     TakenBatch got{0, 0, 0};
     if (front_left != 0) {
@@ -157,7 +157,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       got = TakenBatch{taken, taken, 0};
       front_left = taken == 0 ? 0 : front_left - taken;
     }
-    if (got.taken == 0 && retired != nullptr) got = take(retired->queue, batch, want);
+    if (got.taken == 0 && previous != nullptr) got = take(previous->queue, batch, want);
     if (got.taken == 0) got = take(current, batch, want);
     if (got.taken == 0) break;
     // Counted before the release calls (all as taken, the quiet ones as released too: in_drain is the
@@ -176,7 +176,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
     std::uintptr_t ahead = got.taken == want ? got.next_source : 0;
     ReleaseBatch items{batch, 0, 0, got.left};
     items.queue = this;
-    items.generation = reader.generation;
+    items.forks = reader.forks;
     try {
       while (items.count < got.left) {
         const std::size_t chunk = got.left - items.count < kReleaseChunk ? got.left - items.count : kReleaseChunk;
@@ -186,7 +186,7 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
           ahead += kLookahead * chunk * sizeof(void*);
         }
         release(&items, context);
-        if (items.stop) break;
+        if (items.halt) break;
         settle(&items, items.count);
       }
     } catch (...) {
@@ -196,23 +196,23 @@ std::size_t ReclaimQueue::release_all_taking(const StorageReader& reader, Releas
       const std::size_t rest = items.next < got.left ? got.left - items.next : 0;
       // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
       // in two.
-      settle_taken(rest, items.generation, /*released=*/false);
-      put_back(batch + items.next, rest, /*first=*/true);
+      settle_taken(rest, items.forks, /*released=*/false);
+      requeue_items(batch + items.next, rest, /*first=*/true);
       throw;
     }
-    if (items.stop) {
-      // The action asked to stop before items[next]: that one and the rest of the dequeue go back first.
+    if (items.halt) {
+      // The action asked to halt before items[next]: that one and the rest of the dequeue go back first.
       settle(&items, items.next);
       const std::size_t rest = got.left - items.next;
-      settle_taken(rest, items.generation, /*released=*/false);
-      put_back(batch + items.next, rest, /*first=*/true);
-      stopped = true;
+      settle_taken(rest, items.forks, /*released=*/false);
+      requeue_items(batch + items.next, rest, /*first=*/true);
+      halted = true;
     }
     released_total += items.released;
     if (reader.forked()) break;
   }
   const std::optional<StorageReader> child_reader = reader_in_fork_child(storages_, reader);  // settling reads it
-  if (linger && released_total != 0 && !stopped) {
+  if (linger && released_total != 0 && !halted) {
     linger_if_empty();
   } else {
     clear_signal_if_empty();
@@ -238,7 +238,7 @@ std::size_t ReclaimQueue::drain_quietly(ReleaseBatchFn release, void* context, s
           return got;
         }
         const TakenBatch got = dequeue_batch<false>(from, batch, want);  // the action fetches pointees
-        if (got.taken == 0) return got;  // an empty look (at a retired storage) is not a batch
+        if (got.taken == 0) return got;  // an empty look (at a previous storage) is not a batch
         if (plain_run < kQuietSampleEvery) {
           ++plain_run;
         } else {

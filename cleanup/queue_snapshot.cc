@@ -18,7 +18,7 @@ constexpr int kSnapshotSpins = 8;
 ProducerUse ReclaimQueue::producer_use() const noexcept { return admission_.producer_use(); }
 
 CounterSnapshot ReclaimQueue::snapshot() const noexcept {
-  // Every late push (after close) bumps exactly one counter, its slot's `leaked` (or the slot-less
+  // Every late push (after close) bumps exactly one counter, its lane's `leaked` (or the lane-less
   // admission word), and each is read once here and used for both handed_over and leaked_after_close:
   // late pushes never unbalance a closed queue's snapshot, however many are arriving (the exit report is
   // taken while CUDA's thread may still be pushing). What can is something in flight between two of its
@@ -33,11 +33,11 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
   CounterSnapshot counters;
   for (int attempt = 0; attempt < kSnapshotAttempts; ++attempt) {
     if (attempt >= kSnapshotSpins) sched_yield();
-    const ProducerAdmission::SlotTotals before = admission_.slot_totals();
+    const ProducerAdmission::LaneTotals before = admission_.lane_totals();
     const std::uint64_t admissions = admission_.admissions();
-    const std::uint64_t overflow_admitted = ProducerAdmission::slotless_admitted(admissions);
-    // Acquire: the bucket updates of every completed slot-less push are visible to the reads below.
-    const std::uint64_t overflow_completed = admission_.slotless_completions();
+    const std::uint64_t overflow_admitted = ProducerAdmission::laneless_admitted(admissions);
+    // Acquire: the bucket updates of every completed lane-less push are visible to the reads below.
+    const std::uint64_t overflow_completed = admission_.laneless_completions();
     counters.rejected = counters_.rejected();
     counters.handed_over = before.admitted + before.leaked + overflow_admitted - counters.rejected;
     const QueueCounters::DrainBuckets buckets = counters_.drain_buckets();
@@ -45,16 +45,16 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
     counters.in_drain = buckets.in_drain;
     counters.pending = storages_.stored_count();
     counters_.note_pending(counters.pending);
-    counters.leaked_after_close = before.leaked + admission_.slotless_leaked(admissions);
+    counters.leaked_after_close = before.leaked + admission_.laneless_leaked(admissions);
     counters.abandoned_after_fork = counters_.abandoned_after_fork();
     // Orders the reads above before the re-check: a push that started after it is in none of them.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    const ProducerAdmission::SlotTotals after = admission_.slot_totals();
-    const std::uint64_t overflow_after = ProducerAdmission::slotless_admitted(admission_.admissions());
+    const ProducerAdmission::LaneTotals after = admission_.lane_totals();
+    const std::uint64_t overflow_after = ProducerAdmission::laneless_admitted(admission_.admissions());
     const bool closed = (admissions & ProducerAdmission::kClosedBit) != 0;
     // Closed: pushes admitted while open have all completed once close() returned, and the late ones
     // are counted by the reads above alone, so the read is exact as it is.
-    const bool quiet = !before.any_held && !after.any_held && overflow_completed == overflow_admitted &&
+    const bool quiet = !before.any_taken && !after.any_taken && overflow_completed == overflow_admitted &&
                        after.admitted == before.admitted && after.leaked == before.leaked &&
                        overflow_after == overflow_admitted;
     if ((closed || quiet) && counters.conserved()) break;

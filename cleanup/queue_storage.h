@@ -1,5 +1,5 @@
 // cleanup/queue_storage.h — where a ReclaimQueue keeps its pointers: the moodycamel queue (QueueStorage),
-// replaced by trim() and by the fork reset, and the front (FrontStorage) that holds what drains gave
+// replaced by trim() and by the fork reset, and the front (FrontStorage) that holds what drains requeued
 // back. Internal to cleanup/: not an interface (queue_drain.h includes it for its template).
 #pragma once
 
@@ -40,7 +40,7 @@ struct QueueStorage {
   PointerQueue queue;
 };
 
-// What drains gave back (ReleaseBatch::stop, ReclaimQueue::give_back, an unwinding release), in the order
+// What drains requeued (ReleaseBatch::halt, ReclaimQueue::requeue, an unwinding release), in the order
 // it must be taken again: a deque under a mutex rather than a moodycamel queue, whose order holds only per
 // producer. Only owner threads (drains) touch it, never CUDA's, and rarely; the size is mirrored in an
 // atomic so that counter reads never take the lock. Its memory goes back as soon as it is empty.
@@ -71,7 +71,7 @@ struct FrontStorage {
   std::atomic<std::size_t> size{0};
 
   // Puts items[0 ... count) ahead of what is there (`first`: the rest of a dequeue, older than anything
-  // given back since) or behind it, in their order. False, storing nothing, when out of memory.
+  // requeued since) or behind it, in their order. False, storing nothing, when out of memory.
   bool put(void* const* put_items, std::size_t count, bool first) noexcept {
     const std::lock_guard<std::mutex> lock(mutex);
     try {
@@ -95,7 +95,7 @@ struct FrontStorage {
     items.erase(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(taken));
     if (items.empty() && taken != 0) {
       try {
-        Items().swap(items);  // a burst given back keeps no blocks (an empty deque still holds one)
+        Items().swap(items);  // a requeued burst keeps no blocks (an empty deque still holds one)
       } catch (...) {  // out of memory for the empty one: keep the old blocks
       }
     }

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cleanup/producer_slot.h"
+#include "cleanup/producer_lane.h"
 #include "cleanup/queue_dequeue.h"
 #include "cleanup/reclaim_queue.h"
 
@@ -18,7 +18,7 @@ namespace {
 
 // Moves every pointer of `from` into `to` through `mover` (held by the caller); false when `to` could not
 // grow (what was not moved stays in `from`).
-bool move_pending(QueueStorage* from, QueueStorage* to, ProducerSlot& mover) noexcept {
+bool move_pending(QueueStorage* from, QueueStorage* to, ProducerLane& mover) noexcept {
   void* batch[kDrainBatch];
   for (std::size_t got; (got = dequeue_batch<false>(from->queue, batch, kDrainBatch).taken) != 0;) {
     if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
@@ -33,48 +33,48 @@ bool move_pending(QueueStorage* from, QueueStorage* to, ProducerSlot& mover) noe
 
 bool ReclaimQueue::trim_would_help() const noexcept {
   if (is_closed()) return false;
-  if (storages_.retired() != nullptr) return true;  // a trim that ran out of memory
+  if (storages_.previous() != nullptr) return true;  // a trim that ran out of memory
   if (counters_.exceeded_since_trim(options_.reserved_capacity)) return true;
   counters_.note_pending(pending());  // a burst no drain has seen yet
   return counters_.exceeded_since_trim(options_.reserved_capacity);
 }
 
 TrimStatus ReclaimQueue::trim() noexcept {
-  if (!trim_would_help()) return TrimStatus::kNotNeeded;  // also: closed, or a retired storage to empty
+  if (!trim_would_help()) return TrimStatus::kNotNeeded;  // also: closed, or a previous storage to empty
   // Only when no reader is in the storage (possibly this very thread, from a release action) and no
   // other trim runs.
   if (!storages_.begin_trim()) return TrimStatus::kBusy;
   // Normally: a fresh storage replaces the current one, whose pending pointers move over. After a trim
-  // that ran out of memory while moving: the storage it retired is emptied into the current one.
-  QueueStorage* source = storages_.retired();
+  // that ran out of memory while moving: the previous storage it left is emptied into the current one.
+  QueueStorage* source = storages_.previous();
   QueueStorage* target = storages_.current();
   if (source == nullptr) {
     target = StorageSet::make_storage(options_.reserved_capacity);
     source = storages_.replace_current(target);
   }
-  // Pushes that loaded `source` still hold their slot, or are slot-less pushes in flight. Taking every
-  // slot in turn waits for the first kind and drops the slots' producers of `source` (their tokens must
-  // go before its queue); slot-less pushes admitted after the exchange load `target`, and those admitted
+  // Pushes that loaded `source` still hold their lane, or are lane-less pushes in flight. Taking every
+  // lane in turn waits for the first kind and drops the lanes' producers of `source` (their tokens must
+  // go before its queue); lane-less pushes admitted after the exchange load `target`, and those admitted
   // before it are waited for below (also when a close() came in meanwhile: its late pushes never
   // complete, and are not waited for).
-  ProducerSlot* mover = nullptr;
-  for (std::size_t i = 0; i < admission_.slot_count(); ++i) {
-    ProducerSlot& slot = admission_.slot(i);
-    while (slot.held.exchange(1, std::memory_order_seq_cst) != 0) sched_yield();
-    slot.unbind_from(source);
-    if (mover == nullptr && slot.bind_to(target)) {
-      mover = &slot;  // kept: its producer carries what is still pending into `target`
+  ProducerLane* mover = nullptr;
+  for (std::size_t i = 0; i < admission_.lane_count(); ++i) {
+    ProducerLane& lane = admission_.lane(i);
+    while (lane.taken.exchange(1, std::memory_order_seq_cst) != 0) sched_yield();
+    lane.unbind_from(source);
+    if (mover == nullptr && lane.bind_to(target)) {
+      mover = &lane;  // kept: its producer carries what is still pending into `target`
       continue;
     }
-    slot.held.store(0, std::memory_order_release);
+    lane.taken.store(0, std::memory_order_release);
   }
-  admission_.wait_for_slotless_pushes_in_flight();
+  admission_.wait_for_laneless_pushes_in_flight();
 
   // Nothing is released and no counter changes.
   const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
-  if (mover != nullptr) mover->held.store(0, std::memory_order_release);
+  if (mover != nullptr) mover->taken.store(0, std::memory_order_release);
   if (moved_all) {
-    storages_.set_retired(nullptr);
+    storages_.set_previous(nullptr);
     counters_.forget_pending_since_trim();
     StorageSet::free_storage(source);
     counters_.count_trim();
@@ -84,7 +84,7 @@ TrimStatus ReclaimQueue::trim() noexcept {
   } else {
     // Out of memory while moving: `source` keeps what is left and stays reachable (drains and counts
     // read it) until a later trim empties it. Nothing is lost.
-    storages_.set_retired(source);
+    storages_.set_previous(source);
   }
   storages_.end_trim();
   return moved_all ? TrimStatus::kTrimmed : TrimStatus::kBusy;

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cleanup/producer_slot.h"
+#include "cleanup/producer_lane.h"
 #include "cleanup/queue_drain.h"
 
 namespace reclaim {
@@ -39,34 +39,34 @@ void release_each(ReleaseBatch* batch, void* context) {
 }  // namespace
 
 ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
-    : options_(options), admission_(options.producer_slots), storages_(options.reserved_capacity) {}
+    : options_(options), admission_(options.producer_lanes), storages_(options.reserved_capacity) {}
 
 ReclaimQueue::~ReclaimQueue() {
   // Tokens go before the queue that owns their producers (the members' destructors free both).
   QueueStorage* const storage = storages_.current();
-  for (std::size_t i = 0; i < admission_.slot_count(); ++i) admission_.slot(i).unbind_from(storage);
+  for (std::size_t i = 0; i < admission_.lane_count(); ++i) admission_.lane(i).unbind_from(storage);
 }
 
 // Inlined into push(): the steady-state path is one function.
-__attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_slot(ProducerSlot& slot,
+__attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_lane(ProducerLane& lane,
                                                                                  void* item) noexcept {
-  // Everything below is ordered after the slot exchange (seq_cst). A close() or trim() that stored before
-  // it is seen here; one that stores after it finds the slot held and waits for it to be given back.
-  if (admission_.closed_for_slot_holder()) {
-    bump(slot.leaked);
-    slot.held.store(0, std::memory_order_release);
+  // Everything below is ordered after the lane exchange (seq_cst). A close() or trim() that stored before
+  // it is seen here; one that stores after it finds the lane taken and waits for it to be free.
+  if (admission_.closed_for_lane_holder()) {
+    bump(lane.leaked);
+    lane.taken.store(0, std::memory_order_release);
     return PushStatus::kLeakedAfterClose;
   }
-  // Read before the enqueue: a drain that clears the signal after this load finds the slot held or the
-  // item (it reads `held` and then the queue after its store), and re-arms the signal itself.
+  // Read before the enqueue: a drain that clears the signal after this load finds the lane taken or the
+  // item (it reads `taken` and then the queue after its store), and re-arms the signal itself.
   const bool already_signaled = signal_.seen_by_push();
   QueueStorage* storage = storages_.current_for_push();
   // Counted before the enqueue (like an admission): a drain can never release an item not yet counted.
-  bump(slot.admitted);
-  const bool stored = slot.bind_to(storage) && storage->queue.enqueue(slot.token(), item);
+  bump(lane.admitted);
+  const bool stored = lane.bind_to(storage) && storage->queue.enqueue(lane.token(), item);
   if (!stored) counters_.count_rejected(1);
-  // Release: whoever sees the slot free (close, trim, a clearing drain) also sees the item and counters.
-  slot.held.store(0, std::memory_order_release);
+  // Release: whoever sees the lane free (close, trim, a clearing drain) also sees the item and counters.
+  lane.taken.store(0, std::memory_order_release);
   if (!stored) return PushStatus::kRejected;
   if (!already_signaled) signal_.raise();
   return PushStatus::kQueued;
@@ -74,17 +74,17 @@ __attribute__((always_inline)) inline PushStatus ReclaimQueue::push_through_slot
 
 __attribute__((flatten)) PushStatus ReclaimQueue::push(void* item) noexcept {
   if (item == nullptr) return PushStatus::kInvalidArgument;
-  ProducerSlot* const slot = admission_.take_slot();
-  if (slot != nullptr) return push_through_slot(*slot, item);
-  // Every slot is held at this instant. Never waits for a slot: a holder may be preempted, and push()
+  ProducerLane* const lane = admission_.take_lane();
+  if (lane != nullptr) return push_through_lane(*lane, item);
+  // Every lane is taken at this instant. Never waits for a lane: a holder may be preempted, and push()
   // must not block.
   return push_overflow(item);
 }
 
 __attribute__((noinline)) PushStatus ReclaimQueue::push_overflow(void* item) noexcept {
-  // The admission plays the part of the slot exchange: close() and trim() wait for the admitted ones.
-  if (admission_.admit_slotless()) {
-    // Counted by the admission itself (slotless_leaked()), and not as a completion: close() waits for
+  // The admission plays the part of the lane exchange: close() and trim() wait for the admitted ones.
+  if (admission_.admit_laneless()) {
+    // Counted by the admission itself (laneless_leaked()), and not as a completion: close() waits for
     // the pushes admitted before it, and a late push finishing first must not stand in for one of them.
     return PushStatus::kLeakedAfterClose;
   }
@@ -92,19 +92,19 @@ __attribute__((noinline)) PushStatus ReclaimQueue::push_overflow(void* item) noe
   // This thread's own implicit producer (created once per such thread).
   const bool stored = storages_.current_for_push()->queue.enqueue(item);
   if (!stored) counters_.count_rejected(1);
-  admission_.complete_slotless();
+  admission_.complete_laneless();
   if (!stored) return PushStatus::kRejected;
   if (!already_signaled) signal_.raise();
   return PushStatus::kQueued;
 }
 
 
-void ReclaimQueue::settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept {
+void ReclaimQueue::settle_taken(std::size_t count, std::uint64_t forks, bool released) noexcept {
   if (count == 0) return;
-  counters_.settle(count, storages_.fork_generation() != generation, released);
+  counters_.settle(count, storages_.forks() != forks, released);
 }
 
-void ReclaimQueue::put_back(void* const* items, std::size_t count, bool first) noexcept {
+void ReclaimQueue::requeue_items(void* const* items, std::size_t count, bool first) noexcept {
   if (count == 0) return;
   if (storages_.front()->put(items, count, first)) {
     signal_.raise();
@@ -118,21 +118,21 @@ void ReclaimQueue::put_back(void* const* items, std::size_t count, bool first) n
 void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
   ReclaimQueue* const queue = batch->queue;
   if (queue == nullptr || upto <= batch->settled) return;
-  const std::size_t released = upto - batch->settled - batch->given_back;
-  queue->settle_taken(released, batch->generation, /*released=*/true);  // one step out of in_drain
+  const std::size_t released = upto - batch->settled - batch->requeued;
+  queue->settle_taken(released, batch->forks, /*released=*/true);  // one step out of in_drain
   batch->settled = upto;
-  batch->given_back = 0;
+  batch->requeued = 0;
   batch->released += released;
 }
 
-void ReclaimQueue::give_back(ReleaseBatch* batch, void* item) noexcept {
+void ReclaimQueue::requeue(ReleaseBatch* batch, void* item) noexcept {
   ReclaimQueue* const queue = batch->queue;
   if (queue == nullptr) return;
   // Out of in_drain first: until the item is stored, a snapshot finds it in no bucket, never in two.
-  queue->settle_taken(1, batch->generation, /*released=*/false);
-  ++batch->given_back;
+  queue->settle_taken(1, batch->forks, /*released=*/false);
+  ++batch->requeued;
   void* const items[1] = {item};
-  queue->put_back(items, 1, /*first=*/false);
+  queue->requeue_items(items, 1, /*first=*/false);
 }
 
 void ReclaimQueue::clear_signal_if_empty() noexcept {
@@ -142,8 +142,8 @@ void ReclaimQueue::clear_signal_if_empty() noexcept {
 
 void ReclaimQueue::clear_signal() noexcept {
   signal_.lower();
-  // A push that read the signal as set before lower()'s store skipped its write: it still holds its slot
-  // (seen here) or its item is in the queue (seen below, after the acquire of its slot's release). Either
+  // A push that read the signal as set before lower()'s store skipped its write: it still holds its lane
+  // (seen here) or its item is in the queue (seen below, after the acquire of its lane's release). Either
   // way, re-arm for it.
   if (admission_.push_may_be_in_flight() || storages_.stored_count() != 0) signal_.raise();
 }
@@ -197,8 +197,8 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
   admission_.close();
   // Wakes every waiter, now and later: a drain(timeout) blocked on an open queue returns.
   signal_.mark_closed();
-  // A push that took its slot before the bit was set may still be enqueueing; one that took it after
-  // sees the bit (its slot exchange and the close's CAS are both seq_cst) and only counts a leak. Wait
+  // A push that took its lane before the bit was set may still be enqueueing; one that took it after
+  // sees the bit (its lane exchange and the close's CAS are both seq_cst) and only counts a leak. Wait
   // for the first kind: after that, every push admitted while open is in the queue.
   admission_.wait_for_pushes_in_flight();
   if (release == nullptr) return 0;

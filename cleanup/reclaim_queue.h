@@ -13,7 +13,7 @@
 // queue before the final drain (producer_admission.h says how), so the exit report can always say where
 // every pointer went.
 //
-// Parts, one type each: ProducerAdmission (slots, closed bit), StorageSet (storages and the readers'
+// Parts, one type each: ProducerAdmission (lanes, closed bit), StorageSet (storages and the readers'
 // guard against trim), WakeupSignal (the eventfds), QueueCounters (the owner-side counters).
 //
 // Wake-up: an eventfd becomes readable on the empty→non-empty edge (one write per edge, coalesced), stays
@@ -22,11 +22,11 @@
 // next drain, new work does not make the fd readable. The descriptor number never changes for the life of
 // the process (fork replaces the object behind it, not the number).
 //
-// Producers: pushes go through a fixed set of producer slots (QueueOptions::producer_slots), each a
+// Producers: pushes go through a fixed set of producer lanes (QueueOptions::producer_lanes), each a
 // moodycamel explicit producer that one pushing thread holds for the length of one push. Memory and the
-// cost of a drain are therefore bounded by the slot count, not by how many distinct threads ever pushed:
-// programs that push from thousands of short-lived threads do not grow the queue. Only when every slot is
-// held at once (more threads inside push() at the same instant than there are slots) does a push fall
+// cost of a drain are therefore bounded by the lane count, not by how many distinct threads ever pushed:
+// programs that push from thousands of short-lived threads do not grow the queue. Only when every lane is
+// taken at once (more threads inside push() at the same instant than there are lanes) does a push fall
 // back to moodycamel's per-thread implicit producer.
 //
 // Memory: the storage reserves QueueOptions::reserved_capacity pointers up front; a burst beyond it adds
@@ -55,7 +55,7 @@ namespace reclaim {
 enum class TrimStatus : int {
   kTrimmed = 0,   // the storage was replaced by a fresh one of the reserved capacity; the old one is freed
   kNotNeeded,     // the storage never grew beyond its reserved capacity since the last trim (or the queue
-                  // is closed): nothing to give back
+                  // is closed): nothing to free
   kBusy,          // a drain, close or counter read is in flight (possibly the caller's own: trim() from a
                   // release action) or another trim is running: try again later
 };
@@ -92,10 +92,10 @@ struct QueueOptions {
   // Pointer slots reserved up front, so that pushes do not allocate until this many are pending.
   // Rounded up to whole blocks of the underlying queue. 1 to kMaxReservedCapacity.
   std::size_t reserved_capacity = 64 * 1024;
-  // Producer slots (see the header comment): how many threads can be inside push() at once before a push
-  // falls back to a per-thread producer. Each slot used costs one producer record (about 2 KiB) plus the
+  // Producer lanes (see the header comment): how many threads can be inside push() at once before a push
+  // falls back to a per-thread producer. Each lane used costs one producer record (about 2 KiB) plus the
   // blocks it holds. At least 1; rounded up to a power of two.
-  std::size_t producer_slots = 64;
+  std::size_t producer_lanes = 64;
 };
 
 // Parses a reserved capacity from text (CUDA_RECLAIM_RESERVED_CAPACITY): a decimal integer from 1 to
@@ -117,7 +117,7 @@ struct ReservedCapacitySetting {
 };
 ReservedCapacitySetting reserved_capacity_from_environment() noexcept;
 
-struct ProducerSlot;   // producer_slot.h
+struct ProducerLane;   // producer_lane.h
 struct TakenBatch;     // queue_dequeue.h
 
 class ReclaimQueue {
@@ -135,9 +135,9 @@ class ReclaimQueue {
 
   // Hands `item` over; the queue now owns it until a drain releases it (or it is counted as leaked or
   // rejected). Steals the pointer: the caller must not use it afterwards, whatever the status.
-  // Cost: one atomic exchange on a producer slot's own cache line (the push's only read-modify-write and
+  // Cost: one atomic exchange on a producer lane's own cache line (the push's only read-modify-write and
   // only barrier), a few plain loads and stores on that line, one queue enqueue (no allocation while
-  // reserved capacity lasts, except the first use of a producer slot), one eventfd write on the
+  // reserved capacity lasts, except the first use of a producer lane), one eventfd write on the
   // empty→non-empty edge. No shared counter is written: the counters are summed by their readers.
   // Any thread; never touches Python; never blocks.
   PushStatus push(void* item) noexcept;
@@ -206,16 +206,16 @@ class ReclaimQueue {
   // close() that releases nothing: what is queued stays pending and is reported as such.
   void close_without_release() noexcept;
 
-  // Gives back the memory a burst left behind: when pending pointers once exceeded the reserved capacity
+  // Frees the memory a burst left behind: when pending pointers once exceeded the reserved capacity
   // since the last trim, replaces the storage with a fresh one of the reserved capacity, moves what is
   // pending into it (nothing is released, nothing is lost, the counters do not change), and frees the old
   // storage (and returns freed heap to the system where the allocator supports it). Pushes continue
   // meanwhile, into the new storage; drains, closes and counter reads on other threads wait for it (it
   // runs no callback, so it cannot wait for itself). Allocates.
-  // Any thread; never touches Python; may yield the CPU while a producer slot's holder finishes its push.
+  // Any thread; never touches Python; may yield the CPU while a producer lane's holder finishes its push.
   TrimStatus trim() noexcept;
 
-  // True when a trim() would give memory back: the queue is open and pending once exceeded the reserved
+  // True when a trim() would free memory: the queue is open and pending once exceeded the reserved
   // capacity since the last trim (or a trim ran out of memory half-way). Any thread; never touches
   // Python; never blocks, except for the moment a trim() on another thread replaces the storage.
   bool trim_would_help() const noexcept;
@@ -224,7 +224,7 @@ class ReclaimQueue {
   bool is_closed() const noexcept;
 
   // For a release action during its call: counts batch->items[batch->settled ... upto) as released (minus
-  // what it gave back), before the drain would at the call's end. Call it before anything that may take
+  // what it requeued), before the drain would at the call's end. Call it before anything that may take
   // long (a Python call), so that counters and the exit report do not show finished items as in_drain.
   // The releasing thread; never touches Python; never blocks.
   static void settle(ReleaseBatch* batch, std::size_t upto) noexcept;
@@ -233,8 +233,8 @@ class ReclaimQueue {
   // goes back to the front of the queue (pending again; the next drain takes it first, this drain does
   // not take it again) and the wake-up fd becomes readable. If it cannot be stored (out of memory) it is
   // counted as rejected (leaked). The releasing thread; never touches Python; may allocate (once per
-  // thread that gives back).
-  static void give_back(ReleaseBatch* batch, void* item) noexcept;
+  // thread that requeues).
+  static void requeue(ReleaseBatch* batch, void* item) noexcept;
 
   // The reserved capacity in pointers (QueueOptions::reserved_capacity). Any thread; never blocks.
   std::size_t reserved_capacity() const noexcept { return options_.reserved_capacity; }
@@ -253,7 +253,7 @@ class ReclaimQueue {
   // Any thread; never touches Python; never blocks.
   CounterSnapshot snapshot() const noexcept;
 
-  // Producer slots in use and overflow pushes (see the header comment); for tests and diagnostics.
+  // Producer lanes in use and overflow pushes (see the header comment); for tests and diagnostics.
   // Any thread; never touches Python; never blocks.
   ProducerUse producer_use() const noexcept;
 
@@ -283,20 +283,20 @@ class ReclaimQueue {
   void reset_after_fork_in_child() noexcept;
 
  private:
-  PushStatus push_through_slot(ProducerSlot& slot, void* item) noexcept;
+  PushStatus push_through_lane(ProducerLane& lane, void* item) noexcept;
   PushStatus push_overflow(void* item) noexcept;
   // Empties the wake-up fd and clears the signal, then re-raises it if a push may have read the old
-  // value (its slot is held) or work is stored: the owner's half of the Dekker handshake.
+  // value (its lane is taken) or work is stored: the owner's half of the Dekker handshake.
   void clear_signal() noexcept;
   void clear_signal_if_empty() noexcept;
   void linger_if_empty() noexcept;
-  // Takes `count` items that a drain of fork generation `generation` had taken out of in_drain, as
+  // Takes `count` items that a drain made after `forks` fork resets had taken out of in_drain, as
   // released (`released` true) or returned unreleased; out of abandoned_after_fork after a fork reset.
-  void settle_taken(std::size_t count, std::uint64_t generation, bool released) noexcept;
+  void settle_taken(std::size_t count, std::uint64_t forks, bool released) noexcept;
   // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and
   // raises the signal: ahead of what is there (`first`: the rest of a dequeue) or behind it (one item
-  // given back). The caller has uncounted them. Owner threads; may allocate.
-  void put_back(void* const* items, std::size_t count, bool first) noexcept;
+  // requeued). The caller has uncounted them. Owner threads; may allocate.
+  void requeue_items(void* const* items, std::size_t count, bool first) noexcept;
   // `reader`: the caller's, held for the whole call (no storage changes meanwhile).
   std::size_t release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
                           std::size_t max_items, bool linger, Pointees pointees);
@@ -308,10 +308,10 @@ class ReclaimQueue {
 
   // Written only by construction; read by all.
   const QueueOptions options_;
-  ProducerAdmission admission_;  // slots, the closed bit, slot-less admissions
+  ProducerAdmission admission_;  // lanes, the closed bit, lane-less admissions
   StorageSet storages_;          // where the pointers are, and the readers' guard against trim()
   WakeupSignal signal_;          // the eventfds and the flag behind them
-  QueueCounters counters_;       // the owner-side counters (the push counters are in the slots)
+  QueueCounters counters_;       // the owner-side counters (the push counters are in the lanes)
   // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
   // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
   std::atomic<std::uint32_t> plain_batches_in_a_row_{0};

@@ -32,8 +32,8 @@ class ReclaimQueue;
 // Counting: a drain counts what it takes as in_drain, and each item as released once the action is done
 // with it: the drain settles a call's items when the call returns; an action settles earlier
 // (ReclaimQueue::settle) before it runs something that may take long (a Python call), so that counters
-// and an exit report taken meanwhile say what really happened. An action may also give an item back
-// unreleased (ReclaimQueue::give_back: it is pending again, at the front) or stop the drain (`stop`).
+// and an exit report taken meanwhile say what really happened. An action may also requeue an item
+// unreleased (ReclaimQueue::requeue: it is pending again, at the front) or halt the drain (`halt`).
 using ReleaseFn = void (*)(void* item, void* context);
 struct ReleaseBatch {
   void* const* items;
@@ -46,17 +46,17 @@ struct ReleaseBatch {
   // Set by the action, with `next` at the first item it did not release: the drain puts items[next ...)
   // of its whole dequeue back at the front of the queue (pending again, taken first by the next drain, in
   // this order) and returns.
-  bool stop = false;
+  bool halt = false;
   // The drain's bookkeeping (the action never writes these): items[0 ... settled) are counted, the
-  // `given_back` of them (since the last settle) that went back to the queue as pending, the rest as
+  // `requeued` of them (since the last settle) that went back to the queue as pending, the rest as
   // released (`released` in all); `queue` and
-  // `generation` say whose counters and whether a fork reset came in between. Null queue: nothing counts
+  // `forks` say whose counters and whether a fork reset came in between. Null queue: nothing counts
   // (a release action run over a plain array).
   std::size_t settled = 0;
-  std::size_t given_back = 0;
+  std::size_t requeued = 0;
   std::size_t released = 0;  // settled as released, in all
   ReclaimQueue* queue = nullptr;
-  std::uint64_t generation = 0;
+  std::uint64_t forks = 0;
 };
 using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
 

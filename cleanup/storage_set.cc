@@ -41,15 +41,15 @@ StorageSet::StorageSet(std::size_t reserved_capacity) noexcept : current_(make_s
 
 StorageSet::~StorageSet() {
   free_storage(current_.load(std::memory_order_relaxed));
-  QueueStorage* retired = retired_.load(std::memory_order_relaxed);  // a trim that ran out of memory
-  if (retired != nullptr) free_storage(retired);
+  QueueStorage* previous = previous_.load(std::memory_order_relaxed);  // a trim that ran out of memory
+  if (previous != nullptr) free_storage(previous);
   delete front_.load(std::memory_order_relaxed);
 }
 
 std::size_t StorageSet::stored_count() const noexcept {
   std::size_t count = current_.load(std::memory_order_seq_cst)->queue.size_approx();
-  const QueueStorage* retired = retired_.load(std::memory_order_relaxed);
-  if (retired != nullptr) count += retired->queue.size_approx();
+  const QueueStorage* previous = previous_.load(std::memory_order_relaxed);
+  if (previous != nullptr) count += previous->queue.size_approx();
   return count + front_.load(std::memory_order_relaxed)->size.load(std::memory_order_relaxed);
 }
 
@@ -63,10 +63,10 @@ bool StorageSet::begin_trim() noexcept {
 void StorageSet::reset_after_fork(std::size_t reserved_capacity) noexcept {
   readers_.store(0, std::memory_order_relaxed);  // readers and trims of parent threads are gone
   // So is this thread's own reader, should a finalizer run by its drain have forked: see StorageReader.
-  fork_generation_.fetch_add(1, std::memory_order_relaxed);
-  retired_.store(nullptr, std::memory_order_relaxed);
+  forks_.fetch_add(1, std::memory_order_relaxed);
+  previous_.store(nullptr, std::memory_order_relaxed);
   current_.store(make_storage(reserved_capacity), std::memory_order_relaxed);
-  front_.store(make_front(), std::memory_order_relaxed);  // the parent's give-backs are abandoned too
+  front_.store(make_front(), std::memory_order_relaxed);  // the parent's requeued items are abandoned too
 }
 
 }  // namespace reclaim

@@ -5,7 +5,7 @@
 //
 // The flag `signaled` and the fd move together except during a linger: the fd is emptied while the flag
 // stays set, so that pushes skip the write until the lingering owner drains again. Clearing is a Dekker
-// handshake with the push (the push's slot exchange is its barrier): lower() stores the flag, then the
+// handshake with the push (the push's lane exchange is its barrier): lower() stores the flag, then the
 // queue checks for pushes in flight and for stored items and re-raises (ReclaimQueue::clear_signal).
 #pragma once
 
@@ -28,7 +28,7 @@ class WakeupSignal {
   // Any thread; never blocks.
   bool is_set() const noexcept { return signaled_.load(std::memory_order_acquire); }
 
-  // The flag as a push reads it, after its slot exchange (seq_cst: one side of the Dekker handshake).
+  // The flag as a push reads it, after its lane exchange (seq_cst: one side of the Dekker handshake).
   // Any thread; never blocks.
   bool seen_by_push() const noexcept { return signaled_.load(std::memory_order_seq_cst); }
 

@@ -1,6 +1,6 @@
 // Allocation behaviour of the producer path: a push that cannot store its pointer is counted as rejected
 // (never a crash), reserved capacity means no allocation in steady state, and a measurement of what the
-// first use of a producer slot allocates (its explicit producer and block index).
+// first use of a producer lane allocates (its explicit producer and block index).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +40,7 @@ struct AllocatorScope {
   ~AllocatorScope() { reclaim::set_queue_allocator_for_testing(nullptr); }
 };
 
-TEST(QueueAllocation, FirstUseOfAProducerSlotAllocatesThenSteadyStateDoesNot) {
+TEST(QueueAllocation, FirstUseOfAProducerLaneAllocatesThenSteadyStateDoesNot) {
   ReclaimQueue queue;  // reserves its block pool before the counter starts
   ReleaseRecorder recorder(20000);
   AllocatorScope scope(counting_allocate);
@@ -65,12 +65,12 @@ TEST(QueueAllocation, FirstUseOfAProducerSlotAllocatesThenSteadyStateDoesNot) {
   producer.join();
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 10000u);
 
-  // Measured, and documented in README.md: the first push through a producer slot creates its moodycamel
+  // Measured, and documented in README.md: the first push through a producer lane creates its moodycamel
   // explicit producer (and block index); reserved blocks serve everything after it, and the producer
   // reuses its drained blocks for the next burst.
   RecordProperty("first_push_allocations", static_cast<int>(first_push_allocations));
   RecordProperty("first_push_bytes", static_cast<int>(first_push_bytes));
-  std::printf("[ measured ] the first push through a producer slot allocated %zu times (%zu bytes); the next 9999 "
+  std::printf("[ measured ] the first push through a producer lane allocated %zu times (%zu bytes); the next 9999 "
               "pushes %zu times; a second burst of 10000 after a drain %zu times\n",
               first_push_allocations, first_push_bytes, burst_allocations, second_burst_allocations);
   EXPECT_GE(first_push_allocations, 1u);

@@ -1,6 +1,6 @@
 // tests/cleanup/parked_allocations.h — test helper: drives an interleaving through the queue's allocator
 // hook (reclaim::set_queue_allocator_for_testing). A thread that plays a role parks in the hook at its
-// first allocation inside the queue (a producer slot's first use, a new block, an implicit producer, the
+// first allocation inside the queue (a producer lane's first use, a new block, an implicit producer, the
 // block pool of a new storage) until the test lets it go: so a push can be stopped between its count and
 // its enqueue, or a trim while it makes its new storage, deterministically.
 #pragma once

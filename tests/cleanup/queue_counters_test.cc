@@ -18,7 +18,7 @@ TEST(QueueCounters, InDrainIsWhatWasTakenAndNotSettled) {
   counters.settle(3, /*forked=*/false, /*released=*/true);
   EXPECT_EQ(counters.drain_buckets().released, 3u);
   EXPECT_EQ(counters.drain_buckets().in_drain, 2u);
-  counters.settle(2, /*forked=*/false, /*released=*/false);  // given back: pending again, not released
+  counters.settle(2, /*forked=*/false, /*released=*/false);  // requeued: pending again, not released
   EXPECT_EQ(counters.drain_buckets().released, 3u);
   EXPECT_EQ(counters.drain_buckets().in_drain, 0u);
 }

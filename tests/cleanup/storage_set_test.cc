@@ -19,15 +19,15 @@ TEST(StorageSet, StoredCountCountsEveryStorage) {
   StorageSet storages(1024);
   EXPECT_EQ(storages.stored_count(), 0u);
   ASSERT_TRUE(storages.current()->queue.enqueue(fake(1)));
-  void* const given_back[2] = {fake(2), fake(3)};
-  ASSERT_TRUE(storages.front()->put(given_back, 2, /*first=*/true));
-  QueueStorage* retired = StorageSet::make_storage(1024);
-  ASSERT_TRUE(retired->queue.enqueue(fake(4)));
-  storages.set_retired(retired);  // freed by the set from now on
+  void* const requeued[2] = {fake(2), fake(3)};
+  ASSERT_TRUE(storages.front()->put(requeued, 2, /*first=*/true));
+  QueueStorage* previous = StorageSet::make_storage(1024);
+  ASSERT_TRUE(previous->queue.enqueue(fake(4)));
+  storages.set_previous(previous);  // freed by the set from now on
   EXPECT_EQ(storages.stored_count(), 4u);
 }
 
-TEST(StorageSet, FrontKeepsTheRestOfADequeueAheadOfSingleGiveBacks) {
+TEST(StorageSet, FrontKeepsTheRestOfADequeueAheadOfSingleRequeues) {
   StorageSet storages(1024);
   FrontStorage* front = storages.front();
   void* const one[1] = {fake(9)};
@@ -61,7 +61,7 @@ TEST(StorageSet, TrimStartsOnlyWithoutReaders) {
   EXPECT_FALSE(reader.forked());
 }
 
-TEST(StorageSet, ResetAfterForkAbandonsTheStoragesAndForgetsItsReaders) {
+TEST(StorageSet, ResetAfterForkDropsTheStoragesAndForgetsItsReaders) {
   StorageSet storages(1024);
   QueueStorage* parent_current = storages.current();
   FrontStorage* parent_front = storages.front();
@@ -73,11 +73,11 @@ TEST(StorageSet, ResetAfterForkAbandonsTheStoragesAndForgetsItsReaders) {
     EXPECT_NE(storages.current(), parent_current);
     EXPECT_NE(storages.front(), parent_front);
     EXPECT_EQ(storages.stored_count(), 0u);
-    EXPECT_EQ(storages.fork_generation(), 1u);
+    EXPECT_EQ(storages.forks(), 1u);
   }  // leaves without counting itself out: the reset already did
   EXPECT_TRUE(storages.begin_trim());
   storages.end_trim();
-  // Abandoned in a real child; freed here so that the leak checker sees only what it should.
+  // Dropped in a real child; freed here so that the leak checker sees only what it should.
   StorageSet::free_storage(parent_current);
   delete parent_front;
 }

@@ -33,7 +33,7 @@ QueueOptions small_reserve() {
   return options;
 }
 
-// Pushes ids [first, first + count) from a thread of its own (a producer slot other than the test's).
+// Pushes ids [first, first + count) from a thread of its own (a producer lane other than the test's).
 void push_from_thread(ReclaimQueue& queue, std::size_t first, std::size_t count) {
   std::thread producer([&] {
     for (std::size_t i = first; i < first + count; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
@@ -49,7 +49,7 @@ void expect_same_counters(const CounterSnapshot& a, const CounterSnapshot& b) {
   EXPECT_EQ(a.rejected, b.rejected);
 }
 
-TEST(Trim, NothingToGiveBackBelowTheReservedCapacity) {
+TEST(Trim, NothingToFreeBelowTheReservedCapacity) {
   ReclaimQueue queue(small_reserve());
   EXPECT_EQ(queue.trim(), TrimStatus::kNotNeeded);
   ReleaseRecorder recorder(100);
@@ -80,7 +80,7 @@ TEST(Trim, AfterABurstMovesWhatIsPendingAndKeepsTheCounters) {
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
-TEST(Trim, GivesTheHeapBack) {
+TEST(Trim, FreesTheHeap) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the sanitizer's allocator does not report through mallinfo2()";
 #endif
@@ -94,7 +94,7 @@ TEST(Trim, GivesTheHeapBack) {
   ASSERT_EQ(queue.trim(), TrimStatus::kTrimmed);
   const std::size_t trimmed = mallinfo2().uordblks + mallinfo2().hblkhd;
   // A burst of 2^20 pointers holds about 8 MiB of blocks; after the trim, what stays is the reserve and
-  // the producers of the slots used since.
+  // the producers of the lanes used since.
   EXPECT_GT(drained - baseline, std::size_t{7} << 20);
   EXPECT_LT(trimmed - baseline, std::size_t{1} << 20);
 }
@@ -141,7 +141,7 @@ TEST(Trim, OutOfMemoryWhileMovingKeepsEveryPointerReachable) {
   const TrimStatus first = queue.trim();
   reclaim::set_queue_allocator_for_testing(nullptr);
   EXPECT_EQ(first, TrimStatus::kBusy);
-  EXPECT_EQ(queue.pending(), kBurst);  // split between the retired storage and the new one
+  EXPECT_EQ(queue.pending(), kBurst);  // split between the previous storage and the new one
   EXPECT_TRUE(queue.snapshot().conserved());
   // A later trim finishes the move; every pointer is released once.
   EXPECT_EQ(queue.trim(), TrimStatus::kTrimmed);
@@ -177,21 +177,21 @@ TEST(Trim, RacesWithProducersAndDrainsLoseNothing) {
   EXPECT_TRUE(counters.conserved());
   EXPECT_EQ(counters.released, kThreads * kPerThread);
   for (std::size_t id = 0; id < kThreads * kPerThread; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
-  std::printf("trims that gave memory back during the race: %zu\n", trims);
+  std::printf("trims that freed memory during the race: %zu\n", trims);
 }
 
-// One producer slot and one block reserved: a burst of two blocks is worth trimming, and a second pusher
-// finds the slot held and takes the slot-less path.
-QueueOptions one_slot_one_block() {
+// One producer lane and one block reserved: a burst of two blocks is worth trimming, and a second pusher
+// finds the lane taken and takes the lane-less path.
+QueueOptions one_lane_one_block() {
   QueueOptions options;
   options.reserved_capacity = 256;
-  options.producer_slots = 1;
+  options.producer_lanes = 1;
   return options;
 }
 
-enum Role { kHolder, kSlotless, kTrimmer };
+enum Role { kHolder, kLaneless, kTrimmer };
 
-// Two blocks pending through the one slot: a burst worth trimming.
+// Two blocks pending through the one lane: a burst worth trimming.
 void push_two_blocks(ReclaimQueue& queue) {
   for (std::size_t i = 0; i < 512; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
 }
@@ -204,35 +204,35 @@ std::thread push_playing(ReclaimQueue& queue, Role role, std::size_t id) {
   });
 }
 
-// A slot-less push admitted before a trim and still enqueueing into the old storage keeps that storage
-// alive, even when a slot-less push admitted after the trim's exchange (into the new storage) completes
+// A lane-less push admitted before a trim and still enqueueing into the old storage keeps that storage
+// alive, even when a lane-less push admitted after the trim's exchange (into the new storage) completes
 // first: the trim waits for the pushes in flight, not for a count of completions to reach a number.
-TEST(Trim, WaitsForASlotlessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst) {
-  ReclaimQueue queue(one_slot_one_block());
+TEST(Trim, WaitsForALanelessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst) {
+  ReclaimQueue queue(one_lane_one_block());
   ReleaseRecorder recorder(600);
   ASSERT_NO_FATAL_FAILURE(push_two_blocks(queue));
   ParkedAllocations parked;
-  // The holder takes the slot and parks allocating a third block.
+  // The holder takes the lane and parks allocating a third block.
   std::thread holder = push_playing(queue, kHolder, 512);
   ASSERT_TRUE(ParkedAllocations::wait_parked(kHolder));
-  // This push finds the slot held: slot-less, admitted while open, parked inside the current storage
+  // This push finds the lane taken: lane-less, admitted while open, parked inside the current storage
   // while its implicit producer is made.
-  std::thread early = push_playing(queue, kSlotless, 513);
-  ASSERT_TRUE(ParkedAllocations::wait_parked(kSlotless));
+  std::thread early = push_playing(queue, kLaneless, 513);
+  ASSERT_TRUE(ParkedAllocations::wait_parked(kLaneless));
   std::atomic<bool> trimmed{false};
   std::thread trimmer([&] {
     EXPECT_EQ(queue.trim(), TrimStatus::kTrimmed);
     trimmed = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the trim exchanges, then waits for the slot
-  ParkedAllocations::release(kHolder);  // the trim takes the slot and keeps it to move what is pending
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the trim exchanges, then waits for the lane
+  ParkedAllocations::release(kHolder);  // the trim takes the lane and keeps it to move what is pending
   holder.join();
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  // The slot is the trim's now: another slot-less push, admitted after the exchange, completes at once.
+  // The lane is the trim's now: another lane-less push, admitted after the exchange, completes at once.
   std::thread late([&] { EXPECT_EQ(queue.push(item_for(514)), PushStatus::kQueued); });
   late.join();
   EXPECT_FALSE(ParkedAllocations::wait_for(trimmed, 300)) << "the old storage was freed under a push";
-  ParkedAllocations::release(kSlotless);
+  ParkedAllocations::release(kLaneless);
   early.join();
   trimmer.join();
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 515u);
@@ -242,11 +242,11 @@ TEST(Trim, WaitsForASlotlessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst)
   EXPECT_EQ(counters.released, 515u);
 }
 
-// A close() that comes in while a trim makes its new storage, and a push after it that finds every slot
+// A close() that comes in while a trim makes its new storage, and a push after it that finds every lane
 // held (CUDA's thread at exit): that push is a leak, which never completes, and the trim must not wait for
 // it (it would wait for ever, and every drain, close and counter read with it).
-TEST(Trim, ACloseAndALateSlotlessPushDuringATrimDoNotHoldItUp) {
-  ReclaimQueue queue(one_slot_one_block());
+TEST(Trim, ACloseAndALateLanelessPushDuringATrimDoNotHoldItUp) {
+  ReclaimQueue queue(one_lane_one_block());
   ASSERT_NO_FATAL_FAILURE(push_two_blocks(queue));
   ParkedAllocations parked;
   std::thread holder = push_playing(queue, kHolder, 512);
@@ -261,7 +261,7 @@ TEST(Trim, ACloseAndALateSlotlessPushDuringATrimDoNotHoldItUp) {
   ASSERT_TRUE(ParkedAllocations::wait_parked(kTrimmer));
   std::thread closer([&] { queue.close_without_release(); });
   while (!queue.is_closed()) std::this_thread::yield();
-  EXPECT_EQ(queue.push(item_for(600)), PushStatus::kLeakedAfterClose);  // the slot is held: slot-less
+  EXPECT_EQ(queue.push(item_for(600)), PushStatus::kLeakedAfterClose);  // the lane is taken: lane-less
   ParkedAllocations::release(kHolder);
   holder.join();
   closer.join();

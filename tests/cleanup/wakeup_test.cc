@@ -180,7 +180,7 @@ TEST(WakeupFd, WaitAlsoReturnsForTheExtraFd) {
 namespace {
 
 // A drain that clears the signal races with pushes that read it as still set and skip their write: the
-// drain must then see the push's slot held or its item, and re-arm. With two producers pushing one item
+// drain must then see the push's lane taken or its item, and re-arm. With two producers pushing one item
 // at a time and an owner that sleeps in wait_for_work() between emptying drains, a lost wake-up shows as
 // work pending while the fd stays silent (a wait that times out with items queued, and no write on the
 // way). Every wait here is bounded; nothing is timed.

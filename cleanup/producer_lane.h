@@ -1,7 +1,7 @@
-// cleanup/producer_slot.h — one of a ReclaimQueue's fixed producer slots (reclaim_queue.h says why slots):
+// cleanup/producer_lane.h — one of a ReclaimQueue's fixed producer lanes (reclaim_queue.h says why lanes):
 // a moodycamel explicit producer that one pushing thread holds for the length of a push, and the counters
 // of the pushes made through it, so that the steady-state push touches one cache line no other thread
-// writes. A slot lives as long as its queue. Internal to cleanup/.
+// writes. A lane lives as long as its queue. Internal to cleanup/.
 #pragma once
 
 #include <pthread.h>
@@ -15,12 +15,12 @@
 
 namespace reclaim {
 
-// Where a thread starts looking for a free producer slot: a hash of its thread pointer (the address of
+// Where a thread starts looking for a free producer lane: a hash of its thread pointer (the address of
 // its thread control block, unique among live threads; what pthread_self() returns on glibc, without the
-// call), so that a thread keeps finding the same slot (its producer stays warm) and concurrent threads
+// call), so that a thread keeps finding the same lane (its producer stays warm) and concurrent threads
 // spread out. No thread-local storage: a thread's first TLS access in a dlopen'ed library may allocate.
-// `mask` is the slot count minus one (the count is a power of two: a mask, not a division).
-inline std::size_t preferred_slot(std::size_t mask) noexcept {
+// `mask` is the lane count minus one (the count is a power of two: a mask, not a division).
+inline std::size_t preferred_lane(std::size_t mask) noexcept {
 #if !defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11 && (defined(__x86_64__) || defined(__aarch64__))
   std::uint64_t h = reinterpret_cast<std::uintptr_t>(__builtin_thread_pointer());
 #else
@@ -32,30 +32,30 @@ inline std::size_t preferred_slot(std::size_t mask) noexcept {
   return static_cast<std::size_t>(h) & mask;
 }
 
-// Adds one to a counter that only the holder of its slot writes: a plain load and store, no
+// Adds one to a counter that only the holder of its lane writes: a plain load and store, no
 // read-modify-write (readers only ever load it).
 inline void bump(std::atomic<std::uint64_t>& counter) noexcept {
   counter.store(counter.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// One producer slot: a moodycamel explicit producer that at most one thread uses at a time, and the
+// One producer lane: a moodycamel explicit producer that at most one thread uses at a time, and the
 // counters of the pushes made through it. Cache-line aligned: a pushing thread owns the line.
-struct alignas(64) ProducerSlot {
-  // Taken with exchange(1, seq_cst) by a pushing thread, given back with store(0, release) after its enqueue:
+struct alignas(64) ProducerLane {
+  // Taken with exchange(1, seq_cst) by a pushing thread, freed with store(0, release) after its enqueue:
   // the next holder sees the producer exactly as the last one left it (explicit producers are
   // single-threaded). The exchange is also the push's one full barrier: close(), trim() and the drain
-  // that clears the wake-up signal read `held` after their own seq_cst store, so either they see the
-  // slot held (and wait for it, or re-arm) or the pushing thread sees their store (see ReclaimQueue::push).
+  // that clears the wake-up signal read `taken` after their own seq_cst store, so either they see the
+  // lane taken (and wait for it, or re-arm) or the pushing thread sees their store (see ReclaimQueue::push).
   // 1 while held. A 32-bit word, not a bool: a locked exchange on a byte is slower on x86-64, and this
   // exchange is most of a push (see docs/benchmarks.md).
-  std::atomic<std::uint32_t> held{0};
-  // Pushes through this slot admitted while the queue was open (queued or rejected), counted before
+  std::atomic<std::uint32_t> taken{0};
+  // Pushes through this lane admitted while the queue was open (queued or rejected), counted before
   // the enqueue; and pushes that found the queue closed. Written only by the holder (bump), read by
   // snapshot(), close() and the fork reset.
   std::atomic<std::uint64_t> admitted{0};
   std::atomic<std::uint64_t> leaked{0};
-  // The storage whose queue this slot's token (producer) belongs to; null: no token. Written only by the
-  // holder (or by trim() while it holds the slot, or by the fork reset); read by producer_use().
+  // The storage whose queue this lane's token (producer) belongs to; null: no token. Written only by the
+  // holder (or by trim() while it holds the lane, or by the fork reset); read by producer_use().
   std::atomic<QueueStorage*> token_owner{nullptr};
   alignas(moodycamel::ProducerToken) unsigned char token_bytes[sizeof(moodycamel::ProducerToken)];
 
@@ -63,9 +63,9 @@ struct alignas(64) ProducerSlot {
     return *std::launder(reinterpret_cast<moodycamel::ProducerToken*>(token_bytes));
   }
 
-  // Makes this slot's producer one of `storage`'s (creating it on first use, or after a trim replaced
+  // Makes this lane's producer one of `storage`'s (creating it on first use, or after a trim replaced
   // the storage). False when the producer cannot be allocated (the push is then rejected; a later one
-  // tries again). Only the holder calls it; `storage` and the slot's previous owner are both alive.
+  // tries again). Only the holder calls it; `storage` and the lane's previous owner are both alive.
   bool bind_to(QueueStorage* storage) noexcept {
     if (token_owner.load(std::memory_order_relaxed) == storage) return true;
     return rebind_to(storage);
@@ -85,7 +85,7 @@ struct alignas(64) ProducerSlot {
     return true;
   }
 
-  // Drops the token without touching the queue it belongs to (the fork reset: that queue is abandoned).
+  // Drops the token without touching the queue it belongs to (the fork reset: that queue is dropped).
   void forget_token() noexcept { token_owner.store(nullptr, std::memory_order_relaxed); }
 
   // Destroys the token if it belongs to `storage` (before `storage` is freed). Holder only.
@@ -102,17 +102,17 @@ struct alignas(64) ProducerSlot {
 
 namespace reclaim {
 
-inline ProducerSlot* ProducerAdmission::take_slot() noexcept {
-  const std::size_t start = preferred_slot(slot_mask_);
-  for (std::size_t probe = 0; probe <= slot_mask_; ++probe) {
-    ProducerSlot& slot = slots_[(start + probe) & slot_mask_];
-    // No load before the exchange: the preferred slot is almost always free, and a load of the line the
+inline ProducerLane* ProducerAdmission::take_lane() noexcept {
+  const std::size_t start = preferred_lane(lane_mask_);
+  for (std::size_t probe = 0; probe <= lane_mask_; ++probe) {
+    ProducerLane& lane = lanes_[(start + probe) & lane_mask_];
+    // No load before the exchange: the preferred lane is almost always free, and a load of the line the
     // previous push just stored to only adds a stall before the exchange that must come anyway.
-    if (slot.held.exchange(1, std::memory_order_seq_cst) == 0) return &slot;
+    if (lane.taken.exchange(1, std::memory_order_seq_cst) == 0) return &lane;
   }
   return nullptr;
 }
 
-inline ProducerSlot& ProducerAdmission::slot(std::size_t index) noexcept { return slots_[index]; }
+inline ProducerLane& ProducerAdmission::lane(std::size_t index) noexcept { return lanes_[index]; }
 
 }  // namespace reclaim

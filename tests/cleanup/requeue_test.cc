@@ -1,4 +1,4 @@
-// What a release action may do besides releasing: settle early, give an item back, stop the drain; and the
+// What a release action may do besides releasing: settle early, requeue an item, halt the drain; and the
 // in_drain bucket that counts what a drain took and has not finished.
 #include <malloc.h>
 
@@ -19,14 +19,14 @@ using reclaim::ReleaseBatch;
 using reclaim_test::id_of;
 using reclaim_test::item_for;
 
-// An action that releases items in order, records them, and stops before the item `stop_before`, or gives
-// back every item whose id is a multiple of `give_back_every` (0: none). It also checks the law from
+// An action that releases items in order, records them, and halts before the item `halt_before`, or
+// requeues every item whose id is a multiple of `requeue_every` (0: none). It also checks the law from
 // inside, with the items it holds counted as in_drain.
 struct Scripted {
   ReclaimQueue* queue;
   std::vector<std::size_t> released;
-  std::size_t stop_before = SIZE_MAX;
-  std::size_t give_back_every = 0;
+  std::size_t halt_before = SIZE_MAX;
+  std::size_t requeue_every = 0;
   bool law_held_inside = true;
   std::uint64_t in_drain_seen = 0;
 
@@ -34,12 +34,12 @@ struct Scripted {
     auto* self = static_cast<Scripted*>(self_pointer);
     for (; batch->next < batch->count; ++batch->next) {
       const std::size_t id = id_of(batch->items[batch->next]);
-      if (id == self->stop_before) {
-        batch->stop = true;
+      if (id == self->halt_before) {
+        batch->halt = true;
         return;
       }
-      if (self->give_back_every != 0 && id % self->give_back_every == 0) {
-        ReclaimQueue::give_back(batch, batch->items[batch->next]);
+      if (self->requeue_every != 0 && id % self->requeue_every == 0) {
+        ReclaimQueue::requeue(batch, batch->items[batch->next]);
         continue;
       }
       const auto counters = self->queue->snapshot();
@@ -54,7 +54,7 @@ void push_ids(ReclaimQueue& queue, std::size_t from, std::size_t to) {
   for (std::size_t i = from; i < to; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
 }
 
-TEST(GiveBack, ItemsBeingReleasedCountAsInDrainAndTheLawHoldsInsideTheAction) {
+TEST(Requeue, ItemsBeingReleasedCountAsInDrainAndTheLawHoldsInsideTheAction) {
   ReclaimQueue queue;
   push_ids(queue, 0, 300);
   Scripted script{&queue};
@@ -67,11 +67,11 @@ TEST(GiveBack, ItemsBeingReleasedCountAsInDrainAndTheLawHoldsInsideTheAction) {
   EXPECT_TRUE(counters.conserved());
 }
 
-TEST(GiveBack, AnActionThatStopsPutsTheRestBackAndTheNextDrainTakesItFirstInOrder) {
+TEST(Requeue, AnActionThatHaltsRequeuesTheRestAndTheNextDrainTakesItFirstInOrder) {
   ReclaimQueue queue;
   push_ids(queue, 0, 1000);  // more than one dequeue: the rest of the batch and the queue behind it
   Scripted script{&queue};
-  script.stop_before = 100;
+  script.halt_before = 100;
   EXPECT_EQ(queue.drain(Scripted::action, &script), 100u);
   auto counters = queue.snapshot();
   EXPECT_EQ(counters.released, 100u);
@@ -79,41 +79,41 @@ TEST(GiveBack, AnActionThatStopsPutsTheRestBackAndTheNextDrainTakesItFirstInOrde
   EXPECT_EQ(counters.pending, 900u);
   EXPECT_TRUE(counters.conserved());
   push_ids(queue, 1000, 1100);  // arrives after the put-back: must come after it
-  script.stop_before = SIZE_MAX;
+  script.halt_before = SIZE_MAX;
   EXPECT_EQ(queue.drain(Scripted::action, &script), 1000u);
   ASSERT_EQ(script.released.size(), 1100u);
   for (std::size_t i = 0; i < 1100; ++i) EXPECT_EQ(script.released[i], i) << "at " << i;
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
-TEST(GiveBack, GivenBackItemsArePendingNotTakenAgainByTheSameDrainAndReleasedByTheNext) {
+TEST(Requeue, RequeuedItemsArePendingNotTakenAgainByTheSameDrainAndReleasedByTheNext) {
   ReclaimQueue queue;
   push_ids(queue, 0, 100);
   Scripted script{&queue};
-  script.give_back_every = 10;  // ids 0, 10, ..., 90
+  script.requeue_every = 10;  // ids 0, 10, ..., 90
   EXPECT_EQ(queue.drain(Scripted::action, &script), 90u);
   auto counters = queue.snapshot();
   EXPECT_EQ(counters.pending, 10u);
   EXPECT_EQ(counters.released, 90u);
   EXPECT_EQ(counters.in_drain, 0u);
   EXPECT_TRUE(counters.conserved());
-  EXPECT_TRUE(queue.maybe_pending()) << "given back without a wake-up";
+  EXPECT_TRUE(queue.maybe_pending()) << "requeued without a wake-up";
   // Given back again: the next drain takes them first, once each, and stops there.
   EXPECT_EQ(queue.drain(Scripted::action, &script), 0u);
   EXPECT_EQ(queue.snapshot().pending, 10u);
-  script.give_back_every = 0;
+  script.requeue_every = 0;
   EXPECT_EQ(queue.drain(Scripted::action, &script), 10u);
   EXPECT_EQ(queue.snapshot().pending, 0u);
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
-TEST(GiveBack, CloseReleasesWhatWasGivenBack) {
+TEST(Requeue, CloseReleasesWhatWasRequeued) {
   ReclaimQueue queue;
   push_ids(queue, 0, 10);
   Scripted script{&queue};
-  script.stop_before = 3;
+  script.halt_before = 3;
   EXPECT_EQ(queue.drain(Scripted::action, &script), 3u);
-  script.stop_before = SIZE_MAX;
+  script.halt_before = SIZE_MAX;
   EXPECT_EQ(queue.close(Scripted::action, &script), 7u);
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.released, 10u);
@@ -121,7 +121,7 @@ TEST(GiveBack, CloseReleasesWhatWasGivenBack) {
   EXPECT_TRUE(counters.conserved());
 }
 
-TEST(GiveBack, SettlingBeforeALongStepCountsWhatIsDone) {
+TEST(Requeue, SettlingBeforeALongStepCountsWhatIsDone) {
   ReclaimQueue queue;
   push_ids(queue, 0, 10);
   struct Observer {
@@ -140,7 +140,7 @@ TEST(GiveBack, SettlingBeforeALongStepCountsWhatIsDone) {
   EXPECT_EQ(queue.snapshot().released, 10u);
 }
 
-TEST(GiveBack, TrimsAreCounted) {
+TEST(Requeue, TrimsAreCounted) {
   reclaim::QueueOptions options;
   options.reserved_capacity = 256;
   ReclaimQueue queue(options);
@@ -155,21 +155,21 @@ TEST(GiveBack, TrimsAreCounted) {
 }
 
 
-// What another thread gave back sits in that thread's producer of the front storage; what this drain gives
+// What another thread requeued sits in that thread's producer of the front storage; what this drain requeues
 // back goes into its own. The front is taken producer by producer, newest producer first, so a drain that
-// took only part of the front in its first dequeue must not reach its own give-backs in the next one.
-TEST(GiveBack, ADrainNeverTakesAgainWhatItGaveBackWhenAnotherThreadsGiveBacksAreAtTheFront) {
+// took only part of the front in its first dequeue must not reach its own requeues in the next one.
+TEST(Requeue, ADrainNeverTakesAgainWhatItRequeuedWhenAnotherThreadsRequeuesAreAtTheFront) {
   ReclaimQueue queue;
   push_ids(queue, 0, 1100);  // more than one dequeue's worth
   std::thread other([&queue] {
     Scripted everything_back{&queue};
-    everything_back.give_back_every = 1;  // every id: all 1100 go to the front, through this thread
+    everything_back.requeue_every = 1;  // every id: all 1100 go to the front, through this thread
     EXPECT_EQ(queue.drain(Scripted::action, &everything_back), 0u);
   });
   other.join();
   ASSERT_EQ(queue.snapshot().pending, 1100u);
   Scripted script{&queue};
-  script.give_back_every = 10;  // 110 of the 1100 go back, each once
+  script.requeue_every = 10;  // 110 of the 1100 go back, each once
   EXPECT_EQ(queue.drain(Scripted::action, &script), 990u);
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.released, 990u);
@@ -184,10 +184,10 @@ TEST(GiveBack, ADrainNeverTakesAgainWhatItGaveBackWhenAnotherThreadsGiveBacksAre
   }
 }
 
-// A drain that stops puts the rest of its dequeue back "first, in order": ahead of whatever arrived in the
+// A drain that halts requeues the rest of its dequeue "first, in order": ahead of whatever arrived in the
 // queue after that dequeue, also when a drain nested in the release (a finalizer draining again, the gc
-// mode's hook) gave those later items back meanwhile.
-TEST(GiveBack, TheRestOfAStoppedDrainStaysAheadOfLaterItemsANestedDrainGaveBack) {
+// mode's hook) requeued those later items meanwhile.
+TEST(Requeue, TheRestOfAHaltedDrainStaysAheadOfLaterItemsANestedDrainRequeued) {
   ReclaimQueue queue;
   push_ids(queue, 0, 10);
   struct Outer {
@@ -198,12 +198,12 @@ TEST(GiveBack, TheRestOfAStoppedDrainStaysAheadOfLaterItemsANestedDrainGaveBack)
       for (; batch->next < batch->count; ++batch->next) {
         const std::size_t id = id_of(batch->items[batch->next]);
         if (id == 3) {
-          // Later items arrive; a nested drain gives them back (calls the gc mode does not run).
+          // Later items arrive; a nested drain requeues them (calls the gc mode does not run).
           push_ids(*self->queue, 10, 20);
           Scripted nested{self->queue};
-          nested.give_back_every = 1;
+          nested.requeue_every = 1;
           EXPECT_EQ(self->queue->drain(Scripted::action, &nested), 0u);
-          batch->stop = true;  // then this drain is told to stop before id 3
+          batch->halt = true;  // then this drain is told to halt before id 3
           return;
         }
         self->released.push_back(id);
@@ -220,10 +220,10 @@ TEST(GiveBack, TheRestOfAStoppedDrainStaysAheadOfLaterItemsANestedDrainGaveBack)
 }
 
 
-// A burst that went through the front (a drain thread stopped in the middle of 2^20 calls given back by
-// the gc mode's hook, say) is a burst like any other: once drained, trim() gives its memory back, as
-// Trim.GivesTheHeapBack checks for one that went through the storage alone.
-TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
+// A burst that went through the front (a drain thread stopped in the middle of 2^20 calls requeued by
+// the gc mode's hook, say) is a burst like any other: once drained, trim() frees its memory, as
+// Trim.FreesTheHeap checks for one that went through the storage alone.
+TEST(Requeue, TrimFreesTheMemoryOfABurstThatWentThroughTheFront) {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "the sanitizer's allocator does not report through mallinfo2()";
 #else
@@ -232,7 +232,7 @@ TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
   ReclaimQueue queue(options);
   constexpr std::size_t kBurst = 1 << 20;
   Scripted everything_back{&queue};
-  everything_back.give_back_every = 1;
+  everything_back.requeue_every = 1;
   Scripted release_all{&queue};
   release_all.released.reserve(kBurst);  // before the baseline: 8 MiB of its own
   const std::size_t baseline = ::mallinfo2().uordblks + ::mallinfo2().hblkhd;
@@ -255,7 +255,7 @@ TEST(GiveBack, TrimGivesBackTheMemoryOfABurstThatWentThroughTheFront) {
 // `released` counts only finished releases and in_drain is a bucket of the law, so the law an extension
 // compiles in (reclaim_stats_conserved) holds inside a release action, where a law without in_drain does
 // not.
-TEST(GiveBack, InsideAReleaseActionTheLawHoldsWithInDrainAndOnlyWithIt) {
+TEST(Requeue, InsideAReleaseActionTheLawHoldsWithInDrainAndOnlyWithIt) {
   ReclaimQueue queue;
   push_ids(queue, 0, 10);
   struct Reader {

@@ -1,6 +1,6 @@
-// Producer slots: memory and drain cost stay bounded however many distinct threads ever pushed, every
-// item is released exactly once when more threads push at once than there are slots (overflow path), and
-// a thread keeps reusing its slot.
+// Producer lanes: memory and drain cost stay bounded however many distinct threads ever pushed, every
+// item is released exactly once when more threads push at once than there are lanes (overflow path), and
+// a thread keeps reusing its lane.
 #include <atomic>
 #include <thread>
 #include <vector>
@@ -24,7 +24,7 @@ constexpr std::size_t kShortLivedThreads = 10000;
 constexpr std::size_t kShortLivedThreads = 100000;
 #endif
 
-TEST(ProducerSlots, HundredThousandShortLivedThreadsUseNoMoreThanTheSlots) {
+TEST(ProducerLanes, HundredThousandShortLivedThreadsUseNoMoreThanTheLanes) {
   constexpr std::size_t kThreads = kShortLivedThreads;
   constexpr std::size_t kAlive = 64;  // threads alive at a time, as a thread pool per batch would have
   ReclaimQueue queue;
@@ -39,28 +39,28 @@ TEST(ProducerSlots, HundredThousandShortLivedThreadsUseNoMoreThanTheSlots) {
     queue.drain(ReleaseRecorder::release, &recorder);
   }
   const reclaim::ProducerUse use = queue.producer_use();
-  EXPECT_LE(use.slots_used, use.slot_count);
-  EXPECT_EQ(use.slot_count, QueueOptions().producer_slots);
+  EXPECT_LE(use.lanes_used, use.lane_count);
+  EXPECT_EQ(use.lane_count, QueueOptions().producer_lanes);
   // Each overflow push may add one per-thread producer; there can be no more of them than pushes.
   EXPECT_LE(use.overflow_pushes, kThreads);
   EXPECT_EQ(recorder.total(), kThreads);
   for (std::size_t id = 0; id < kThreads; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
   EXPECT_TRUE(queue.snapshot().conserved());
-  std::printf("[ measured ] %zu threads: %zu of %zu producer slots used, %llu overflow pushes\n", kThreads,
-              use.slots_used, use.slot_count, static_cast<unsigned long long>(use.overflow_pushes));
+  std::printf("[ measured ] %zu threads: %zu of %zu producer lanes used, %llu overflow pushes\n", kThreads,
+              use.lanes_used, use.lane_count, static_cast<unsigned long long>(use.overflow_pushes));
 }
 
-TEST(ProducerSlots, OneThreadKeepsOneSlot) {
+TEST(ProducerLanes, OneThreadKeepsOneLane) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(1000);
   for (std::size_t i = 0; i < 1000; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.producer_use().slots_used, 1u);
+  EXPECT_EQ(queue.producer_use().lanes_used, 1u);
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1000u);
 }
 
-TEST(ProducerSlots, MoreConcurrentPushersThanSlotsLoseNothing) {
+TEST(ProducerLanes, MoreConcurrentPushersThanLanesLoseNothing) {
   QueueOptions options;
-  options.producer_slots = 1;  // every concurrent push beyond one takes the overflow path
+  options.producer_lanes = 1;  // every concurrent push beyond one takes the overflow path
   ReclaimQueue queue(options);
   constexpr std::size_t kThreads = 8, kEach = 20000;
   ReleaseRecorder recorder(kThreads * kEach);
@@ -76,18 +76,18 @@ TEST(ProducerSlots, MoreConcurrentPushersThanSlotsLoseNothing) {
   std::size_t released = 0;
   while (released < kThreads * kEach) released += queue.drain(ReleaseRecorder::release, &recorder);
   for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(queue.producer_use().slots_used, 1u);
+  EXPECT_EQ(queue.producer_use().lanes_used, 1u);
   for (std::size_t id = 0; id < kThreads * kEach; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
-TEST(ProducerSlots, ZeroSlotsMeansOne) {
+TEST(ProducerLanes, ZeroLanesMeansOne) {
   QueueOptions options;
-  options.producer_slots = 0;
+  options.producer_lanes = 0;
   ReclaimQueue queue(options);
   ReleaseRecorder recorder(1);
   EXPECT_EQ(queue.push(item_for(0)), reclaim::PushStatus::kQueued);
-  EXPECT_EQ(queue.producer_use().slot_count, 1u);
+  EXPECT_EQ(queue.producer_use().lane_count, 1u);
   EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
 }
 
