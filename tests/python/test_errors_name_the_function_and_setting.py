@@ -1,6 +1,7 @@
 """Errors name the function called and the setting: a DriverError starts with the public function's name and,
 where the driver library could not be loaded, names CUDA_RECLAIM_LIBCUDA (also when its value is not UTF-8);
-a bad since= says which rule it breaks. The driver is loaded once per process, so each case runs in a child."""
+a bad since= says which rule it breaks. The driver is loaded once per process, so each case runs in a child: a
+program of children/errors_scenarios.py."""
 
 import os
 import re
@@ -9,44 +10,25 @@ import pytest
 
 import cuda_reclaim
 import fake_cuda
-from conftest import run_child
+from conftest import run_child_script
 
-# Each public function that loads the driver, called so that it gets that far.
-CALLS = {
-    "keep_alive": "cuda_reclaim.keep_alive(0x1234, object())",
-    "keep_alive_until": "cuda_reclaim.keep_alive_until(0, object())",
-    "launch_host_func": "cuda_reclaim.launch_host_func(0, print)",
-    "add_host_node": "cuda_reclaim.add_host_node(0x1234, print)",
-    "stream_reached": "asyncio.run(cuda_reclaim.asyncio.stream_reached(0))",
-    "run_when_reached": "asyncio.run(cuda_reclaim.asyncio.run_when_reached(0, print))",
-}
+SCENARIOS = "errors_scenarios.py"
 
-RAISES = """
-import asyncio
-import cuda_reclaim, cuda_reclaim.asyncio
-cuda_reclaim.set_auto_drain("off")
-for function, call in {calls!r}.items():
-    try:
-        eval(call)
-    except cuda_reclaim.DriverError as error:
-        print(function, "raised:", error)
-    else:
-        raise AssertionError(function + " raised nothing")
-"""
+# Each public function that loads the driver: children/errors_scenarios.py calls each so that it gets that far.
+FUNCTIONS = [
+    "keep_alive", "keep_alive_until", "launch_host_func", "add_host_node", "stream_reached", "run_when_reached"
+]
 
 
 def driver_errors(library=None, **env):
     """{function: the message of the DriverError it raised} in a child with CUDA_RECLAIM_LIBCUDA=`library`
     (None: unset)."""
     child_env = dict(env, CUDA_RECLAIM_LIBCUDA=library) if library is not None else env
-    removed = {} if library is not None else {"CUDA_RECLAIM_LIBCUDA": None}
-    code = RAISES.format(calls=CALLS)
-    if removed:
-        code = "import os\nos.environ.pop('CUDA_RECLAIM_LIBCUDA', None)\n" + code
-    result = run_child(code, env=child_env)
+    scenario = "each_call_raises" if library is not None else "each_call_raises_without_the_setting"
+    result = run_child_script(SCENARIOS, scenario, *FUNCTIONS, env=child_env)
     assert result.returncode == 0, result.stdout + result.stderr
     errors = dict(line.split(" raised: ", 1) for line in result.stdout.splitlines())
-    assert sorted(errors) == sorted(CALLS)
+    assert sorted(errors) == sorted(FUNCTIONS)
     return errors
 
 
@@ -68,11 +50,7 @@ def test_a_driver_library_named_by_the_setting_that_is_too_old():
 
 def test_without_the_setting_a_missing_driver_says_which_setting_to_use():
     # libcuda.so.1 itself: only where no NVIDIA driver is installed does the load fail.
-    result = run_child(
-        "import os\nos.environ.pop('CUDA_RECLAIM_LIBCUDA', None)\n"
-        "from cuda_reclaim import _reclaim\nprint(_reclaim._driver_info()['status'])",
-        env={"CUDA_RECLAIM_LIBCUDA": ""},
-    )
+    result = run_child_script(SCENARIOS, "driver_status_without_the_setting", env={"CUDA_RECLAIM_LIBCUDA": ""})
     if result.stdout.strip() != "library_missing":
         pytest.skip(f"libcuda.so.1 loads here ({result.stdout.strip()}{result.stderr.strip()})")
     for function, message in driver_errors(None).items():
