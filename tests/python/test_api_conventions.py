@@ -220,29 +220,8 @@ def test_the_package_docstring_states_the_rules():
 
 def test_drain_timeout_none_waits_for_a_hand_over_and_returns_at_close():
     # In a child: close() is for good. The waits are bounded by the child's timeout, never by the test.
-    from conftest import run_child
+    from conftest import run_child_script
 
-    result = run_child(
-        """
-        import threading, time
-        import cuda_reclaim
-
-        cuda_reclaim.set_auto_drain("off")
-
-        class Payload:
-            pass
-
-        later = threading.Timer(0.2, lambda: cuda_reclaim.defer_release(Payload()))
-        later.start()
-        print("released", cuda_reclaim.drain(timeout=None))
-        later.join()
-        closer = threading.Timer(0.2, cuda_reclaim.close)
-        closer.start()
-        print("after close", cuda_reclaim.drain(timeout=None))
-        closer.join()
-        print("done")
-        """,
-        timeout=60,
-    )
+    result = run_child_script("api_conventions_drain_waits_for_ever.py", timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:3] == ["released 1", "after close 0", "done"], result.stdout
