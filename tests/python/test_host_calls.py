@@ -26,24 +26,10 @@ def test_the_package_imports_what_a_launch_needs_with_itself_and_nothing_at_exit
     # thread is between its before- and after-fork hooks: that thread then releases a lock it never took,
     # and the report of it, printed during finalization, kills the process. So the package imports it all
     # with itself. This atexit hook, registered first, runs after the package's.
-    from conftest import run_child
+    from conftest import run_child_script
 
-    result = run_child(
-        """
-        import atexit, os, sys
-        before_exit = []
-
-        def imported_at_exit():
-            os.write(1, f"imported at exit: {sorted(set(sys.modules) - before_exit[0])}\\n".encode())
-
-        atexit.register(imported_at_exit)
-        import cuda_reclaim
-        with_it = "concurrent.futures" in sys.modules and "logging" in sys.modules
-        print("imported with the package:", with_it, flush=True)
-        cuda_reclaim.defer_release(object())  # the drain thread starts; the exit hook stops it and closes
-        before_exit.append(set(sys.modules))
-        """,
-        env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"},
+    result = run_child_script(
+        "host_calls_import_with_the_package.py", env={"CUDA_RECLAIM_LIBCUDA": "/nonexistent/libcuda.so.1"}
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["imported with the package: True", "imported at exit: []"], result.stdout
