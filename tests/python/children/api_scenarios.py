@@ -54,23 +54,17 @@ def atexit_hook_drains_what_is_left():
     atexit.register(later_hook)
 
 
-# Run inside the subinterpreter: whether the import is refused, and how.
-SUBINTERPRETER_IMPORT = """
-try:
-    import cuda_reclaim._reclaim
-except ImportError as e:
-    print('refused:', e)
-else:
-    print('imported')
-"""
-
-
 def import_in_a_subinterpreter():
+    """Runs api_subinterpreter_import.py (beside this file) in a subinterpreter, which prints whether the import
+    is refused there, and how."""
+    import os
+
     import _testcapi
 
     import cuda_reclaim  # noqa: F401 - the main interpreter's copy is loaded first
 
-    _testcapi.run_in_subinterp(SUBINTERPRETER_IMPORT)
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "api_subinterpreter_import.py")) as f:
+        _testcapi.run_in_subinterp(f.read())
 
 
 if __name__ == "__main__":
