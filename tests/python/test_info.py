@@ -226,29 +226,14 @@ def test_info_with_zero_devices_or_a_failing_device_call():
 
 
 def test_driver_devices_in_a_child_with_the_fake():
-    result = fake_cuda.run(
-        """
-devices = _reclaim._driver_devices()
-assert [d["name"] for d in devices] == ["Fake CUDA Device 0", "Fake CUDA Device 1", "Fake CUDA Device 2"]
-assert [d["ordinal"] for d in devices] == [0, 1, 2]
-assert _reclaim._driver_devices() == devices  # asking again (cuInit again) gives the same answer
-print("devices ok")
-""",
-        FAKE_CUDA_DEVICE_COUNT="3",
+    result = fake_cuda.run_script(
+        "info_scenarios.py", "driver_devices_lists_the_fakes_three_devices", FAKE_CUDA_DEVICE_COUNT="3"
     )
     assert "devices ok" in result.stdout
 
 
 def test_driver_devices_raises_driver_error_when_cuinit_fails():
-    result = fake_cuda.run(
-        """
-try:
-    _reclaim._driver_devices()
-except _reclaim.DriverError as error:
-    print("raised:", error)
-""",
-        FAKE_CUDA_INIT_ERROR="100",
-    )
+    result = fake_cuda.run_script("info_scenarios.py", "driver_devices_raises_driver_error", FAKE_CUDA_INIT_ERROR="100")
     assert "raised: cuInit failed: CUDA_ERROR_NO_DEVICE" in result.stdout
 
 
