@@ -1,13 +1,16 @@
 """add_host_node against the fake libcuda: one call per firing, on every launch of every executable graph,
 run in a drain; the function and its arguments live until the last call ran and the graph is gone (a
 native count: no Python reference change on CUDA's thread); exceptions, dependencies, failures, close,
-exit and finalizers."""
+exit and finalizers. The fake-driver scenarios are programs of children/host_nodes_scenarios.py
+(fake_cuda.run_script)."""
 
 import pytest
 
 import cuda_reclaim
 import fake_cuda
 from exit_report import last_report
+
+SCENARIOS = "host_nodes_scenarios.py"
 
 
 def test_add_host_node_checks_its_arguments():
@@ -27,262 +30,50 @@ def test_add_host_node_checks_its_arguments():
 
 
 def test_each_firing_of_every_launch_calls_the_function_in_a_drain():
-    fake_cuda.run(
-        """
-calls = []
-arg = P(); ref = weakref.ref(arg)
-def fn(a, b):
-    calls.append((a is not None, b, threading.get_ident()))
-graph = fake.fake_cuda_graph_create()
-node = cuda_reclaim.add_host_node(graph, fn, arg, "b")
-del arg
-assert isinstance(node, int) and node != 0
-assert fake.fake_cuda_graph_host_node_count(graph) == 1
-first, second = fake.fake_cuda_graph_instantiate(graph), fake.fake_cuda_graph_instantiate(graph)
-for exe in (first, second, first):
-    fake.fake_cuda_graph_launch(exe, 0x9A00)
-assert fake.fake_cuda_run_host_functions() == 3
-assert calls == [] and cuda_reclaim.pending() == 3, "CUDA's thread only pushed"
-assert cuda_reclaim.drain() == 3
-assert calls == [(True, "b", threading.get_ident())] * 3
-s = cuda_reclaim.stats()
-assert s["host_node_calls"] == 3 and s["calls_run"] == 3 and s["held_by_cuda"] == 1, s
-fake.fake_cuda_graph_exec_destroy(first); fake.fake_cuda_graph_exec_destroy(second)
-fake.fake_cuda_graph_destroy(graph)
-assert ref() is not None, "pushed one last time, not released on the destroying thread"
-assert cuda_reclaim.drain() == 1 and ref() is None
-s = cuda_reclaim.stats()
-assert s["held_by_cuda"] == 0 and s["graph_user_objects"] == 1 and s["direct_pushes"] == 0, s
-assert s["handed_over"] == s["released"] == 4, s
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "each_firing_of_every_launch_calls_the_function_in_a_drain")
 
 
 def test_the_node_handle_is_the_cugraphnode_int_and_keywords_reach_the_function():
-    fake_cuda.run(
-        """
-import operator
-calls = []
-graph = fake.fake_cuda_graph_create()
-node = cuda_reclaim.add_host_node(graph, lambda *a, **k: calls.append((a, k)), 1, tag="x")
-assert type(node) is cuda_reclaim.NodeHandle and isinstance(node, int)
-value = int(node)
-assert type(value) is int and value != 0 and operator.index(node) == value
-assert node == value and hash(node) == hash(value) and {node: 1}[value] == 1
-assert repr(node) == f"<cuda_reclaim.NodeHandle CUgraphNode {value:#x}>", repr(node)
-assert str(node) == str(value) and f"{node}" == str(value)
-try:
-    node.extra = 1
-except AttributeError:
-    pass
-else:
-    raise AssertionError("a NodeHandle is immutable")
-after = cuda_reclaim.add_host_node(graph, calls.append, "after", dependencies=[node])
-assert after != node
-exe = fake.fake_cuda_graph_instantiate(graph)
-fake.fake_cuda_graph_launch(exe, 0x9E00)
-fake.fake_cuda_run_host_functions()
-assert cuda_reclaim.drain() == 2
-assert calls == [((1,), {"tag": "x"}), "after"], calls
-fake.fake_cuda_graph_exec_destroy(exe); fake.fake_cuda_graph_destroy(graph)
-cuda_reclaim.drain()
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "the_node_handle_is_the_cugraphnode_int_and_keywords_reach_the_function")
 
 
 def test_calls_still_queued_keep_the_function_alive_after_the_graph_is_gone():
-    fake_cuda.run(
-        """
-arg = P(); ref = weakref.ref(arg)
-calls = []
-graph = fake.fake_cuda_graph_create()
-cuda_reclaim.add_host_node(graph, lambda a: calls.append(type(a).__name__), arg)
-del arg
-exe = fake.fake_cuda_graph_instantiate(graph)
-stream = 0x9B00
-fake.fake_cuda_stream_hold(stream, 1)
-fake.fake_cuda_graph_launch(exe, stream); fake.fake_cuda_graph_launch(exe, stream)
-fake.fake_cuda_graph_exec_destroy(exe); fake.fake_cuda_graph_destroy(graph)
-assert cuda_reclaim.stats()["held_by_cuda"] == 1, "the exec's launches still hold it"
-fake.fake_cuda_stream_hold(stream, 0)
-assert fake.fake_cuda_run_host_functions() == 2
-assert cuda_reclaim.stats()["held_by_cuda"] == 0
-assert ref() is not None, "two calls queued"
-assert cuda_reclaim.drain() == 2, "two calls and no final entry: the last call releases it"
-assert len(calls) == 2 and ref() is None
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "calls_still_queued_keep_the_function_alive_after_the_graph_is_gone")
 
 
 def test_an_exception_goes_to_the_unraisable_hook_and_later_firings_still_run():
-    fake_cuda.run(
-        """
-seen = []
-sys.unraisablehook = lambda unraisable: seen.append(type(unraisable.exc_value).__name__)
-count = [0]
-def flaky():
-    count[0] += 1
-    if count[0] == 1:
-        raise ValueError("first firing")
-graph = fake.fake_cuda_graph_create()
-cuda_reclaim.add_host_node(graph, flaky)
-exe = fake.fake_cuda_graph_instantiate(graph)
-fake.fake_cuda_graph_launch(exe, 0x9C00); fake.fake_cuda_graph_launch(exe, 0x9C00)
-fake.fake_cuda_run_host_functions()
-assert cuda_reclaim.drain() == 2
-assert count[0] == 2 and seen == ["ValueError"], (count, seen)
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "an_exception_goes_to_the_unraisable_hook_and_later_firings_still_run")
 
 
 def test_dependencies_order_the_nodes_and_a_refused_node_leaves_its_function_with_the_graph():
-    fake_cuda.run(
-        """
-import cuda.bindings.driver as driver
-order = []
-graph = fake.fake_cuda_graph_create()
-a = cuda_reclaim.add_host_node(graph, order.append, "a")
-b = cuda_reclaim.add_host_node(graph, order.append, "b", dependencies=[a])
-c = cuda_reclaim.add_host_node(graph, order.append, "c", dependencies=(driver.CUgraphNode(b),))
-exe = fake.fake_cuda_graph_instantiate(graph)
-fake.fake_cuda_graph_launch(exe, 0x9D00)
-fake.fake_cuda_run_host_functions()
-cuda_reclaim.drain()
-assert order == ["a", "b", "c"], order
-other = fake.fake_cuda_graph_create()
-arg = P(); ref = weakref.ref(arg)
-try:
-    cuda_reclaim.add_host_node(other, order.append, arg, dependencies=[a])  # a node of another graph
-except cuda_reclaim.DriverError as error:
-    assert "cuGraphAddHostNode failed with CUDA_ERROR_INVALID_VALUE" in str(error), error
-    assert "stays attached to the graph" in str(error), error
-else:
-    raise AssertionError("no DriverError")
-del arg
-assert ref() is not None
-fake.fake_cuda_graph_destroy(other)
-cuda_reclaim.drain()
-assert ref() is None, "released with the graph, through the queue"
-"""
+    fake_cuda.run_script(
+        SCENARIOS, "dependencies_order_the_nodes_and_a_refused_node_leaves_its_function_with_the_graph"
     )
 
 
 def test_a_graph_that_refuses_the_user_object_gets_no_node_and_nothing_is_kept():
-    fake_cuda.run(
-        """
-fn = lambda: None
-base = sys.getrefcount(fn)
-try:
-    cuda_reclaim.add_host_node(fake.fake_cuda_failing_graph(), fn)
-except cuda_reclaim.DriverError as error:
-    assert "cuGraphRetainUserObject failed" in str(error) and "no node was added" in str(error), error
-else:
-    raise AssertionError("no DriverError")
-assert sys.getrefcount(fn) == base
-assert fake.fake_cuda_graph_host_node_count(fake.fake_cuda_failing_graph()) == 0
-assert cuda_reclaim.stats()["held_by_cuda"] == 0 and cuda_reclaim.pending() == 0
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "a_graph_that_refuses_the_user_object_gets_no_node_and_nothing_is_kept")
 
 
 def test_many_launches_on_many_cuda_threads_call_once_per_firing():
-    fake_cuda.run(
-        """
-cuda_reclaim.set_auto_drain("thread")
-fake.fake_cuda_start_threads(4)
-counts = [0, 0]
-def bump(i):
-    counts[i] += 1
-graph = fake.fake_cuda_graph_create()
-first = cuda_reclaim.add_host_node(graph, bump, 0)
-cuda_reclaim.add_host_node(graph, bump, 1, dependencies=[first])
-exes = [fake.fake_cuda_graph_instantiate(graph) for _ in range(3)]
-streams = [0x9E00 + i for i in range(3)]
-for i in range(3000):
-    fake.fake_cuda_graph_launch(exes[i % 3], streams[i % 3])
-for stream in streams:
-    assert fake.fake_cuda_stream_synchronize(stream, 60000) == 0
-wait_until(lambda: counts == [3000, 3000])
-for exe in exes:
-    fake.fake_cuda_graph_exec_destroy(exe)
-fake.fake_cuda_graph_destroy(graph)
-wait_until(lambda: cuda_reclaim.stats()["pending"] == 0 and cuda_reclaim.stats()["held_by_cuda"] == 0)
-s = cuda_reclaim.stats()
-assert s["host_node_calls"] == 6000 and s["calls_run"] == 6000, s
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "many_launches_on_many_cuda_threads_call_once_per_firing")
 
 
 def test_firings_after_close_never_run_and_their_payload_is_never_touched():
-    fake_cuda.run(
-        """
-calls = []
-arg = P(); ref = weakref.ref(arg)
-graph = fake.fake_cuda_graph_create()
-cuda_reclaim.add_host_node(graph, lambda a: calls.append(type(a).__name__), arg)
-del arg
-exe = fake.fake_cuda_graph_instantiate(graph)
-fake.fake_cuda_graph_launch(exe, 0x9F00)
-fake.fake_cuda_run_host_functions()            # fired before the close: runs in the final drain
-cuda_reclaim.close()
-assert len(calls) == 1
-fake.fake_cuda_graph_launch(exe, 0x9F00)
-fake.fake_cuda_run_host_functions()            # fired after: counted as leaked, never run
-fake.fake_cuda_graph_exec_destroy(exe); fake.fake_cuda_graph_destroy(graph)
-s = cuda_reclaim.stats()
-assert len(calls) == 1 and s["leaked_after_close"] == 1, s
-assert ref() is not None, "a late firing holds the payload for good (never touched after close)"
-assert s["held_by_cuda"] == 0, s
-"""
-    )
+    fake_cuda.run_script(SCENARIOS, "firings_after_close_never_run_and_their_payload_is_never_touched")
 
 
 def test_exit_with_a_live_graph_reports_its_node_as_held():
-    result = fake_cuda.run(
-        """
-graph = fake.fake_cuda_graph_create()
-cuda_reclaim.add_host_node(graph, lambda: print("fired", flush=True))
-exe = fake.fake_cuda_graph_instantiate(graph)
-fake.fake_cuda_graph_launch(exe, 0xA000)
-fake.fake_cuda_run_host_functions()            # one firing handed over: the exit's final drain runs it
-""",
-        CUDA_RECLAIM_REPORT="1",
-    )
+    result = fake_cuda.run_script(SCENARIOS, "exit_with_a_live_graph_reports_its_node_as_held", CUDA_RECLAIM_REPORT="1")
     assert result.stdout.count("fired") == 1, result.stdout
     report = last_report(result.stderr)
     assert report["held_by_cuda"] == 1 and report["conserved"] == "yes", result.stderr
 
 
-@pytest.mark.parametrize(
-    "ending",
-    [
-        pytest.param("", id="exit"),
-        pytest.param("time.sleep(0.02); cuda_reclaim.close()", id="close"),
-        pytest.param("time.sleep(0.02)\nimport os\npid = os.fork()\nif pid == 0: os._exit(0)\nos.waitpid(pid, 0)", id="fork"),
-    ],
-)
+@pytest.mark.parametrize("ending", ["exit", "close", "fork"])
 def test_finalizers_that_add_and_destroy_host_nodes_are_safe(ending):
-    result = fake_cuda.run(
-        f"""
-fake.fake_cuda_start_threads(2)
-cuda_reclaim.set_auto_drain("thread")
-class AddsNode:
-    def __init__(self, i): self.i = i
-    def __del__(self):
-        graph = fake.fake_cuda_graph_create()
-        cuda_reclaim.add_host_node(graph, int, self.i)
-        exe = fake.fake_cuda_graph_instantiate(graph)
-        fake.fake_cuda_graph_launch(exe, 0xA100 + self.i % 2)
-        fake.fake_cuda_graph_exec_destroy(exe)
-        fake.fake_cuda_graph_destroy(graph)
-for i in range(1000):
-    cuda_reclaim.defer_release(AddsNode(i))
-    if i % 100 == 0:
-        cuda_reclaim.drain()
-{ending}
-print("done", flush=True)
-""",
-        CUDA_RECLAIM_REPORT="1",
+    result = fake_cuda.run_script(
+        SCENARIOS, "finalizers_that_add_and_destroy_host_nodes_are_safe", ending, CUDA_RECLAIM_REPORT="1"
     )
     assert result.stdout.strip().splitlines()[-1] == "done", result.stdout
     assert "Traceback" not in result.stderr, result.stderr
