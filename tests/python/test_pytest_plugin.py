@@ -270,7 +270,7 @@ def test_pytest_loads_the_installed_plugin_by_its_entry_point_and_leaves_it_off(
     assert sorted(plugins) == ENTRY_POINTS
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(path for path in sys.path if path))
-    pytester.makepyfile("import cuda_reclaim\n\ndef test_queues():\n    cuda_reclaim.defer_release(object())\n")
+    pytester.makepyfile(child_text("pytest_plugin_queues_one.py"))
     off = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-v")
     off.assert_outcomes(passed=1)
     off.stdout.no_fnmatch_line("cuda_reclaim: --reclaim-check*")
