@@ -6,10 +6,11 @@ parsed in one place for the shutdown comparison (bench/shutdown/torture.py) and 
 are ints; `conserved` stays the report's own word ("yes" or "no"), so that a test can check what the C
 code wrote apart from what `conserved()` computes from the numbers.
 
-The conservation law is defined once, in the C ABI header (cuda_reclaim/reclaim_abi.h); cuda_reclaim derives
-its buckets from that definition (cuda_reclaim.CONSERVATION_BUCKETS) and checks it (cuda_reclaim.conserved).
-cuda_reclaim is imported when a report is first parsed, so a harness whose children never load it (and so
-never write a report) does not need it.
+Its fields are the counter table's rows of source queue and cuda (cuda_reclaim.COUNTERS, defined once in the C
+ABI header cuda_reclaim/reclaim_abi.h), in the table's order, then `conserved`; a line that lacks one of them
+is not a well-formed report. cuda_reclaim checks the conservation law (cuda_reclaim.conserved). cuda_reclaim is
+imported when a report is first parsed, so a harness whose children never load it (and so never write a
+report) does not need it.
 """
 
 PREFIX = "cuda-reclaim: handed_over="  # other "cuda-reclaim: ..." lines (fatal errors, warnings) are not reports
@@ -19,6 +20,12 @@ def _cuda_reclaim():
     import cuda_reclaim
 
     return cuda_reclaim
+
+
+def fields():
+    """The counter fields of a report, in its order: the rows of source queue and cuda of the counter table."""
+    table = _cuda_reclaim().COUNTERS
+    return [key for key, counter in table.items() if counter.source in ("queue", "cuda")]
 
 
 def parse_line(line):
@@ -36,7 +43,7 @@ def parse_line(line):
             report[key] = int(value)
         else:
             raise ValueError(f"counter {key} is not a number in exit report line: {line!r}")
-    required = ("handed_over", "conserved", *_cuda_reclaim().CONSERVATION_BUCKETS)
+    required = (*fields(), "conserved")
     missing = [key for key in required if key not in report]
     if missing:
         raise ValueError(f"exit report line lacks {', '.join(missing)}: {line!r}")

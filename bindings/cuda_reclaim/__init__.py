@@ -33,7 +33,9 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
   ValueError, and the message starts with the name of the function called: ``drain(): ...``.
 """
 
+import collections as _collections
 import os as _os
+import types as _types
 
 # First: _hand_back imports concurrent.futures' thread pool, whose exit and fork hooks must come before ours.
 from . import _hand_back  # noqa: F401, I001 - the barrier's exit hook, registered at import
@@ -47,14 +49,9 @@ from ._version import __version__
 __all__ = [
     "ABI_VERSION",
     "Attachment",
-    "CALL_KEYS",
-    "CONSERVATION_BUCKETS",
+    "COUNTERS",
     "DriverError",
-    "HOLD_KEYS",
     "NodeHandle",
-    "SOURCE_KEYS",
-    "STATS_DOCS",
-    "STATS_KEYS",
     "add_host_node",
     "add_host_node_ordered",
     "close",
@@ -79,28 +76,22 @@ __all__ = [
     "wait_handed_back",
 ]
 
-# Every key of stats() is defined once, in C (bindings/stats_table.cc), with its group and description.
 
-#: The queue's counters, in the order of the C ABI's struct (cuda_reclaim/reclaim_abi.h): the first keys of
-#: :func:`stats`.
-STATS_KEYS = _reclaim.STATS_KEYS
 
-#: What each key of :func:`stats` counts (every key, in the order of :func:`stats`).
-STATS_DOCS = _reclaim.STATS_DOCS
+class _Counter(_collections.namedtuple("Counter", ("kind", "source", "help", "description"))):
+    """One key of :func:`stats`: ``kind`` ("counter", "gauge" or "high_water_mark"), ``source`` ("queue",
+    "origin", "cuda" or "calls"), ``help`` (one short line) and ``description`` (what it counts, in full)."""
 
-#: The keys of :data:`STATS_KEYS` whose sum equals ``handed_over`` when the conservation law holds (see
-#: :func:`conserved`), as the C ABI header defines the law.
-CONSERVATION_BUCKETS = _reclaim.CONSERVATION_BUCKETS
+    __slots__ = ()
 
-#: Keys of :func:`stats`: where the references in ``handed_over`` came from.
-SOURCE_KEYS = _reclaim.SOURCE_KEYS
 
-#: Keys of :func:`stats`: what CUDA holds. ``attached_to_cuda == handed_back_by_cuda + held_by_cuda``
-#: whenever no attach and no CUDA callback is in flight; also in the exit report.
-HOLD_KEYS = _reclaim.HOLD_KEYS
-
-#: Keys of :func:`stats`: the calls of launch_host_func() and add_host_node().
-CALL_KEYS = _reclaim.CALL_KEYS
+#: Every key of :func:`stats`, in its order, to a read-only record of its ``kind`` (``"counter"``: only grows;
+#: ``"gauge"``: a level that goes up and down; ``"high_water_mark"``: the highest level seen), ``source``
+#: (``"queue"``: the queue's counters, the C ABI's ``reclaim_stats``; ``"origin"``: ``handed_over`` split by
+#: where its references came from; ``"cuda"``: what CUDA took and gave back; ``"calls"``: the calls of
+#: :func:`launch_host_func` and :func:`add_host_node`), ``help`` (one short line) and ``description``. Defined
+#: once, in the C ABI header (``RECLAIM_COUNTER_TABLE`` in ``cuda_reclaim/reclaim_abi.h``).
+COUNTERS = _types.MappingProxyType({name: _Counter(*row) for name, *row in _reclaim._COUNTER_TABLE})
 
 # Re-exported as the C function itself: an empty drain() costs one atomic load and no allocation.
 drain = _reclaim.drain
@@ -189,12 +180,10 @@ def close():
 
 
 def stats():
-    """Return the counters as a dict of plain ints: the keys of :data:`STATS_KEYS`, :data:`SOURCE_KEYS`,
-    :data:`HOLD_KEYS` and :data:`CALL_KEYS`, in that order; :data:`STATS_DOCS` says what each counts.
+    """Return the counters as a dict of plain ints: every key of :data:`COUNTERS`, in its order; its record
+    says what each counts and whether it is a counter (it only grows) or a level.
 
-    One read of every counter (a single C call): every counter only grows, except the gauges
-    ``pending``, ``in_drain``, ``held_by_cuda`` and ``calls_outstanding`` (and ``abandoned_after_fork`` in a
-    fork child whose forking thread was inside a drain, as that drain settles).
+    One read of every counter (a single C call).
     """
     return _reclaim._all_stats()
 
@@ -232,7 +221,7 @@ get_auto_drain = _auto.get_auto_drain
 def conserved(counters=None):
     """True when the conservation law holds for ``counters`` (a :func:`stats` dict; default: now):
     ``handed_over == released + pending + in_drain + leaked_after_close + abandoned_after_fork`` (the
-    buckets are :data:`CONSERVATION_BUCKETS`).
+    buckets are read off the C ABI header's definition of the law, ``reclaim_stats_conserved``).
 
     Holds whenever nothing is in flight (a hand-over between its count and its enqueue, a drain between
     taking items and counting them); :func:`stats` re-reads until it holds, a bounded number of times.
@@ -242,10 +231,10 @@ def conserved(counters=None):
     elif not hasattr(counters, "keys") or not hasattr(counters, "__getitem__"):
         raise TypeError(f"conserved(): counters must be a stats() dict or None, not {type(counters).__name__}")
     else:
-        missing = [key for key in ("handed_over", *CONSERVATION_BUCKETS) if key not in counters]
+        missing = [key for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS) if key not in counters]
         if missing:
             raise ValueError(f"conserved(): counters lacks {', '.join(missing)}: pass a stats() dict")
-    return counters["handed_over"] == sum(counters[key] for key in CONSERVATION_BUCKETS)
+    return counters["handed_over"] == sum(counters[key] for key in _reclaim._CONSERVATION_BUCKETS)
 
 
 def __getattr__(name):

@@ -4,7 +4,8 @@
 
 from collections.abc import Mapping
 from concurrent.futures import Future
-from typing import Any, Callable, Final, Iterable, Literal, TextIO, TypeAlias, TypeVar
+from types import MappingProxyType
+from typing import Any, Callable, Final, Iterable, Literal, NamedTuple, TextIO, TypeAlias, TypeVar
 
 from . import asyncio as asyncio
 from ._reclaim import (
@@ -21,14 +22,9 @@ from ._reclaim import (
 __all__ = [
     "ABI_VERSION",
     "Attachment",
-    "CALL_KEYS",
-    "CONSERVATION_BUCKETS",
+    "COUNTERS",
     "DriverError",
-    "HOLD_KEYS",
     "NodeHandle",
-    "SOURCE_KEYS",
-    "STATS_DOCS",
-    "STATS_KEYS",
     "add_host_node",
     "add_host_node_ordered",
     "close",
@@ -59,19 +55,14 @@ _AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
 # What get_auto_drain() reports: a mode, or "closed" once close() began.
 _AutoDrainState: TypeAlias = Literal["thread", "gc", "off", "closed"]
 
-# The keys of stats(), by group (bindings/stats_table.cc defines them; tests/python/test_stats_table.py
-# checks these lines against it):
-#   STATS_KEYS: handed_over released pending leaked_after_close rejected abandoned_after_fork
-#               nonempty_drains max_pending eventfd_writes in_drain trims
-#   SOURCE_KEYS: graph_user_objects stream_host_functions host_calls host_node_calls direct_pushes
-#   HOLD_KEYS: attached_to_cuda handed_back_by_cuda held_by_cuda
-#   CALL_KEYS: calls_run calls_cancelled calls_outstanding calls_parked
-STATS_KEYS: Final[tuple[str, ...]]
-STATS_DOCS: Final[dict[str, str]]
-CONSERVATION_BUCKETS: Final[tuple[str, ...]]
-SOURCE_KEYS: Final[tuple[str, ...]]
-HOLD_KEYS: Final[tuple[str, ...]]
-CALL_KEYS: Final[tuple[str, ...]]
+# One key of stats() (RECLAIM_COUNTER_TABLE of cuda_reclaim/reclaim_abi.h defines every one).
+class _Counter(NamedTuple):
+    kind: Literal["counter", "gauge", "high_water_mark"]
+    source: Literal["queue", "origin", "cuda", "calls"]
+    help: str
+    description: str
+
+COUNTERS: Final[MappingProxyType[str, _Counter]]
 
 _T = TypeVar("_T")
 

@@ -9,14 +9,10 @@ from typing import Any, Callable, Final, final
 #: ``cuda_reclaim/reclaim_abi.h``). Fields are only ever appended, each append raising it by one; an extension
 #: compiled against a newer header than the installed package refuses it at ``cuda_reclaim_import()``.
 ABI_VERSION: Final[int]
-STATS_KEYS: Final[tuple[str, ...]]
-STATS_DOCS: Final[dict[str, str]]
-STATS_HELP: Final[dict[str, str]]  # every key: one short line (a metric's HELP)
-STATS_KINDS: Final[dict[str, str]]  # every key: "counter", "gauge" or "high_water_mark"
-CONSERVATION_BUCKETS: Final[tuple[str, ...]]
-SOURCE_KEYS: Final[tuple[str, ...]]
-HOLD_KEYS: Final[tuple[str, ...]]
-CALL_KEYS: Final[tuple[str, ...]]
+# stats_table.cc: every row of the counter table, (name, kind, source, help, description), in its order, and
+# the queue's counters on the right-hand side of the conservation law.
+_COUNTER_TABLE: Final[tuple[tuple[str, str, str, str, str], ...]]
+_CONSERVATION_BUCKETS: Final[tuple[str, ...]]
 _C_API: object  # a PyCapsule named "cuda_reclaim._reclaim._C_API" (cuda_reclaim/cuda_reclaim.h)
 
 class DriverError(RuntimeError): ...

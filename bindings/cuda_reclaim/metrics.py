@@ -5,20 +5,21 @@ Needs the ``metrics`` extra (``pip install cuda-reclaim[metrics]``)::
 
     cuda_reclaim.metrics.register()  # prometheus_client's default registry; or register(registry)
 
-What is exported, each kind read from the one counter table (``cuda_reclaim._reclaim.STATS_KINDS``, defined
-with every key in C), never listed here:
+What is exported, each kind read from the one counter table (:data:`cuda_reclaim.COUNTERS`), never listed
+here:
 
 - a counter (a value that only grows) as ``cuda_reclaim_<key>_total``;
 - a gauge (a level that goes up and down) as ``cuda_reclaim_<key>``; a high-water mark (``max_pending``: the
   highest level seen, a level rather than a count) as a gauge too;
 - ``handed_over`` split by source, as one counter family with a ``source`` label whose values are the keys
-  of :data:`cuda_reclaim.SOURCE_KEYS`: ``cuda_reclaim_handed_over_total{source="graph_user_objects"}`` and so
-  on. The sources split ``handed_over`` exactly whenever no hand-over is in flight, so ``sum()`` over the
-  family is ``handed_over``; the per-source keys are not exported again on their own;
+  of source ``"origin"`` in :data:`cuda_reclaim.COUNTERS`:
+  ``cuda_reclaim_handed_over_total{source="graph_user_objects"}`` and so on. They split ``handed_over``
+  exactly whenever no hand-over is in flight, so ``sum()`` over the family is ``handed_over``; they are not
+  exported again on their own;
 - ``cuda_reclaim_info{version="...",abi="..."} 1``: the package's version and :data:`cuda_reclaim.ABI_VERSION`.
 
-A family's HELP is its key's one line of ``cuda_reclaim._reclaim.STATS_HELP``; the full description of
-every key is :data:`cuda_reclaim.STATS_DOCS`. Each scrape reads :func:`cuda_reclaim.stats` once, so the
+A family's HELP is its key's ``help`` line in :data:`cuda_reclaim.COUNTERS`, which also has the full
+``description`` of every key. Each scrape reads :func:`cuda_reclaim.stats` once, so the
 values exported together are one snapshot.
 """
 
@@ -31,20 +32,21 @@ except ImportError as _error:
     ) from _error
 
 import cuda_reclaim
-from cuda_reclaim import _reclaim
 
 __all__ = ["ReclaimCollector", "register"]
 
 _PREFIX = "cuda_reclaim_"
-# The key that the per-source keys (SOURCE_KEYS) split, and the label that tells them apart.
+# The key that the rows of source "origin" split, the source of those rows, and the label that tells them apart.
 _SPLIT_KEY = "handed_over"
+_ORIGIN = "origin"
 _SOURCE_LABEL = "source"
 _INFO_HELP = "cuda-reclaim's package version and C ABI version"
 
 
 def _families(counters):
     """The metric families of one reading of stats(), `counters`, in the order of its keys."""
-    kinds, helps, sources = _reclaim.STATS_KINDS, _reclaim.STATS_HELP, _reclaim.SOURCE_KEYS
+    table = cuda_reclaim.COUNTERS
+    sources = [key for key, counter in table.items() if counter.source == _ORIGIN]
     yield InfoMetricFamily(
         _PREFIX.rstrip("_"), _INFO_HELP,
         value={"version": cuda_reclaim.__version__, "abi": str(cuda_reclaim.ABI_VERSION)})
@@ -52,15 +54,15 @@ def _families(counters):
         if key in sources:
             continue  # a label value of the split key's family
         if key == _SPLIT_KEY:
-            family = CounterMetricFamily(_PREFIX + key, helps[key] + ", by source", labels=[_SOURCE_LABEL])
+            family = CounterMetricFamily(_PREFIX + key, table[key].help + ", by source", labels=[_SOURCE_LABEL])
             for source in sources:
                 family.add_metric([source], counters[source])
             yield family
-        elif kinds[key] == "counter":
+        elif table[key].kind == "counter":
             # CounterMetricFamily appends the _total suffix to the samples' name.
-            yield CounterMetricFamily(_PREFIX + key, helps[key], value=value)
+            yield CounterMetricFamily(_PREFIX + key, table[key].help, value=value)
         else:  # "gauge", "high_water_mark"
-            yield GaugeMetricFamily(_PREFIX + key, helps[key], value=value)
+            yield GaugeMetricFamily(_PREFIX + key, table[key].help, value=value)
 
 
 class ReclaimCollector:
@@ -72,7 +74,7 @@ class ReclaimCollector:
 
     def describe(self):
         """The families without reading :func:`cuda_reclaim.stats` (prometheus_client's duplicate check)."""
-        return _families(dict.fromkeys(_reclaim.STATS_KINDS, 0))
+        return _families(dict.fromkeys(cuda_reclaim.COUNTERS, 0))
 
 
 def register(registry=None):

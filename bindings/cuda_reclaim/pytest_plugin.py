@@ -94,13 +94,13 @@ def _laws(counters):
 
     broken = []
     if not cuda_reclaim.conserved(counters):
-        broken.append("handed_over == " + " + ".join(cuda_reclaim.CONSERVATION_BUCKETS))
+        broken.append("handed_over == " + " + ".join(cuda_reclaim._reclaim._CONSERVATION_BUCKETS))
     if counters["attached_to_cuda"] != counters["handed_back_by_cuda"] + counters["held_by_cuda"]:
         broken.append("attached_to_cuda == handed_back_by_cuda + held_by_cuda")
     return broken
 
 
-def _settle(before, mark, allowed, timeout):
+def _flush_and_check(before, mark, allowed, timeout):
     """Flush what the test attached (after `mark`), waiting up to `timeout` seconds (None: for ever) for CUDA
     to hand it back; returns (stats after, what is left, broken laws)."""
     import cuda_reclaim
@@ -173,7 +173,7 @@ class Check:
         before = cuda_reclaim.stats()
         request.node.stash[_BASELINE] = (before, mark)
         yield
-        after, left, broken = _settle(before, mark, allowed, timeout)
+        after, left, broken = _flush_and_check(before, mark, allowed, timeout)
         if left or broken:
             pytest.fail(_describe(request.node.nodeid, before, after, left, broken, timeout), pytrace=False)
 

@@ -28,31 +28,109 @@ extern "C" {
 
 #define RECLAIM_ABI_VERSION 1
 
-/* The counters, defined once: X(name, description). Every other list of them (the C and C++ structs,
- * Python's stats() and STATS_KEYS, the exit report, the Cython declarations' check) is derived from this
- * one, in this order. Fields are only ever appended. The conservation law, exact whenever nothing is in
- * flight (no push between its count and its enqueue, no drain between its dequeue and its count; a
- * closed queue has no push in flight once its close has returned, whatever arrives after it):
+/* The counters of cuda_reclaim.stats(), defined once, in the order of stats(): R(X, name, kind, source, help,
+ * description), where R is the row expander and X the caller's macro (RECLAIM_COUNTER_TABLE and
+ * RECLAIM_COUNTERS below pass them). Every other list of the counters (reclaim_stats and the C++ snapshot,
+ * stats() and cuda_reclaim.COUNTERS, the Prometheus kinds and help lines, the exit report, the Cython
+ * declarations' check, the docs' tables) is derived from this one. Rows are only ever appended to their source.
+ *   kind: counter (only grows: its rate means something), gauge (a level that goes up and down) or
+ *         high_water_mark (the highest level seen: it never goes down, but it is a level to read beside
+ *         another, not a count; exported as a gauge).
+ *   source: where the value is read. queue: the queue's own counters, the fields of reclaim_stats in this
+ *         order; origin: handed_over split by where its references came from (every accepted hand-over is
+ *         counted under exactly one, so they sum to handed_over whenever no hand-over is in flight); cuda:
+ *         what CUDA took and gave back (attached_to_cuda == handed_back_by_cuda + held_by_cuda whenever no
+ *         attach and no CUDA callback is in flight); calls: the Python calls of launch_host_func() and
+ *         add_host_node(). The exit report has the queue's and cuda's rows.
+ *   help: one short line (a metric's HELP); description: what it counts, in full.
+ * The conservation law, exact whenever nothing is in flight (no push between its count and its enqueue, no
+ * drain between its dequeue and its count; a closed queue has no push in flight once its close has returned,
+ * whatever arrives after it):
  *     handed_over == released + pending + in_drain + leaked_after_close + abandoned_after_fork
  * in_drain is what a drain has taken off the queue and not yet finished releasing: its release action is
- * still running (possibly for good, in a thread that exit stopped in the middle of a call).            */
-#define RECLAIM_COUNTERS(X)                                                                              \
-  X(handed_over, "references handed over and accepted: queued, or counted as leaked because the queue " \
-                 "was closed (a rejected hand-over is not in it)")                                        \
-  X(released, "references whose release by a drain or by close() has finished (a call: it ran)")       \
-  X(pending, "queued now (read from the queue itself, never derived from the other counters)")         \
-  X(leaked_after_close, "handed over after close(): counted, never touched, never released")            \
-  X(rejected, "could not be stored (allocation failure; also the rest of a batch whose release "      \
-              "unwound, when it cannot be put back): counted apart, leaked")                             \
-  X(abandoned_after_fork, "queued in the parent when this process forked; the child never releases them") \
-  X(nonempty_drains, "drains (and closes) that released at least one reference")                        \
-  X(max_pending, "highest pending seen by a drain, close or counter read (a high-water mark)")          \
-  X(eventfd_writes, "writes to the wake-up fd: one per empty-to-non-empty edge")                        \
-  X(in_drain, "taken off the queue by a drain that has not finished releasing them (a gauge, like "     \
-              "pending; at exit: what a drain took and never finished)")                                 \
-  X(trims, "times trim() gave a burst's memory back (by hand, or the drain thread's own)")
+ * still running (possibly for good, in a thread that exit stopped in the middle of a call).                */
+#define RECLAIM_QUEUE_ROWS_(R, X)                                                                             \
+  /* Every accepted hand-over adds one; nothing takes any away. */                                           \
+  R(X, handed_over, counter, queue, "references handed over and accepted (queued or leaked after close)",     \
+    "references handed over and accepted: queued, or counted as leaked because the queue was closed (a "     \
+    "rejected hand-over is not in it)")                                                                      \
+  R(X, released, counter, queue, "references released by a drain or by close()",                             \
+    "references whose release by a drain or by close() has finished (a call: it ran)")                       \
+  /* The queue's length now: drains take it down. */                                                         \
+  R(X, pending, gauge, queue, "references queued now",                                                        \
+    "queued now (read from the queue itself, never derived from the other counters)")                        \
+  R(X, leaked_after_close, counter, queue, "references handed over after close(), leaked on purpose",         \
+    "handed over after close(): counted, never touched, never released")                                     \
+  R(X, rejected, counter, queue, "hand-overs that could not be stored, leaked",                               \
+    "could not be stored (allocation failure; also the rest of a batch whose release unwound, when it "      \
+    "cannot be put back): counted apart, leaked")                                                            \
+  /* Set (not added to) in each fork child, and a drain that the forking thread was inside takes what it     \
+   * settles back out of it: it goes down, so it is a level. */                                              \
+  R(X, abandoned_after_fork, gauge, queue, "references the parent had queued when this process forked",       \
+    "queued in the parent when this process forked; the child never releases them")                         \
+  R(X, nonempty_drains, counter, queue, "drains and closes that released at least one reference",             \
+    "drains (and closes) that released at least one reference")                                              \
+  /* Raised, never lowered: the highest pending seen, a level to read beside pending, not a count. */        \
+  R(X, max_pending, high_water_mark, queue, "highest number of references queued at once",                    \
+    "highest pending seen by a drain, close or counter read (a high-water mark)")                            \
+  R(X, eventfd_writes, counter, queue, "writes to the wake-up fd",                                            \
+    "writes to the wake-up fd: one per empty-to-non-empty edge")                                             \
+  /* Taken by a drain and not yet released: drains settle it back to zero. */                                \
+  R(X, in_drain, gauge, queue, "references a drain took and has not finished releasing",                      \
+    "taken off the queue by a drain that has not finished releasing them (a gauge, like pending; at exit: "  \
+    "what a drain took and never finished)")                                                                 \
+  R(X, trims, counter, queue, "times trim() gave a burst's memory back",                                      \
+    "times trim() gave a burst's memory back (by hand, or the drain thread's own)")
+/* Each count by origin only grows (direct_pushes too: each read reports at least the one before). */
+#define RECLAIM_ORIGIN_ROWS_(R, X)                                                                            \
+  R(X, graph_user_objects, counter, origin, "references handed over by graph user objects' destructors",      \
+    "handed over by a graph user object's destructor (keep_alive, and a host node's function when its graph " \
+    "is gone)")                                                                                              \
+  R(X, stream_host_functions, counter, origin, "references handed over by keep_alive_until() host functions", \
+    "handed over by a keep_alive_until() host function")                                                     \
+  R(X, host_calls, counter, origin, "launch_host_func() calls handed over",                                   \
+    "pushes by launch_host_func host functions (one per call)")                                              \
+  R(X, host_node_calls, counter, origin, "host-node firings handed over",                                     \
+    "pushes by host-node firings (one per firing of a node in a launched graph)")                            \
+  R(X, direct_pushes, counter, origin, "references handed over by defer_release() and the C API",             \
+    "everything else: defer_release(), the C API capsule (handed_over minus the sources above; a lower "     \
+    "bound while a CUDA hand-over is in flight)")
+/* Attached and handed back only grow; what CUDA holds is their difference, a level. */
+#define RECLAIM_CUDA_ROWS_(R, X)                                                                              \
+  R(X, attached_to_cuda, counter, cuda, "payloads attached to CUDA",                                          \
+    "payloads CUDA took: keep_alive user objects, keep_alive_until host functions, launch_host_func calls, "  \
+    "add_host_node functions")                                                                               \
+  R(X, handed_back_by_cuda, counter, cuda, "payloads CUDA handed back",                                       \
+    "payloads CUDA gave back: trampolines that handed them to the queue (queued, leaked after close or "     \
+    "rejected), host-node payloads whose user object is gone")                                               \
+  R(X, held_by_cuda, gauge, cuda, "payloads CUDA holds now", "attached and not yet handed back (a gauge)")
+#define RECLAIM_CALL_ROWS_(R, X)                                                                              \
+  R(X, calls_run, counter, calls, "calls run in a drain",                                                     \
+    "launch_host_func() calls and host-node firings that ran in a drain (an exception counts: the call ran)") \
+  R(X, calls_cancelled, counter, calls, "calls that never will run",                                          \
+    "calls that never will run: futures cancelled first, close(), a fork child, host-node firings after "    \
+    "close()")                                                                                               \
+  /* Neither run nor cancelled yet: each call leaves it once it runs or is cancelled. */                     \
+  R(X, calls_outstanding, gauge, calls, "launch_host_func() calls neither run nor cancelled yet",             \
+    "launch_host_func() calls neither run nor cancelled yet (a gauge)")                                      \
+  R(X, calls_parked, counter, calls, "launch_host_func() calls that waited for earlier calls of their stream", \
+    "launch_host_func() calls that a drain took before their turn on their stream, and that waited for the "  \
+    "calls before them")
 
-/* Counter snapshot; see RECLAIM_COUNTERS for what each field holds. */
+#define RECLAIM_TABLE_ROW_(X, name, kind, source, help, description) X(name, kind, source, help, description)
+#define RECLAIM_ABI_ROW_(X, name, kind, source, help, description) X(name, description)
+
+/* Every counter: X(name, kind, source, help, description), in the order of stats(). */
+#define RECLAIM_COUNTER_TABLE(X)                                                                              \
+  RECLAIM_QUEUE_ROWS_(RECLAIM_TABLE_ROW_, X)                                                                  \
+  RECLAIM_ORIGIN_ROWS_(RECLAIM_TABLE_ROW_, X)                                                                 \
+  RECLAIM_CUDA_ROWS_(RECLAIM_TABLE_ROW_, X)                                                                   \
+  RECLAIM_CALL_ROWS_(RECLAIM_TABLE_ROW_, X)
+
+/* The queue's counters (the table's rows of source queue): X(name, description), the fields of reclaim_stats. */
+#define RECLAIM_COUNTERS(X) RECLAIM_QUEUE_ROWS_(RECLAIM_ABI_ROW_, X)
+
+/* Counter snapshot: the table's rows of source queue; see RECLAIM_COUNTER_TABLE for what each field holds. */
 typedef struct reclaim_stats {
 #define RECLAIM_STATS_FIELD_(name, description) uint64_t name;
   RECLAIM_COUNTERS(RECLAIM_STATS_FIELD_)

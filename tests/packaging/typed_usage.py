@@ -23,9 +23,10 @@ class Buffer:
 def counters() -> int:
     assert_type(cuda_reclaim.__version__, str)
     assert_type(cuda_reclaim.ABI_VERSION, int)
-    assert_type(cuda_reclaim.STATS_KEYS, tuple[str, ...])
-    assert_type(cuda_reclaim.CONSERVATION_BUCKETS, tuple[str, ...])
-    assert_type(cuda_reclaim.SOURCE_KEYS, tuple[str, ...])
+    gauges = [key for key, counter in cuda_reclaim.COUNTERS.items() if counter.kind == "gauge"]
+    assert_type(gauges, list[str])
+    assert_type(cuda_reclaim.COUNTERS["pending"].source, Literal["queue", "origin", "cuda", "calls"])
+    assert_type(cuda_reclaim.COUNTERS["pending"].help, str)
     stats = cuda_reclaim.stats()
     assert_type(stats, dict[str, int])
     return stats["handed_over"] - stats["released"] - stats["pending"]
@@ -67,8 +68,6 @@ def add(a: int, b: int) -> int:
 
 
 def callbacks_from_cuda(graph: object, stream: int) -> None:
-    assert_type(cuda_reclaim.HOLD_KEYS, tuple[str, ...])
-    assert_type(cuda_reclaim.CALL_KEYS, tuple[str, ...])
     future = cuda_reclaim.launch_host_func(stream, add, 1, b=2)
     assert_type(future, Future[int])
     assert_type(future.result(timeout=1.0), int)

@@ -16,7 +16,7 @@ CAPSULE = b"cuda_reclaim._reclaim._C_API"
 # reclaim_api (cuda_reclaim/reclaim_abi.h), ABI 1: the entries after abi_version and struct_size, in order
 # (later ABIs only append).
 ENTRIES = ("push", "host_destructor", "drain", "get_stats", "is_closed", "pending", "wakeup_fd", "write_report",
-           "attach", "hand_back_begin", "hand_back_end", "wait_handed_back")
+           "announce", "hand_back_begin", "hand_back_end", "wait_handed_back")
 
 
 def capsule_pointer(capsule, name=CAPSULE):
@@ -57,12 +57,13 @@ def test_the_capsule_table_reads_the_same_queue_and_counters_as_the_module(drain
     assert entry(address, "pending", ctypes.c_size_t)() == cuda_reclaim.pending() == 3
     assert entry(address, "wakeup_fd", ctypes.c_int)() == cuda_reclaim.fileno()
     assert entry(address, "is_closed", ctypes.c_int)() == 0
-    counters = (ctypes.c_uint64 * len(cuda_reclaim.STATS_KEYS))()
+    queue_keys = [key for key, counter in cuda_reclaim.COUNTERS.items() if counter.source == "queue"]
+    counters = (ctypes.c_uint64 * len(queue_keys))()
     get_stats = entry(address, "get_stats", ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
     assert get_stats(ctypes.addressof(counters), ctypes.sizeof(counters)) == 0
     stats = cuda_reclaim.stats()
-    assert dict(zip(cuda_reclaim.STATS_KEYS, counters))["pending"] == stats["pending"] == 3
-    assert dict(zip(cuda_reclaim.STATS_KEYS, counters))["handed_over"] == stats["handed_over"]
+    assert dict(zip(queue_keys, counters))["pending"] == stats["pending"] == 3
+    assert dict(zip(queue_keys, counters))["handed_over"] == stats["handed_over"]
     # The table's drain is the module's safe drain (ctypes.pythonapi keeps the GIL held).
     drain = entry(address, "drain", ctypes.c_ssize_t, ctypes.c_ssize_t, prototype=ctypes.PYFUNCTYPE)
     assert drain(-1) == 3
@@ -85,9 +86,11 @@ def test_the_cython_declarations_match_the_abi_header():
     pxd = open(os.path.join(package, "c_api.pxd")).read()
     header = open(os.path.join(cuda_reclaim.get_include(), "cuda_reclaim", "reclaim_abi.h")).read()
     pxd_stats = re.findall(r"^\s+uint64_t (\w+)$", pxd, re.MULTILINE)
-    assert tuple(pxd_stats) == cuda_reclaim.STATS_KEYS
-    header_counters = re.findall(r"^\s+X\((\w+),", header, re.MULTILINE)
-    assert tuple(header_counters) == cuda_reclaim.STATS_KEYS
+    # The queue's rows of the header's counter table are the fields of reclaim_stats.
+    queue_keys = [key for key, counter in cuda_reclaim.COUNTERS.items() if counter.source == "queue"]
+    assert pxd_stats == queue_keys
+    header_counters = re.findall(r"^\s+R\(X, (\w+), \w+, queue,", header, re.MULTILINE)
+    assert header_counters == queue_keys
     table = header[header.index("typedef struct reclaim_api {"):header.index("} reclaim_api;")]
     header_entries = re.findall(r"\(\*(\w+)\)\(", table)
     pxd_table = pxd[pxd.index("ctypedef struct cuda_reclaim_c_api:"):]

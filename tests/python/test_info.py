@@ -44,7 +44,7 @@ def test_info_json_with_fake_driver():
     ]
     assert report["driver"]["devices_error"] is None
     assert set(report["libraries"]) == set(_info._OTHER_DISTRIBUTIONS)
-    assert list(report["stats"]) == list(cuda_reclaim.STATS_DOCS)
+    assert list(report["stats"]) == list(cuda_reclaim.COUNTERS)
     assert all(isinstance(value, int) for value in report["stats"].values())
 
 
@@ -293,7 +293,7 @@ def test_info_json_reports_every_bad_setting_however_the_module_is_named():
             "CUDA_RECLAIM_REPORT": not_understood("maybe", REPORT_ACCEPTED),
         }
         assert report["driver"]["status"] == "ok"
-        assert list(report["stats"]) == list(cuda_reclaim.STATS_DOCS)
+        assert list(report["stats"]) == list(cuda_reclaim.COUNTERS)
 
 
 def test_info_says_every_setting_is_understood():

@@ -1,5 +1,5 @@
 """cuda_reclaim.metrics: Prometheus' shape, with every name, kind, help line and label taken from the counter
-table (STATS_KINDS, STATS_HELP, SOURCE_KEYS of the extension), and the example scrape of docs/api.md."""
+table (cuda_reclaim.COUNTERS), and the example scrape of docs/api.md."""
 
 import os
 import re
@@ -12,9 +12,10 @@ prometheus_client = pytest.importorskip("prometheus_client", reason="prometheus-
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 import cuda_reclaim  # noqa: E402
-from cuda_reclaim import _reclaim  # noqa: E402
 from cuda_reclaim import metrics  # noqa: E402
 
+# A kind of the table as Prometheus' TYPE: a high-water mark is a level, exported as a gauge.
+PROMETHEUS_TYPE = {"counter": "counter", "gauge": "gauge", "high_water_mark": "gauge"}
 # The source tree, through this file's own link (Bazel's runfiles link each file to its source).
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 API_DOC = os.path.join(ROOT, "docs", "api.md")
@@ -36,17 +37,18 @@ def type_lines(text):
 
 def expected_types():
     """{# TYPE name: type} that the table asks for: counters end in _total, gauges and high-water marks plain,
-    the per-source keys only as labels of handed_over's family, and the info metric."""
+    the keys of source origin only as labels of handed_over's family, and the info metric."""
     expected = {"cuda_reclaim_info": "gauge"}
-    for key, kind in _reclaim.STATS_KINDS.items():
-        if key in cuda_reclaim.SOURCE_KEYS:
+    for key, counter in cuda_reclaim.COUNTERS.items():
+        if counter.source == "origin":
             continue
-        if kind == "counter":
-            expected[f"cuda_reclaim_{key}_total"] = "counter"
-        else:
-            assert kind in ("gauge", "high_water_mark"), (key, kind)
-            expected[f"cuda_reclaim_{key}"] = "gauge"
+        suffix = "_total" if counter.kind == "counter" else ""
+        expected[f"cuda_reclaim_{key}{suffix}"] = PROMETHEUS_TYPE[counter.kind]
     return expected
+
+
+def origins():
+    return [key for key, counter in cuda_reclaim.COUNTERS.items() if counter.source == "origin"]
 
 
 def fresh_registry():
@@ -60,24 +62,22 @@ def test_names_and_kinds_follow_the_table():
     text = exposition(fresh_registry())
     assert type_lines(text) == expected_types()
     # What the counters do decides their kind: these two, at least, are not what their names might suggest.
-    assert _reclaim.STATS_KINDS["max_pending"] == "high_water_mark"
+    assert cuda_reclaim.COUNTERS["max_pending"].kind == "high_water_mark"
     assert type_lines(text)["cuda_reclaim_max_pending"] == "gauge"
-    assert _reclaim.STATS_KINDS["abandoned_after_fork"] == "gauge"
+    assert cuda_reclaim.COUNTERS["abandoned_after_fork"].kind == "gauge"
     assert "cuda_reclaim_abandoned_after_fork_total" not in type_lines(text)
 
 
 def test_every_kind_and_help_line_comes_from_the_table():
-    assert tuple(_reclaim.STATS_KINDS) == tuple(cuda_reclaim.STATS_DOCS)
-    assert tuple(_reclaim.STATS_HELP) == tuple(cuda_reclaim.STATS_DOCS)
-    assert set(_reclaim.STATS_KINDS.values()) == {"counter", "gauge", "high_water_mark"}
-    for key, help_line in _reclaim.STATS_HELP.items():
-        assert help_line and "\n" not in help_line and len(help_line) <= 80, key
+    assert {counter.kind for counter in cuda_reclaim.COUNTERS.values()} == set(PROMETHEUS_TYPE)
     families = parse(exposition(fresh_registry()))
-    for key in cuda_reclaim.STATS_DOCS:
-        if key in cuda_reclaim.SOURCE_KEYS:
+    for key, counter in cuda_reclaim.COUNTERS.items():
+        if counter.source == "origin":
             continue
         # The parser takes _total off a counter's family name.
-        assert families[f"cuda_reclaim_{key}"].documentation.startswith(_reclaim.STATS_HELP[key]), key
+        family = families[f"cuda_reclaim_{key}"]
+        assert family.type == PROMETHEUS_TYPE[counter.kind], key
+        assert family.documentation == counter.help + (", by source" if key == "handed_over" else ""), key
 
 
 def test_handed_over_is_one_family_split_by_source_and_values_are_one_reading(drained):
@@ -88,13 +88,13 @@ def test_handed_over_is_one_family_split_by_source_and_values_are_one_reading(dr
     handed_over = families["cuda_reclaim_handed_over"]
     assert handed_over.type == "counter"
     assert [(s.name, s.labels) for s in handed_over.samples] == [
-        ("cuda_reclaim_handed_over_total", {"source": key}) for key in cuda_reclaim.SOURCE_KEYS]
+        ("cuda_reclaim_handed_over_total", {"source": key}) for key in origins()]
     by_source = {s.labels["source"]: s.value for s in handed_over.samples}
     # Nothing is in flight here: the sources split handed_over exactly, and a direct push is counted as one.
     assert sum(by_source.values()) == counters["handed_over"]
     assert by_source["direct_pushes"] == counters["direct_pushes"] >= 1
-    for key in cuda_reclaim.STATS_DOCS:
-        if key in cuda_reclaim.SOURCE_KEYS or key == "handed_over":
+    for key, counter in cuda_reclaim.COUNTERS.items():
+        if counter.source == "origin" or key == "handed_over":
             continue
         [sample] = families[f"cuda_reclaim_{key}"].samples
         assert sample.labels == {}

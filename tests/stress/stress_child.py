@@ -22,7 +22,7 @@ MODES = ("thread", "gc", "off")
 
 
 def law_holds(stats):
-    return cuda_reclaim.conserved(stats)  # the law as the C header defines it (CONSERVATION_BUCKETS)
+    return cuda_reclaim.conserved(stats)  # the law as the C header defines it (reclaim_stats_conserved)
 
 
 class Leaf:

@@ -100,9 +100,9 @@ from cuda_reclaim import _auto, _reclaim  # noqa: E402
 
 fake = fake_cuda.load(os.environ["CUDA_RECLAIM_LIBCUDA"])
 
-# Documented gauges (stats(): "every counter only grows, except the gauges pending, in_drain, held_by_cuda
-# and calls_outstanding"); every other key of stats() must never go down.
-GAUGES = frozenset({"pending", "in_drain", "held_by_cuda", "calls_outstanding"})
+# The gauges of the counter table (cuda_reclaim.COUNTERS); every other key of stats() (a counter or a
+# high-water mark) must never go down.
+GAUGES = frozenset(key for key, counter in cuda_reclaim.COUNTERS.items() if counter.kind == "gauge")
 STREAMS = (0x5100, 0x5200)
 # What a finalizer, a done-callback or a call does when it runs: every public entry point that may be
 # called back into from a drain, and an exception or an interrupt arriving mid-call.
@@ -246,7 +246,7 @@ class Model:
             for key, value in counters.items():
                 if key not in GAUGES and value < self.last_stats.get(key, 0):
                     self.broke(
-                        "every counter only grows, except pending (STATS_KEYS)",
+                        "every counter only grows, except the gauges (COUNTERS)",
                         f"{key} went down from {self.last_stats[key]} to {value}",
                     )
         self.last_stats = counters
@@ -255,9 +255,9 @@ class Model:
     def check_laws(self):
         counters = self.read_stats()
         if not cuda_reclaim.conserved(counters):
-            buckets = {key: counters[key] for key in cuda_reclaim.CONSERVATION_BUCKETS}
+            buckets = {key: counters[key] for key in _reclaim._CONSERVATION_BUCKETS}
             self.broke(
-                "conservation: handed_over == sum of CONSERVATION_BUCKETS",
+                "conservation: handed_over == sum of the conservation buckets",
                 f"handed_over={counters['handed_over']} {buckets}",
             )
         # The hold law holds at quiescence; a drain thread's finalizer may be attaching right now.
@@ -266,7 +266,8 @@ class Model:
             if time.monotonic() > deadline:
                 self.broke(
                     "attached_to_cuda == handed_back_by_cuda + held_by_cuda at quiescence",
-                    " ".join(f"{key}={counters[key]}" for key in cuda_reclaim.HOLD_KEYS),
+                    " ".join(f"{key}={counters[key]}" for key, counter in cuda_reclaim.COUNTERS.items()
+                             if counter.source == "cuda"),
                 )
                 break
             time.sleep(0.005)
@@ -906,7 +907,7 @@ class Model:
                 key = sample.name[len("cuda_reclaim_"):]
                 key = key[: -len("_total")] if key.endswith("_total") else key
                 counters[key] = counters.get(key, 0) + int(sample.value)  # a labelled family sums to its key
-        missing = [key for key in ("handed_over", *cuda_reclaim.CONSERVATION_BUCKETS) if key not in counters]
+        missing = [key for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS) if key not in counters]
         if missing:
             self.broke("metrics export every key of stats()", f"{missing} missing")
         elif not cuda_reclaim.conserved(counters):
@@ -990,7 +991,7 @@ class Model:
                 if ident in parents_calls:
                     problems.append(("a fork child never runs the parent's calls", f"{ident} ran"))
             if not cuda_reclaim.conserved():
-                problems.append(("conservation: handed_over == sum of CONSERVATION_BUCKETS", f"{cuda_reclaim.stats()}"))
+                problems.append(("conservation: handed_over == sum of the conservation buckets", f"{cuda_reclaim.stats()}"))
             problems.extend(self.violations[reported:])
         except BaseException as error:  # noqa: BLE001 - reported to the parent, whatever it is
             problems.append(("a fork child goes on on its own", f"the child raised {error!r}"))
