@@ -5,8 +5,8 @@
    read with sphobjinv), and each public submodule is a module there.
 2. Every one of those names has a description in the built API reference (docs/api.html): the text of
    its entry is not empty (a constant's comes from a ``#:`` comment in the module or its stub).
-3. Every counter (each key of `cuda_reclaim.STATS_DOCS`) is in the API reference's counters table, with its
-   description.
+3. Every counter (each key of `cuda_reclaim.COUNTERS`) is in the API reference's counters table, with its
+   kind, source and description.
 4. docs/c-api.md mentions every entry of the `reclaim_api` table and every public function of the C API
    headers (include/cuda_reclaim/); the site's C API reference renders the headers themselves.
 
@@ -171,9 +171,11 @@ class SiteTest(unittest.TestCase):
         import cuda_reclaim
 
         page = plain_text(read(os.path.join(SITE, API_PAGE)))
-        # A row: the key, its kind (one or two words), its description.
-        missing = [key for key, description in cuda_reclaim.STATS_DOCS.items()
-                   if not re.search(rf"(?<!\w){re.escape(key)} [\w-]+(?: [\w-]+)? {re.escape(description)}", page)]
+        # A row: the key, its kind (one or two words), its source, its description.
+        kinds = {"counter": "counter", "gauge": "gauge", "high_water_mark": "high-water mark"}
+        missing = [key for key, counter in cuda_reclaim.COUNTERS.items()
+                   if not re.search(rf"(?<!\w){re.escape(key)} {kinds[counter.kind]} {counter.source} "
+                                    rf"{re.escape(counter.description)}", page)]
         self.assertEqual(missing, [], "docs/api.md's counters table")
 
     def test_the_c_api_doc_mentions_every_entry_and_function(self):
