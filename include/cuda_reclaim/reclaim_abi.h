@@ -30,9 +30,10 @@ extern "C" {
 
 /* The counters of cuda_reclaim.stats(), defined once, in the order of stats(): R(X, name, kind, source, help,
  * description), where R is the row expander and X the caller's macro (RECLAIM_COUNTER_TABLE and
- * RECLAIM_COUNTERS below pass them). Every other list of the counters (reclaim_stats and the C++ snapshot,
- * stats() and cuda_reclaim.COUNTERS, the Prometheus kinds and help lines, the exit report, the Cython
- * declarations' check, the docs' tables) is derived from this one. Rows are only ever appended to their source.
+ * RECLAIM_COUNTERS below pass them). Every other list of the counters is derived from this one (reclaim_stats
+ * and the C++ snapshot, stats() and cuda_reclaim.COUNTERS, the Prometheus kinds and help lines, the exit
+ * report) or checked against it (the Cython declarations, the API reference's table, graph/'s counters).
+ * Rows are only ever appended to their source.
  *   kind: counter (only grows: its rate means something), gauge (a level that goes up and down) or
  *         high_water_mark (the highest level seen: it never goes down, but it is a level to read beside
  *         another, not a count; exported as a gauge).
