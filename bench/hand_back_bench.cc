@@ -7,7 +7,7 @@
 //             end        end() alone (the tickets are taken outside the timed part, in batches)
 //     waiter: none       no wait in progress, nobody waits
 //             asleep     one waiter thread asleep in wait() on the span of an older epoch (one ticket of
-//                        that epoch's slot stays held; the measured ones count in the current epoch's slot,
+//                        that epoch's count stays held; the measured ones count in the current epoch's count,
 //                        whose emptying wakes nobody)
 //   BM_ManyEpochs/<what>          a waiter's cost beside kManyEpochs epochs (a graph each, attached in its
 //                                 own epoch), per call:
@@ -79,7 +79,7 @@ class SleepingWaiter {
     while (!blocked_in_futex(tid_.load())) std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   ~SleepingWaiter() {
-    barrier_.end(held_, nullptr);  // empties the old slot: the waiter returns
+    barrier_.end(held_, nullptr);  // empties the old count: the waiter returns
     thread_.join();
   }
 

@@ -196,7 +196,7 @@ PyObject* py_wait_handed_back(PyObject*, PyObject* const* args, Py_ssize_t nargs
   std::uint64_t since;
   if (!parse_timeout("wait_handed_back", "timeout", values[0], -1, &timeout_ms)) return nullptr;
   if (!parse_since("wait_handed_back", values[1], &since)) return nullptr;
-  if (barrier().is_closed()) Py_RETURN_FALSE;
+  if (barrier().is_shut()) Py_RETURN_FALSE;
   const HandBackBarrier::Span span = barrier().request(since);
   return wait_releasing_the_gil(timeout_ms, [span](std::int64_t left) { return barrier().wait(span, left); });
 }
@@ -256,9 +256,9 @@ PyObject* py_hand_back_consume(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* py_hand_back_closed(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_closed()); }
+PyObject* py_hand_back_shut_already(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_shut()); }
 
-PyObject* py_hand_back_close(PyObject*, PyObject*) {
+PyObject* py_hand_back_shut(PyObject*, PyObject*) {
   reclaim::handback::shut_process_barrier();
   Py_RETURN_NONE;
 }
@@ -266,15 +266,15 @@ PyObject* py_hand_back_close(PyObject*, PyObject*) {
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
   const HandBackBarrier::Stats stats = barrier().stats();
   return Py_BuildValue("{sKsKsisisKsIsKsKsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch),
-                       "held", static_cast<unsigned long long>(stats.held), "slots_in_use", stats.slots_in_use,
-                       "slots_used", stats.slots_used, "shared_slots",
-                       static_cast<unsigned long long>(stats.shared_slots), "sleepers", stats.sleepers,
+                       "held", static_cast<unsigned long long>(stats.held), "slots_in_use", stats.counts_in_use,
+                       "slots_used", stats.counts_used, "shared_slots",
+                       static_cast<unsigned long long>(stats.shared_counts), "sleepers", stats.sleepers,
                        "futex_wakes", static_cast<unsigned long long>(stats.futex_wakes), "listener_writes",
                        static_cast<unsigned long long>(stats.listener_writes), "grace_wakeups",
-                       static_cast<unsigned long long>(stats.grace_wakeups), "cell_wakeups",
+                       static_cast<unsigned long long>(stats.epoch_wakeups), "cell_wakeups",
                        static_cast<unsigned long long>(stats.cell_wakeups), "forks",
                        static_cast<unsigned long long>(barrier().forks()), "closed",
-                       barrier().is_closed() ? Py_True : Py_False);
+                       barrier().is_shut() ? Py_True : Py_False);
 }
 
 PyMethodDef kBarrierMethods[] = {
@@ -297,17 +297,17 @@ PyMethodDef kBarrierMethods[] = {
      METH_FASTCALL,
      "_hand_back_reached($module, since, until, /)\n--\n\nTrue once nothing of those epochs is held (private)."},
     {"_hand_back_listener_fd", py_hand_back_listener_fd, METH_NOARGS,
-     "_hand_back_listener_fd($module, /)\n--\n\nThe eventfd written when a grace period ends (private)."},
+     "_hand_back_listener_fd($module, /)\n--\n\nThe eventfd written when an epoch ends (private)."},
     {"_hand_back_listen", py_hand_back_listen, METH_O,
      "_hand_back_listen($module, on, /)\n--\n\nRegister (True) or unregister (False) one listener (private)."},
     {"_hand_back_consume", py_hand_back_consume, METH_NOARGS,
      "_hand_back_consume($module, /)\n--\n\nEmpty the listener eventfd (private)."},
-    {"_hand_back_closed", py_hand_back_closed, METH_NOARGS,
-     "_hand_back_closed($module, /)\n--\n\nTrue once the barrier is closed (close(), exit) (private)."},
-    {"_hand_back_close", py_hand_back_close, METH_NOARGS,
+    {"_hand_back_closed", py_hand_back_shut_already, METH_NOARGS,
+     "_hand_back_closed($module, /)\n--\n\nTrue once the barrier is shut (close(), exit) (private)."},
+    {"_hand_back_close", py_hand_back_shut, METH_NOARGS,
      "_hand_back_close($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
     {"_hand_back_stats", py_hand_back_stats, METH_NOARGS,
-     "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, slots, grace periods and wake-ups (private)."},
+     "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, epoch counts, epochs and wake-ups (private)."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -1,5 +1,5 @@
 // handback/barrier.cc — see barrier.h: tickets, waits, wake-ups, the listener fd, fork (the epochs and
-// their slot table: epochs.cc).
+// their count table: epochs.cc).
 
 #include "handback/barrier.h"
 
@@ -36,9 +36,9 @@ std::int64_t timeout_to_ns(double seconds) noexcept {
   return static_cast<std::int64_t>(seconds * 1e9);
 }
 
-HandBackBarrier::HandBackBarrier(int max_slots) noexcept
-    : max_slots_(max_slots < 2 ? 2 : (max_slots > kMaxSlots ? kMaxSlots : max_slots)) {
-  // Epoch 0 counts in slot 0 (current_ is 0; slot 0's epochs are 0), the one occupied slot.
+HandBackBarrier::HandBackBarrier(int max_counts) noexcept
+    : max_counts_(max_counts < 2 ? 2 : (max_counts > kMaxEpochCounts ? kMaxEpochCounts : max_counts)) {
+  // Epoch 0 counts in count 0 (current_ is 0; count 0's epochs are 0), the one occupied count.
   occupied_.words[0].store(1, std::memory_order_relaxed);
   occupied_.groups[0].store(1, std::memory_order_relaxed);
 }
@@ -60,43 +60,43 @@ std::size_t HandBackBarrier::bucket_of(const void* cell) noexcept {
 int HandBackBarrier::begin() noexcept {
   for (;;) {
     const std::uint64_t seen = current_.load(std::memory_order_seq_cst);
-    const int index = static_cast<int>(seen & kSlotMask);
-    slot_at(index).count.fetch_add(1, std::memory_order_seq_cst);
+    const int index = static_cast<int>(seen & kCountMask);
+    count_at(index).tickets.fetch_add(1, std::memory_order_seq_cst);
     // Still current: a switch that follows sees this count (both sides seq_cst). Otherwise a switch came
-    // in between and may already have looked at the slot: undo, and count in the new epoch.
+    // in between and may already have looked at the count: undo, and count in the new epoch.
     if (current_.load(std::memory_order_seq_cst) == seen) return index;
-    // An undo always lets the waiters look again: a switch may have given the slot to a new epoch, and a
-    // waiter that saw this brief count beside the slot's older epochs would otherwise sleep on.
-    release(index, /*undo=*/true);
+    // An undo always lets the waiters look again: a switch may have given the count to a new epoch, and a
+    // waiter that saw this brief count beside the count's older epochs would otherwise sleep on.
+    end_count(index, /*undo=*/true);
   }
 }
 
-void HandBackBarrier::release(int index, bool undo) noexcept {
-  Slot& slot = slot_at(index);
+void HandBackBarrier::end_count(int index, bool undo) noexcept {
+  EpochCount& counter = count_at(index);
   const std::uint64_t before_current = current_.load(std::memory_order_seq_cst);
   // Never below zero: in a fork child a ticket of the parent may still be ended (by a C API user's own
-  // callback, or a driver that runs the parent's), after the reset emptied every slot.
-  std::uint64_t count = slot.count.load(std::memory_order_relaxed);
+  // callback, or a driver that runs the parent's), after the reset emptied every count.
+  std::uint64_t count = counter.tickets.load(std::memory_order_relaxed);
   do {
     if (count == 0) return;
-  } while (!slot.count.compare_exchange_weak(count, count - 1, std::memory_order_seq_cst,
+  } while (!counter.tickets.compare_exchange_weak(count, count - 1, std::memory_order_seq_cst,
                                              std::memory_order_relaxed));
   if (count != 1) return;
-  // The slot emptied. Not current: reported, so that the next switch vacates it. Current: the switch that
+  // The count emptied. Not current: reported, so that the next switch vacates it. Current: the switch that
   // leaves it reads its count after storing current_, so it sees this decrement (this load of current_
   // came first) and vacates it then.
   const std::uint64_t after_current = current_.load(std::memory_order_seq_cst);
-  const bool is_current = static_cast<int>(after_current & kSlotMask) == index;
+  const bool is_current = static_cast<int>(after_current & kCountMask) == index;
   if (!is_current) report_emptied(index);
-  // No waiter covers it if, all along, it was the current slot holding only the current epoch (every
+  // No waiter covers it if, all along, it was the current count holding only the current epoch (every
   // waiter switches away first and covers older epochs): then no wake-up. Otherwise (an old epoch, a
-  // shared slot, or a switch in between) the waiters look again. A switch after the second load makes
-  // epoch_ newer than the slot's oldest (a switch never picks the current slot): a wake, as it must.
+  // shared count, or a switch in between) the waiters look again. A switch after the second load makes
+  // epoch_ newer than the count's oldest (a switch never picks the current count): a wake, as it must.
   if (!undo && before_current == after_current && is_current &&
-      slot.oldest.load(std::memory_order_relaxed) == epoch_.load(std::memory_order_seq_cst)) {
+      counter.oldest.load(std::memory_order_relaxed) == epoch_.load(std::memory_order_seq_cst)) {
     return;
   }
-  if (grace_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&grace_generation_);
+  if (epoch_sleepers_.load(std::memory_order_seq_cst) != 0) wake_sleepers(&epoch_wake_word_);
   if (listeners_.load(std::memory_order_seq_cst) != 0) write_listener_fd();
 }
 
@@ -106,16 +106,16 @@ void HandBackBarrier::end(int ticket, std::atomic<std::uint32_t>* done) noexcept
     done->store(1, std::memory_order_seq_cst);
     // From here `done` may be freed; only the barrier's own words are touched. The bucket's sleepers and
     // the cell are the two sides of a seq_cst handshake with sleep(): one of them sees the other.
-    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.generation);
+    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.wake_word);
   }
   // After the cell: a waiter that sees this ticket ended (its count's acquire) sees the cell set.
-  if (ticket >= 0 && ticket < slots_used_.load(std::memory_order_acquire)) release(ticket, /*undo=*/false);
+  if (ticket >= 0 && ticket < counts_used_.load(std::memory_order_acquire)) end_count(ticket, /*undo=*/false);
 }
 
-void HandBackBarrier::wake_sleepers(std::atomic<std::uint32_t>* generation) noexcept {
+void HandBackBarrier::wake_sleepers(std::atomic<std::uint32_t>* wake_word) noexcept {
   futex_wakes_.fetch_add(1, std::memory_order_relaxed);  // counted first, as listener writes are
-  generation->fetch_add(1, std::memory_order_seq_cst);
-  (void)syscall(SYS_futex, futex_address(generation), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+  wake_word->fetch_add(1, std::memory_order_seq_cst);
+  (void)syscall(SYS_futex, futex_address(wake_word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
 }
 
 void HandBackBarrier::write_listener_fd() noexcept {
@@ -131,7 +131,7 @@ void HandBackBarrier::write_listener_fd() noexcept {
 }
 
 
-HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* generation,
+HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* wake_word,
                                                    std::atomic<std::uint32_t>* sleepers,
                                                    std::atomic<std::uint64_t>* wakeups,
                                                    const std::atomic<std::uint32_t>* done, const Span& span,
@@ -142,20 +142,20 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
   };
   for (;;) {
     if (is_reached()) return WaitResult::kReached;
-    if (is_closed()) return WaitResult::kClosed;
+    if (is_shut()) return WaitResult::kShut;
     std::int64_t left = -1;
     if (deadline >= 0) {
       left = deadline - monotonic_ns();
       if (left <= 0) return WaitResult::kTimedOut;
     }
-    // Announce the sleep, then read the generation, then look again: an end() that comes after the look
-    // sees the sleeper and bumps the generation, so the futex wait returns at once.
+    // Announce the sleep, then read the wake_word, then look again: an end() that comes after the look
+    // sees the sleeper and bumps the wake_word, so the futex wait returns at once.
     sleepers->fetch_add(1, std::memory_order_seq_cst);
     if (done != nullptr) cell_sleepers_.fetch_add(1, std::memory_order_relaxed);
-    const std::uint32_t seen = generation->load(std::memory_order_seq_cst);
+    const std::uint32_t seen = wake_word->load(std::memory_order_seq_cst);
     long result = 0;
     int error = 0;
-    if (!is_reached() && !is_closed()) {
+    if (!is_reached() && !is_shut()) {
       timespec relative;
       timespec* timeout = nullptr;
       if (left >= 0) {
@@ -163,7 +163,7 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
         relative.tv_nsec = static_cast<long>(left % 1000000000);
         timeout = &relative;
       }
-      result = syscall(SYS_futex, futex_address(generation), FUTEX_WAIT_PRIVATE, seen, timeout, nullptr, 0);
+      result = syscall(SYS_futex, futex_address(wake_word), FUTEX_WAIT_PRIVATE, seen, timeout, nullptr, 0);
       error = result < 0 ? errno : 0;
       // Woken, or the word moved before the sleep began: a wake-up either way.
       if (result == 0 || error == EAGAIN) wakeups->fetch_add(1, std::memory_order_relaxed);
@@ -178,22 +178,22 @@ HandBackBarrier::WaitResult HandBackBarrier::sleep(std::atomic<std::uint32_t>* g
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::wait(const Span& span, std::int64_t timeout_ns) noexcept {
-  return sleep(&grace_generation_, &grace_sleepers_, &grace_wakeups_, nullptr, span, timeout_ns);
+  return sleep(&epoch_wake_word_, &epoch_sleepers_, &epoch_wakeups_, nullptr, span, timeout_ns);
 }
 
 HandBackBarrier::WaitResult HandBackBarrier::wait_cell(const std::atomic<std::uint32_t>& done,
                                                        std::int64_t timeout_ns) noexcept {
   CellBucket& bucket = cell_buckets_[bucket_of(&done)];
-  return sleep(&bucket.generation, &bucket.sleepers, &cell_wakeups_, &done, Span{0, 0}, timeout_ns);
+  return sleep(&bucket.wake_word, &bucket.sleepers, &cell_wakeups_, &done, Span{0, 0}, timeout_ns);
 }
 
-void HandBackBarrier::close() noexcept {
-  closed_.store(true, std::memory_order_seq_cst);
-  wake_sleepers(&grace_generation_);
-  // A bucket whose sleeper count reads 0 here has no sleeper that could miss the close: one that announces
-  // itself later reads closed_ before it sleeps (both sides seq_cst).
+void HandBackBarrier::shut() noexcept {
+  shut_.store(true, std::memory_order_seq_cst);
+  wake_sleepers(&epoch_wake_word_);
+  // A bucket whose sleeper count reads 0 here has no sleeper that could miss the shut: one that announces
+  // itself later reads shut_ before it sleeps (both sides seq_cst).
   for (CellBucket& bucket : cell_buckets_) {
-    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.generation);
+    if (bucket.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&bucket.wake_word);
   }
   write_listener_fd();
 }
@@ -219,36 +219,36 @@ void HandBackBarrier::consume_listener_fd() noexcept {
 HandBackBarrier::Stats HandBackBarrier::stats() const noexcept {
   Stats stats{};
   stats.epoch = epoch();
-  const int used = slots_used_.load(std::memory_order_acquire);
+  const int used = counts_used_.load(std::memory_order_acquire);
   for (int word = 0; word < (used + 63) / 64; ++word) {
     for (std::uint64_t bits = occupied_.words[word].load(std::memory_order_seq_cst); bits != 0;
          bits &= bits - 1) {
-      const std::uint64_t held = slot_at(word * 64 + __builtin_ctzll(bits)).count.load(std::memory_order_seq_cst);
+      const std::uint64_t held = count_at(word * 64 + __builtin_ctzll(bits)).tickets.load(std::memory_order_seq_cst);
       stats.held += held;
-      if (held != 0) ++stats.slots_in_use;
-      ++stats.slots_occupied;
+      if (held != 0) ++stats.counts_in_use;
+      ++stats.counts_occupied;
     }
   }
-  stats.slots_used = used;
-  stats.shared_slots = shared_slots_.load(std::memory_order_relaxed);
+  stats.counts_used = used;
+  stats.shared_counts = shared_counts_.load(std::memory_order_relaxed);
   stats.sleepers =
-      grace_sleepers_.load(std::memory_order_seq_cst) + cell_sleepers_.load(std::memory_order_relaxed);
+      epoch_sleepers_.load(std::memory_order_seq_cst) + cell_sleepers_.load(std::memory_order_relaxed);
   stats.futex_wakes = futex_wakes_.load(std::memory_order_relaxed);
   stats.listener_writes = listener_writes_.load(std::memory_order_relaxed);
-  stats.grace_wakeups = grace_wakeups_.load(std::memory_order_relaxed);
+  stats.epoch_wakeups = epoch_wakeups_.load(std::memory_order_relaxed);
   stats.cell_wakeups = cell_wakeups_.load(std::memory_order_relaxed);
   stats.reached_words = reached_words_.load(std::memory_order_relaxed);
-  stats.reached_slots = reached_slots_.load(std::memory_order_relaxed);
+  stats.reached_counts = reached_counts_.load(std::memory_order_relaxed);
   return stats;
 }
 
 void HandBackBarrier::reset_after_fork() noexcept {
   forks_.fetch_add(1, std::memory_order_relaxed);
-  const int used = slots_used_.load(std::memory_order_relaxed);
-  // Every slot ever used: one that is not occupied may hold the transient count of a parent's begin()
+  const int used = counts_used_.load(std::memory_order_relaxed);
+  // Every count ever used: one that is not occupied may hold the transient count of a parent's begin()
   // that never undoes it here.
-  for (int index = 0; index < used; ++index) slot_at(index).count.store(0, std::memory_order_relaxed);
-  // The bitmaps anew (a parent's switch may have been halfway through them): slot 0 alone occupied.
+  for (int index = 0; index < used; ++index) count_at(index).tickets.store(0, std::memory_order_relaxed);
+  // The bitmaps anew (a parent's switch may have been halfway through them): count 0 alone occupied.
   for (int word = 0; word < (used + 63) / 64; ++word) {
     occupied_.words[word].store(0, std::memory_order_relaxed);
     emptied_.words[word].store(0, std::memory_order_relaxed);
@@ -259,15 +259,15 @@ void HandBackBarrier::reset_after_fork() noexcept {
     full_[group] = 0;
   }
   previous_ = 0;
-  // Epochs go on, so that a mark() taken before the fork still means "after it" here; the epoch's slot is 0.
+  // Epochs go on, so that a mark() taken before the fork still means "after it" here; the epoch's count is 0.
   const std::uint64_t next = epoch() + 1;
   first_chunk_[0].oldest.store(next, std::memory_order_relaxed);
   first_chunk_[0].newest.store(next, std::memory_order_relaxed);
   occupy_locked(0, next);
   epoch_.store(next, std::memory_order_relaxed);
-  current_.store(next << kSlotBits, std::memory_order_relaxed);
-  closed_.store(false, std::memory_order_relaxed);
-  grace_sleepers_.store(0, std::memory_order_relaxed);
+  current_.store(next << kCountBits, std::memory_order_relaxed);
+  shut_.store(false, std::memory_order_relaxed);
+  epoch_sleepers_.store(0, std::memory_order_relaxed);
   for (CellBucket& bucket : cell_buckets_) bucket.sleepers.store(0, std::memory_order_relaxed);
   cell_sleepers_.store(0, std::memory_order_relaxed);
   listeners_.store(0, std::memory_order_relaxed);

@@ -27,7 +27,7 @@ HandBackBarrier& process_barrier() noexcept {
   return *barrier;
 }
 
-void shut_process_barrier() noexcept { process_barrier().close(); }
+void shut_process_barrier() noexcept { process_barrier().shut(); }
 
 int hand_back_begin() noexcept { return process_barrier().begin(); }
 
@@ -40,8 +40,8 @@ void hand_back_end(int ticket, std::uint32_t* done) noexcept {
 int wait_handed_back(double timeout_seconds) noexcept {
   HandBackBarrier& barrier = process_barrier();
   // Shut: 0, whatever is held (also nothing), as the Python form's False; a wait already in progress that
-  // the shut interrupts returns 0 as well (kClosed).
-  if (barrier.is_closed()) return 0;
+  // the shut interrupts returns 0 as well (kShut).
+  if (barrier.is_shut()) return 0;
   switch (barrier.wait(barrier.request(0), timeout_to_ns(timeout_seconds))) {
     case HandBackBarrier::WaitResult::kReached:
       return 1;

@@ -22,7 +22,7 @@ namespace reclaim::handback {
 HandBackBarrier& process_barrier() noexcept;
 
 // Shuts the process barrier: every wait on it that is not over returns "not handed back", now and later
-// (HandBackBarrier::close). The owner calls it when it closes the queue, and threading's exit hook before
+// (HandBackBarrier::shut). The owner calls it when it closes the queue, and threading's exit hook before
 // that. Any thread; never blocks, never allocates.
 void shut_process_barrier() noexcept;
 
@@ -31,7 +31,7 @@ void shut_process_barrier() noexcept;
 // the queue is closed (cleanup/reclaim_c_api.cc checks that before it calls this).
 // begin / end: any thread, CUDA's included; never block, never allocate. wait: not on a CUDA callback
 // thread; blocks on a futex without the GIL (the caller releases it); allocates only when the barrier's
-// slot table grows.
+// count table grows.
 int hand_back_begin() noexcept;
 void hand_back_end(int ticket, std::uint32_t* done) noexcept;
 int wait_handed_back(double timeout_seconds) noexcept;

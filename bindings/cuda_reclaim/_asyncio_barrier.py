@@ -27,20 +27,20 @@ _lock = _threading.Lock()
 _listening: "weakref.WeakSet[_asyncio.AbstractEventLoop]" = weakref.WeakSet()
 
 
-def _settle(loop):
-    """On `loop`'s thread: complete the waiters whose epochs were handed back (True) or that the close
+def _complete_waiters(loop):
+    """On `loop`'s thread: complete the waiters whose epochs were handed back (True) or that the shut
     ended (False), and drop cancelled ones."""
     finished = []
     with _lock:
         waiting = _waiters.get(loop, [])
-        closed = _reclaim._hand_back_closed()
+        shut = _reclaim._hand_back_closed()
         for entry in list(waiting):
             (since, until), future, _ = entry
             if future.done():
                 waiting.remove(entry)
             elif _reclaim._hand_back_reached(since, until):
                 finished.append((future, True))
-            elif closed:
+            elif shut:
                 finished.append((future, False))
     for future, reached in finished:
         if not future.done():
@@ -66,10 +66,10 @@ def _on_readable(loop):
         _remove_reader(loop)
         return
     _reclaim._hand_back_consume()
-    _settle(loop)
+    _complete_waiters(loop)
     for other in loops:  # the eventfd is shared: a loop whose reader did not get to it first looks too
         try:
-            other.call_soon_threadsafe(_settle, other)
+            other.call_soon_threadsafe(_complete_waiters, other)
         except RuntimeError:  # closed: nobody awaits there any more
             pass
 
@@ -89,7 +89,7 @@ def _register(loop, entry):
         if start:
             _listening.add(loop)
     if start:
-        # Listen before the first look (_settle): an end() after the look then writes the fd.
+        # Listen before the first look (_complete_waiters): an end() after the look then writes the fd.
         _reclaim._hand_back_listen(True)
         loop.add_reader(_reclaim._hand_back_listener_fd(), _on_readable, loop)
 
@@ -118,7 +118,7 @@ async def _wait(function, since):
     entry = [_reclaim._hand_back_request(since), loop.create_future(), function]
     try:
         _register(loop, entry)
-        _settle(loop)  # it may be over already (nothing was held)
+        _complete_waiters(loop)  # it may be over already (nothing was held)
         return await entry[1]
     finally:
         _unregister(loop, entry)

@@ -1,4 +1,4 @@
-"""The hand-back barrier's exit hook: it closes the barrier once the main thread has finished, before Python
+"""The hand-back barrier's exit hook: it shuts the barrier once the main thread has finished, before Python
 joins the threads that are not daemons, so that a thread waiting for CUDA (wait_handed_back, flush,
 Attachment.wait, NodeHandle.wait, an event loop's handed_back) returns False instead of holding the exit.
 
@@ -18,7 +18,7 @@ except RuntimeError:  # imported while threading shuts down: it cannot register 
     pass
 
 
-def _close_at_threading_exit():
+def _shut_at_threading_exit():
     _reclaim._hand_back_close()
 
 
@@ -28,7 +28,7 @@ def _install():
     if getattr(_reclaim, "_threading_exit_hook_installed", False):
         return
     try:
-        _python_compat.register_threading_exit_hook(_close_at_threading_exit)
+        _python_compat.register_threading_exit_hook(_shut_at_threading_exit)
     except RuntimeError:  # imported while threading shuts down: the exit is under way
         _reclaim._hand_back_close()
     _reclaim._threading_exit_hook_installed = True

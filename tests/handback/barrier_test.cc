@@ -1,8 +1,8 @@
-// tests/handback/barrier_test.cc — reclaim::handback::HandBackBarrier: epochs counted in slots, tickets taken
+// tests/handback/barrier_test.cc — reclaim::handback::HandBackBarrier: epochs counted in counts, tickets taken
 // with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
-// (futex), which end() wakes whom, the slot table's growth and the slots shared past its bound, the
-// occupied slots that a switch vacates once they empty, the done cells and their buckets, the listener
-// eventfd, close() and the fork reset, and stress runs that check the barrier's promises under concurrency.
+// (futex), which end() wakes whom, the count table's growth and the counts shared past its bound, the
+// occupied counts that a switch vacates once they empty, the done cells and their buckets, the listener
+// eventfd, shut() and the fork reset, and stress runs that check the barrier's promises under concurrency.
 
 #include "handback/barrier.h"
 
@@ -34,7 +34,7 @@ using WaitResult = HandBackBarrier::WaitResult;
 using Span = HandBackBarrier::Span;
 
 constexpr std::int64_t kNoLimit = -1;
-// A table bounded at seven slots: the sharing that the default bound (kMaxSlots) keeps out of reach.
+// A table bounded at seven counts: the sharing that the default bound (kMaxEpochCounts) keeps out of reach.
 constexpr int kSmallTable = 7;
 constexpr std::int64_t kLongEnough = std::int64_t{30} * 1000 * 1000 * 1000;  // a hang, not a slow machine
 
@@ -103,8 +103,8 @@ TEST(HandBackBarrier, NothingHeldIsReachedAtOnce) {
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_EQ(stats.epoch, 1u);
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_EQ(stats.slots_in_use, 0);
-  EXPECT_EQ(stats.shared_slots, 0u);
+  EXPECT_EQ(stats.counts_in_use, 0);
+  EXPECT_EQ(stats.shared_counts, 0u);
   EXPECT_EQ(stats.sleepers, 0u);
   EXPECT_EQ(stats.futex_wakes, 0u);
   EXPECT_EQ(stats.listener_writes, 0u);
@@ -114,10 +114,10 @@ TEST(HandBackBarrier, EndsOutOfOrderReachOnlyWithTheLast) {
   HandBackBarrier barrier;
   const int first = barrier.begin();
   const int second = barrier.begin();
-  ASSERT_EQ(first, 0);  // epoch 0 counts in slot 0
+  ASSERT_EQ(first, 0);  // epoch 0 counts in count 0
   ASSERT_EQ(second, 0);
   EXPECT_EQ(barrier.stats().held, 2u);
-  EXPECT_EQ(barrier.stats().slots_in_use, 1);
+  EXPECT_EQ(barrier.stats().counts_in_use, 1);
   const Span span = barrier.request(0);
   EXPECT_FALSE(barrier.reached(span));
 
@@ -130,7 +130,7 @@ TEST(HandBackBarrier, EndsOutOfOrderReachOnlyWithTheLast) {
   EXPECT_TRUE(barrier.reached(span));
   EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
   EXPECT_EQ(barrier.stats().held, 0u);
-  EXPECT_EQ(barrier.stats().slots_in_use, 0);
+  EXPECT_EQ(barrier.stats().counts_in_use, 0);
 }
 
 TEST(HandBackBarrier, BeginAfterRequestDoesNotDelayIt) {
@@ -138,8 +138,8 @@ TEST(HandBackBarrier, BeginAfterRequestDoesNotDelayIt) {
   const int before = barrier.begin();
   const Span span = barrier.request(0);
   const int after = barrier.begin();
-  EXPECT_NE(before, after);  // the new epoch's slot
-  EXPECT_EQ(barrier.stats().slots_in_use, 2);
+  EXPECT_NE(before, after);  // the new epoch's count
+  EXPECT_EQ(barrier.stats().counts_in_use, 2);
   barrier.end(before, nullptr);
   EXPECT_TRUE(barrier.reached(span));  // `after` is still held
   EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
@@ -159,7 +159,7 @@ TEST(HandBackBarrier, AWaitBegunDuringAnotherDoesNotCoverLaterAttachments) {
   const Span late = barrier.request(0);
   const int third = barrier.begin();  // after both requests
   EXPECT_EQ(late.until, early.until + 1);
-  EXPECT_EQ(barrier.stats().slots_in_use, 3);
+  EXPECT_EQ(barrier.stats().counts_in_use, 3);
 
   Waiter early_waiter([&] { return barrier.wait(early, kLongEnough); });
   Waiter late_waiter([&] { return barrier.wait(late, kLongEnough); });
@@ -204,11 +204,11 @@ TEST(HandBackBarrier, SinceAMarkExcludesEarlierAttachments) {
   EXPECT_EQ(barrier.stats().held, 1u);
 }
 
-// Each epoch holds a ticket, eight of them in a table bounded at seven slots: an epoch shares a slot, and
+// Each epoch holds a ticket, eight of them in a table bounded at seven counts: an epoch shares a count, and
 // every wait still ends once everything has ended.
 TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlotPastTheBound) {
   constexpr int kEpochs = 8;
-  static_assert(kEpochs > kSmallTable, "more epochs than slots");
+  static_assert(kEpochs > kSmallTable, "more epochs than epoch counts");
   HandBackBarrier barrier(kSmallTable);
   int tickets[kEpochs];
   Span spans[kEpochs];
@@ -217,8 +217,8 @@ TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlotPastTheBound) {
     spans[i] = barrier.request(0);
   }
   const HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_GE(stats.shared_slots, 1u);
-  EXPECT_EQ(stats.slots_in_use, kSmallTable);
+  EXPECT_GE(stats.shared_counts, 1u);
+  EXPECT_EQ(stats.counts_in_use, kSmallTable);
   EXPECT_EQ(stats.held, static_cast<std::uint64_t>(kEpochs));
   for (int i = 0; i < kEpochs; ++i) {
     EXPECT_GE(tickets[i], 0);
@@ -232,31 +232,31 @@ TEST(HandBackBarrier, EightEpochsEachHoldingATicketShareASlotPastTheBound) {
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   for (int i = 0; i < kEpochs; ++i) EXPECT_EQ(barrier.wait(spans[i], kLongEnough), WaitResult::kReached);
   EXPECT_EQ(barrier.stats().held, 0u);
-  EXPECT_EQ(barrier.stats().slots_in_use, 0);
+  EXPECT_EQ(barrier.stats().counts_in_use, 0);
 
-  // With the slots free again, a new epoch takes a slot of its own.
-  const std::uint64_t shared = barrier.stats().shared_slots;
+  // With the counts free again, a new epoch takes a count of its own.
+  const std::uint64_t shared = barrier.stats().shared_counts;
   const int ticket = barrier.begin();
   const Span span = barrier.request(0);
-  EXPECT_EQ(barrier.stats().shared_slots, shared);
+  EXPECT_EQ(barrier.stats().shared_counts, shared);
   barrier.end(ticket, nullptr);
   EXPECT_TRUE(barrier.reached(span));
 }
 
-// A slot shared by two epochs holds a span that covers either of them until both have ended: reached() is
-// false for an epoch in the span while a ticket of the shared slot is held, even one of an epoch outside it.
+// A count shared by two epochs holds a span that covers either of them until both have ended: reached() is
+// false for an epoch in the span while a ticket of the shared count is held, even one of an epoch outside it.
 TEST(HandBackBarrier, ReachedIsFalseWhileATicketOfASharedSlotIsHeld) {
   HandBackBarrier barrier(kSmallTable);
   constexpr int kFull = kSmallTable;
   int tickets[kFull];
   Span spans[kFull];
   for (int i = 0; i < kFull; ++i) {
-    tickets[i] = barrier.begin();  // epoch i in slot i
+    tickets[i] = barrier.begin();  // epoch i in count i
     spans[i] = barrier.request(i);  // that epoch alone
     EXPECT_EQ(spans[i].since, static_cast<std::uint64_t>(i));
     EXPECT_EQ(spans[i].until, static_cast<std::uint64_t>(i));
   }
-  EXPECT_EQ(barrier.stats().shared_slots, 1u);  // the last request found every slot taken
+  EXPECT_EQ(barrier.stats().shared_counts, 1u);  // the last request found every count taken
   const std::uint64_t shared_epoch = barrier.epoch();
   const int shared = barrier.begin();
   const int sharing = [&] {
@@ -265,18 +265,18 @@ TEST(HandBackBarrier, ReachedIsFalseWhileATicketOfASharedSlotIsHeld) {
     }
     return -1;
   }();
-  ASSERT_GE(sharing, 0);  // the new epoch counts in a slot that still holds an older one
-  // The slot after it ends first, so that the next switch finds a free slot and nothing else is shared.
+  ASSERT_GE(sharing, 0);  // the new epoch counts in a count that still holds an older one
+  // The count after it ends first, so that the next switch finds a free count and nothing else is shared.
   const int last = kFull - 1;
   ASSERT_NE(sharing, last);
   barrier.end(tickets[last], nullptr);
   const Span span = barrier.request(shared_epoch);
-  EXPECT_EQ(barrier.stats().shared_slots, 1u);
+  EXPECT_EQ(barrier.stats().shared_counts, 1u);
   EXPECT_EQ(span.since, shared_epoch);
   EXPECT_EQ(span.until, shared_epoch);
 
   barrier.end(shared, nullptr);  // the span's only attachment
-  EXPECT_FALSE(barrier.reached(span));  // the older epoch's ticket still holds the shared slot
+  EXPECT_FALSE(barrier.reached(span));  // the older epoch's ticket still holds the shared count
   EXPECT_EQ(barrier.wait(span, 0), WaitResult::kTimedOut);
   EXPECT_FALSE(barrier.reached(spans[sharing]));
 
@@ -293,7 +293,7 @@ TEST(HandBackBarrier, ReachedIsFalseWhileATicketOfASharedSlotIsHeld) {
   EXPECT_TRUE(barrier.reached(spans[last]));
 }
 
-// The end() that empties the current slot, which holds only the current epoch, wakes nobody: every waiter
+// The end() that empties the current count, which holds only the current epoch, wakes nobody: every waiter
 // covers older epochs only. A sleeper on an old epoch sees no wake while tickets of the current epoch come
 // and go, and one when its own ticket ends.
 TEST(HandBackBarrier, NoWakeWhenTheCurrentSlotEmpties) {
@@ -324,7 +324,7 @@ TEST(HandBackBarrier, NoWakeWhenTheCurrentSlotEmpties) {
   EXPECT_FALSE(reclaim_test::readable(fd));
   EXPECT_FALSE(waiter.returned());
 
-  barrier.end(old, nullptr);  // empties an old slot: one wake, one listener write
+  barrier.end(old, nullptr);  // empties an old count: one wake, one listener write
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   EXPECT_EQ(barrier.stats().futex_wakes, before.futex_wakes + 1);
   EXPECT_EQ(barrier.stats().listener_writes, before.listener_writes + 1);
@@ -332,14 +332,14 @@ TEST(HandBackBarrier, NoWakeWhenTheCurrentSlotEmpties) {
   barrier.remove_listener();
 }
 
-// The case that the rule above must not catch: a waiter sleeps on slot A's old epoch, switches choose A
-// again as the current slot (every slot taken, so the new epoch shares A), and then A's last ticket, of
-// the old epoch, ends while A is current. That end() empties the current slot, but not one that held only
+// The case that the rule above must not catch: a waiter sleeps on count A's old epoch, switches choose A
+// again as the current count (every count taken, so the new epoch shares A), and then A's last ticket, of
+// the old epoch, ends while A is current. That end() empties the current count, but not one that held only
 // the current epoch: the waiter must wake.
 TEST(HandBackBarrier, ASleeperOnAnOldEpochWakesWhenItsSlotIsCurrentAgain) {
   HandBackBarrier barrier(kSmallTable);
   constexpr int kFull = kSmallTable;
-  // Epochs 0 .. kFull - 2, a ticket each, in slots of their own; the youngest of them is A's.
+  // Epochs 0 .. kFull - 2, a ticket each, in counts of their own; the youngest of them is A's.
   int tickets[kFull];
   for (int i = 0; i + 1 < kFull; ++i) {
     tickets[i] = barrier.begin();
@@ -349,18 +349,18 @@ TEST(HandBackBarrier, ASleeperOnAnOldEpochWakesWhenItsSlotIsCurrentAgain) {
   const std::uint64_t a_epoch = barrier.epoch();
   const Span span = barrier.request(a_epoch);  // A's epoch alone
   EXPECT_EQ(span.until, a_epoch);
-  tickets[kFull - 1] = barrier.begin();  // the last free slot
+  tickets[kFull - 1] = barrier.begin();  // the last free count
   EXPECT_NE(tickets[kFull - 1], a);
-  EXPECT_EQ(barrier.stats().slots_in_use, kFull);
+  EXPECT_EQ(barrier.stats().counts_in_use, kFull);
 
   Waiter waiter([&] { return barrier.wait(span, kLongEnough); });
   ASSERT_TRUE(waiter.until_asleep());
   const std::uint64_t wakes = barrier.stats().futex_wakes;
 
-  barrier.mark();  // every slot taken: the new epoch shares the youngest other slot, A
-  EXPECT_EQ(barrier.stats().shared_slots, 1u);
+  barrier.mark();  // every count taken: the new epoch shares the youngest other count, A
+  EXPECT_EQ(barrier.stats().shared_counts, 1u);
   const int probe = barrier.begin();
-  ASSERT_EQ(probe, a);  // A is the current slot again
+  ASSERT_EQ(probe, a);  // A is the current count again
   barrier.end(probe, nullptr);
   EXPECT_FALSE(waiter.returned());
 
@@ -383,20 +383,20 @@ TEST(HandBackBarrier, WaitTimesOut) {
   EXPECT_EQ(barrier.wait(span, 0), WaitResult::kReached);
 }
 
-TEST(HandBackBarrier, CloseWakesAWaiterWithClosed) {
+TEST(HandBackBarrier, ShutWakesAWaiterWithShut) {
   HandBackBarrier barrier;
-  const Span empty = barrier.request(0);  // reached before the close
+  const Span empty = barrier.request(0);  // reached before the shut
   const int ticket = barrier.begin();
   const Span span = barrier.request(0);
   Waiter waiter([&] { return barrier.wait(span, kNoLimit); });
   ASSERT_TRUE(waiter.until_asleep());
   EXPECT_FALSE(waiter.returned());
-  barrier.close();
-  EXPECT_EQ(waiter.join(), WaitResult::kClosed);
-  EXPECT_TRUE(barrier.is_closed());
-  EXPECT_EQ(barrier.wait(span, kNoLimit), WaitResult::kClosed);  // later waits too
+  barrier.shut();
+  EXPECT_EQ(waiter.join(), WaitResult::kShut);
+  EXPECT_TRUE(barrier.is_shut());
+  EXPECT_EQ(barrier.wait(span, kNoLimit), WaitResult::kShut);  // later waits too
   std::atomic<std::uint32_t> cell{0};
-  EXPECT_EQ(barrier.wait_cell(cell, kNoLimit), WaitResult::kClosed);
+  EXPECT_EQ(barrier.wait_cell(cell, kNoLimit), WaitResult::kShut);
   EXPECT_EQ(barrier.wait(empty, kNoLimit), WaitResult::kReached);  // already reached: still reached
   barrier.end(ticket, &cell);
   EXPECT_EQ(barrier.wait(span, kNoLimit), WaitResult::kReached);
@@ -413,7 +413,7 @@ TEST(HandBackBarrier, WaitCellReturnsWhenEndStoresTheCell) {
   barrier.end(ticket, &done);
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   EXPECT_EQ(done.load(), 1u);
-  EXPECT_EQ(barrier.stats().futex_wakes, 1u);  // the cell's sleeper; the current slot emptied
+  EXPECT_EQ(barrier.stats().futex_wakes, 1u);  // the cell's sleeper; the current count emptied
   EXPECT_EQ(barrier.wait_cell(done, 0), WaitResult::kReached);
 }
 
@@ -422,7 +422,7 @@ TEST(HandBackBarrier, NoFutexWakeWithoutASleeper) {
   std::atomic<std::uint32_t> done{0};
   const int ticket = barrier.begin();
   const Span span = barrier.request(0);
-  barrier.end(ticket, &done);  // empties an old slot, but nobody sleeps or listens
+  barrier.end(ticket, &done);  // empties an old count, but nobody sleeps or listens
   EXPECT_TRUE(barrier.reached(span));
   EXPECT_EQ(done.load(), 1u);
   const HandBackBarrier::Stats stats = barrier.stats();
@@ -454,7 +454,7 @@ TEST(HandBackBarrier, ListenerFdIsWrittenOnlyWithAListener) {
   ASSERT_GE(fd, 0);
   EXPECT_EQ(barrier.listener_fd(), fd);  // stable
 
-  // No listener registered: an old slot empties, the fd stays quiet.
+  // No listener registered: an old count empties, the fd stays quiet.
   int ticket = barrier.begin();
   Span span = barrier.request(0);
   barrier.end(ticket, nullptr);
@@ -462,7 +462,7 @@ TEST(HandBackBarrier, ListenerFdIsWrittenOnlyWithAListener) {
   EXPECT_FALSE(reclaim_test::readable(fd));
   EXPECT_EQ(barrier.stats().listener_writes, 0u);
 
-  // One listener: readable once the old slot empties, not before.
+  // One listener: readable once the old count empties, not before.
   barrier.add_listener();
   ticket = barrier.begin();
   span = barrier.request(0);
@@ -492,21 +492,21 @@ TEST(HandBackBarrier, ResetAfterForkLeavesNoTicketsAndAnOpenBarrier) {
   barrier.begin();
   barrier.begin();
   const Span span = barrier.request(0);
-  barrier.begin();  // in the new epoch's slot
+  barrier.begin();  // in the new epoch's count
   const std::uint64_t since = barrier.mark();  // taken before the fork, used after it
-  barrier.close();
-  EXPECT_TRUE(reclaim_test::readable(fd));  // close() wrote it
+  barrier.shut();
+  EXPECT_TRUE(reclaim_test::readable(fd));  // shut() wrote it
   EXPECT_EQ(barrier.forks(), 0u);
 
   barrier.reset_after_fork();  // called directly: this process stands in for the child
 
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.counts_in_use, 0);
   EXPECT_EQ(stats.sleepers, 0u);
   EXPECT_GT(stats.epoch, since);  // epochs go on from the parent's
   EXPECT_EQ(barrier.forks(), 1u);
-  EXPECT_FALSE(barrier.is_closed());
+  EXPECT_FALSE(barrier.is_shut());
   EXPECT_EQ(barrier.listener_fd(), fd);      // same number
   EXPECT_FALSE(reclaim_test::readable(fd));  // a fresh eventfd behind it
   EXPECT_TRUE(barrier.reached(span));
@@ -627,15 +627,15 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
   EXPECT_GT(reached, 0);
   const HandBackBarrier::Stats stats = barrier.stats();
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.counts_in_use, 0);
   EXPECT_EQ(stats.sleepers, 0u);
   const Span last = barrier.request(0);
   EXPECT_EQ(barrier.wait(last, kLongEnough), WaitResult::kReached);
 }
 
 // A hundred epochs, each still holding an attachment (a graph held for good, one flush apart): a mark
-// taken after them has a slot of its own, so a wait since the mark never waits for them. The table grows
-// past its inline chunk and no slot is shared.
+// taken after them has a count of its own, so a wait since the mark never waits for them. The table grows
+// past its inline chunk and no count is shared.
 TEST(HandBackBarrier, SinceAMarkNeverWaitsForAHundredLongLivedEpochsBeforeIt) {
   constexpr int kEpochs = 100;
   HandBackBarrier barrier;
@@ -656,12 +656,12 @@ TEST(HandBackBarrier, SinceAMarkNeverWaitsForAHundredLongLivedEpochsBeforeIt) {
   EXPECT_EQ(barrier.wait(barrier.request(mark), 0), WaitResult::kReached);  // a later wait since the mark
   EXPECT_FALSE(barrier.reached(everything));
   HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.shared_slots, 0u);
+  EXPECT_EQ(stats.shared_counts, 0u);
   EXPECT_EQ(stats.held, static_cast<std::uint64_t>(kEpochs));
-  EXPECT_EQ(stats.slots_in_use, kEpochs);
-  EXPECT_GT(stats.slots_used, kEpochs);
+  EXPECT_EQ(stats.counts_in_use, kEpochs);
+  EXPECT_GT(stats.counts_used, kEpochs);
 
-  // The tickets are distinct slots; a sleeper since the mark is not woken by them, one on everything is.
+  // The tickets are distinct counts; a sleeper since the mark is not woken by them, one on everything is.
   std::vector<int> sorted = held;
   std::sort(sorted.begin(), sorted.end());
   EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end());
@@ -671,15 +671,15 @@ TEST(HandBackBarrier, SinceAMarkNeverWaitsForAHundredLongLivedEpochsBeforeIt) {
   EXPECT_EQ(waiter.join(), WaitResult::kReached);
   stats = barrier.stats();
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_EQ(stats.slots_in_use, 0);
+  EXPECT_EQ(stats.counts_in_use, 0);
 
-  // The free slots are used again: the table does not grow for a new round of as many epochs.
-  const int used = stats.slots_used;
+  // The free counts are used again: the table does not grow for a new round of as many epochs.
+  const int used = stats.counts_used;
   for (int i = 0; i < kEpochs; ++i) {
     held[static_cast<std::size_t>(i)] = barrier.begin();
     barrier.request(0);
   }
-  EXPECT_EQ(barrier.stats().slots_used, used);
+  EXPECT_EQ(barrier.stats().counts_used, used);
   for (const int ticket : held) barrier.end(ticket, nullptr);
   EXPECT_TRUE(barrier.reached(barrier.request(0)));
 }
@@ -696,7 +696,7 @@ TEST(HandBackBarrier, EachOfManyEpochsIsReachedWhenItsOwnTicketEnds) {
     tickets.push_back(barrier.begin());
     spans.push_back(barrier.request(since));
   }
-  EXPECT_EQ(barrier.stats().shared_slots, 0u);
+  EXPECT_EQ(barrier.stats().shared_counts, 0u);
   std::vector<int> order(kEpochs);
   for (int i = 0; i < kEpochs; ++i) order[static_cast<std::size_t>(i)] = i;
   std::shuffle(order.begin(), order.end(), std::minstd_rand(7));
@@ -714,7 +714,7 @@ TEST(HandBackBarrier, EachOfManyEpochsIsReachedWhenItsOwnTicketEnds) {
 
 // A wait that returns kReached finds the done cell of every attachment it covers set: end() stores the
 // cell before it ends the ticket (and before the wake and the listener write that ending it may make; a
-// listener is registered, so that each ending of an old slot makes that write).
+// listener is registered, so that each ending of an old count makes that write).
 TEST(HandBackBarrier, AReachedWaitFindsEveryCoveredCellSet) {
   constexpr int kRounds = 2000;
   HandBackBarrier barrier;
@@ -798,13 +798,13 @@ TEST(HandBackBarrier, ACellSleeperIsNotWokenByOtherCellsHandBacks) {
 }
 
 // A burst of held epochs (a graph each, attached in its own epoch) and what it leaves once it ends. While
-// held, a wait since a later mark reads the word of the mark's slot alone, not the burst. Once every ticket
-// ended, the next switch vacates the burst's slots: one slot stays occupied (the current one), a wait on a
-// fresh span reads one word and one slot past the group words, and new epochs take the lowest slots again.
+// held, a wait since a later mark reads the word of the mark's count alone, not the burst. Once every ticket
+// ended, the next switch vacates the burst's counts: one count stays occupied (the current one), a wait on a
+// fresh span reads one word and one count past the group words, and new epochs take the lowest counts again.
 // The table's high-water mark stays where the burst left it.
-TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
+TEST(HandBackBarrier, AnEndedBurstOfHeldEpochsLeavesOneOccupiedCount) {
   constexpr int kBurst = 10000;
-  // Group words that cover kBurst + 2 slots (4,096 slots each): what reached() reads before any slot.
+  // Group words that cover kBurst + 2 counts (4,096 counts each): what reached() reads before any count.
   constexpr std::uint64_t kGroups = (kBurst + 2 + 4095) / 4096;
   HandBackBarrier barrier;
   std::vector<int> held;
@@ -813,9 +813,9 @@ TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
     barrier.request(0);
   }
   HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.slots_in_use, kBurst);
-  EXPECT_EQ(stats.slots_occupied, kBurst + 1);  // and the current slot
-  EXPECT_EQ(stats.shared_slots, 0u);
+  EXPECT_EQ(stats.counts_in_use, kBurst);
+  EXPECT_EQ(stats.counts_occupied, kBurst + 1);  // and the current count
+  EXPECT_EQ(stats.shared_counts, 0u);
 
   const std::uint64_t mark = barrier.mark();
   const int after = barrier.begin();
@@ -826,23 +826,23 @@ TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
   EXPECT_TRUE(barrier.reached(since_mark));
   HandBackBarrier::Stats read = barrier.stats();
   EXPECT_LE(read.reached_words - before.reached_words, kGroups + 1);
-  EXPECT_LE(read.reached_slots - before.reached_slots, 64u);  // the slots of one word at most
+  EXPECT_LE(read.reached_counts - before.reached_counts, 64u);  // the counts of one word at most
   EXPECT_FALSE(barrier.reached(barrier.request(0)));  // the burst is still held
 
   for (const int ticket : held) barrier.end(ticket, nullptr);
-  const Span fresh = barrier.request(0);  // the switch that vacates the burst's slots
+  const Span fresh = barrier.request(0);  // the switch that vacates the burst's counts
   stats = barrier.stats();
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_EQ(stats.slots_in_use, 0);
-  EXPECT_EQ(stats.slots_occupied, 1);
-  EXPECT_GT(stats.slots_used, kBurst);  // the high-water mark does not shrink
+  EXPECT_EQ(stats.counts_in_use, 0);
+  EXPECT_EQ(stats.counts_occupied, 1);
+  EXPECT_GT(stats.counts_used, kBurst);  // the high-water mark does not shrink
   before = barrier.stats();
   EXPECT_TRUE(barrier.reached(fresh));
   read = barrier.stats();
   EXPECT_LE(read.reached_words - before.reached_words, kGroups + 1);
-  EXPECT_LE(read.reached_slots - before.reached_slots, 1u);
+  EXPECT_LE(read.reached_counts - before.reached_counts, 1u);
 
-  // New epochs take the lowest slots, and a span over them reads their word alone.
+  // New epochs take the lowest counts, and a span over them reads their word alone.
   const int first = barrier.begin();
   const Span one = barrier.request(0);
   const int second = barrier.begin();
@@ -850,7 +850,7 @@ TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
   EXPECT_LT(first, 64);
   EXPECT_LT(second, 64);
   EXPECT_NE(first, second);
-  EXPECT_EQ(barrier.stats().slots_occupied, 3);
+  EXPECT_EQ(barrier.stats().counts_occupied, 3);
   barrier.end(second, nullptr);
   EXPECT_FALSE(barrier.reached(one));
   EXPECT_FALSE(barrier.reached(two));  // `two` covers `first`'s epoch too
@@ -858,10 +858,10 @@ TEST(HandBackBarrier, AReleasedBurstOfHeldEpochsLeavesOneOccupiedSlot) {
   EXPECT_TRUE(barrier.reached(one));
   EXPECT_TRUE(barrier.reached(two));
   barrier.mark();
-  EXPECT_EQ(barrier.stats().slots_occupied, 1);
+  EXPECT_EQ(barrier.stats().counts_occupied, 1);
 }
 
-// The fork reset leaves slot 0 current and the only occupied slot, whatever the parent held; epochs,
+// The fork reset leaves count 0 current and the only occupied count, whatever the parent held; epochs,
 // marks and the table's size go on.
 TEST(HandBackBarrier, ResetAfterForkLeavesSlotZeroTheOnlyOccupiedSlot) {
   constexpr int kEpochs = 200;
@@ -873,26 +873,26 @@ TEST(HandBackBarrier, ResetAfterForkLeavesSlotZeroTheOnlyOccupiedSlot) {
   const std::uint64_t since = barrier.mark();
   barrier.reset_after_fork();
   HandBackBarrier::Stats stats = barrier.stats();
-  EXPECT_EQ(stats.slots_occupied, 1);
+  EXPECT_EQ(stats.counts_occupied, 1);
   EXPECT_EQ(stats.held, 0u);
-  EXPECT_GT(stats.slots_used, kEpochs);
-  EXPECT_EQ(barrier.begin(), 0);  // two tickets of the epoch after the reset, in slot 0
+  EXPECT_GT(stats.counts_used, kEpochs);
+  EXPECT_EQ(barrier.begin(), 0);  // two tickets of the epoch after the reset, in count 0
   EXPECT_EQ(barrier.begin(), 0);
   const Span held = barrier.request(since);
   EXPECT_FALSE(barrier.reached(held));
   const int later = barrier.begin();
-  EXPECT_EQ(later, 1);  // the lowest free slot
+  EXPECT_EQ(later, 1);  // the lowest free count
   barrier.end(0, nullptr);
   barrier.end(0, nullptr);
   EXPECT_TRUE(barrier.reached(held));
   barrier.end(later, nullptr);
   barrier.request(0);
-  EXPECT_EQ(barrier.stats().slots_occupied, 1);
+  EXPECT_EQ(barrier.stats().counts_occupied, 1);
 }
 
 // Producers begin and end tickets in random order, one in 64 held for long (up to 32 per producer, across
 // many epochs), while two waiters mark now and then, request, wait or spin on reached(), and look again at
-// the last spans they requested: slots empty, are vacated and taken again all the time, and a span that is
+// the last spans they requested: counts empty, are vacated and taken again all the time, and a span that is
 // reached never covers a ticket still held (one whose begin() returned before its request).
 TEST(HandBackBarrier, StressNoReachedSpanWhileSlotsAreVacatedAndTakenAgain) {
   constexpr int kProducers = 4;
@@ -987,11 +987,11 @@ TEST(HandBackBarrier, StressNoReachedSpanWhileSlotsAreVacatedAndTakenAgain) {
   EXPECT_EQ(barrier.stats().held, 0u);
   const Span last = barrier.request(0);
   EXPECT_EQ(barrier.wait(last, kLongEnough), WaitResult::kReached);
-  EXPECT_EQ(barrier.stats().slots_occupied, 1);
+  EXPECT_EQ(barrier.stats().counts_occupied, 1);
 }
 
-// close() wakes cell sleepers whatever their bucket.
-TEST(HandBackBarrier, CloseWakesCellSleepersOfEveryBucket) {
+// shut() wakes cell sleepers whatever their bucket.
+TEST(HandBackBarrier, ShutWakesCellSleepersOfEveryBucket) {
   constexpr int kWaiters = 8;
   HandBackBarrier barrier;
   std::atomic<std::uint32_t> cells[kWaiters];
@@ -1001,8 +1001,8 @@ TEST(HandBackBarrier, CloseWakesCellSleepersOfEveryBucket) {
     waiters.push_back(std::make_unique<Waiter>([&, i] { return barrier.wait_cell(cells[i], kNoLimit); }));
   }
   for (auto& waiter : waiters) ASSERT_TRUE(waiter->until_asleep());
-  barrier.close();
-  for (auto& waiter : waiters) EXPECT_EQ(waiter->join(), WaitResult::kClosed);
+  barrier.shut();
+  for (auto& waiter : waiters) EXPECT_EQ(waiter->join(), WaitResult::kShut);
   EXPECT_EQ(barrier.stats().sleepers, 0u);
 }
 

@@ -37,7 +37,7 @@ TEST(HandBackCEntries, WaitHandedBackIsZeroOnceClosedEvenWithNothingHeld) {
   EXPECT_EQ(reclaim_wait_handed_back(0.0), 1) << "open, nothing held";
   queue->close(ReleaseRecorder::release, &recorder);
   ASSERT_EQ(reclaim_is_closed(), 1);
-  EXPECT_FALSE(process_barrier().is_closed()) << "the owner shuts the barrier, not the queue's close";
+  EXPECT_FALSE(process_barrier().is_shut()) << "the owner shuts the barrier, not the queue's close";
   EXPECT_EQ(process_barrier().stats().held, 0u);
   EXPECT_EQ(reclaim_wait_handed_back(0.0), 0);
   EXPECT_EQ(reclaim_wait_handed_back(-1.0), 0);  // no limit: still 0 at once

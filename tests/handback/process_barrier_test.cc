@@ -42,7 +42,7 @@ TEST(ProcessBarrier, AForkChildStartsWithNoTicketsAndAnOpenBarrier) {
     const HandBackBarrier::Stats stats = process_barrier().stats();
     if (process_barrier().forks() != forks + 1) _exit(10);
     if (stats.held != 0) _exit(11);
-    if (process_barrier().is_closed()) _exit(12);
+    if (process_barrier().is_shut()) _exit(12);
     if (reclaim::handback::wait_handed_back(0.0) != 1) _exit(13);  // the parent's ticket is not waited for
     reclaim::handback::hand_back_end(ticket, nullptr);               // a parent's ticket ends nothing here
     if (process_barrier().stats().held != 0) _exit(14);
@@ -67,7 +67,7 @@ TEST(ProcessBarrier, ShutEndsAWaitAsleepAndEveryLaterOneWithZero) {
   reclaim::handback::shut_process_barrier();
   waiter.join();
   EXPECT_EQ(result.load(), 0);
-  EXPECT_TRUE(process_barrier().is_closed());
+  EXPECT_TRUE(process_barrier().is_shut());
   EXPECT_EQ(reclaim::handback::wait_handed_back(-1.0), 0);  // no limit: still 0 at once
   reclaim::handback::hand_back_end(ticket, nullptr);
   EXPECT_EQ(reclaim::handback::wait_handed_back(0.0), 0);  // nothing held, but shut

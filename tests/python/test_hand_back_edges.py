@@ -1,5 +1,5 @@
 """The hand-back barrier's edges, each once a bug (fake driver): exit ordering against non-daemon threads,
-executors and a closed barrier; fork with the asyncio lock held and a parent's ticket ended in the child; a
+executors and a shut barrier; fork with the asyncio lock held and a parent's ticket ended in the child; a
 finalizer that a drain runs; a late import; pickling; reference cycles; two uvloop loops; a stress of every
 kind of waiter against concurrent attachments and hand-backs."""
 
@@ -9,7 +9,7 @@ from conftest import run_child
 SHORT = 25  # seconds: a child that has not exited by then is hung
 
 
-# The exit hook closes the barrier (the queue is still open then): an asyncio wait in a non-daemon thread
+# The exit hook shuts the barrier (the queue is still open then): an asyncio wait in a non-daemon thread
 # ends with False, and the exit goes on.
 def test_an_asyncio_waiter_in_a_non_daemon_thread_does_not_hold_the_exit():
     result = fake_cuda.run(
@@ -34,21 +34,21 @@ print("exiting", flush=True)
     assert "asyncio waiter returned False" in result.stdout, result.stdout
 
 
-# An await that starts after the barrier closed (the queue still open) ends at once.
-def test_an_asyncio_await_after_the_barrier_closed_ends_at_once():
+# An await that starts after the barrier was shut (the queue still open) ends at once.
+def test_an_asyncio_await_after_the_barrier_was_shut_ends_at_once():
     fake_cuda.run(
         """
 import asyncio, cuda_reclaim.asyncio
 graph = fake.fake_cuda_graph_create()
 cuda_reclaim.keep_alive(graph, P())
 _reclaim._hand_back_close()          # what threading's exit hook does (cuda_reclaim/_hand_back.py)
-assert cuda_reclaim.wait_handed_back() is False   # the thread form sees the close
+assert cuda_reclaim.wait_handed_back() is False   # the thread form sees the shut
 async def main():
     return await asyncio.wait_for(cuda_reclaim.asyncio.handed_back(), 3)
 try:
     print("returned", asyncio.run(main()))
 except asyncio.TimeoutError:
-    raise SystemExit("asyncio.handed_back() ignored the barrier's close and waited until the timeout")
+    raise SystemExit("asyncio.handed_back() ignored the barrier's shut and waited until the timeout")
 """,
         timeout=SHORT,
     )
@@ -82,7 +82,7 @@ import os, cuda_reclaim.asyncio
 from cuda_reclaim import _asyncio_barrier
 held, release = threading.Event(), threading.Event()
 def holder():
-    with _asyncio_barrier._lock:   # as a loop thread inside _settle() would, for a moment
+    with _asyncio_barrier._lock:   # as a loop thread inside _complete_waiters() would, for a moment
         held.set()
         release.wait()
 threading.Thread(target=holder, daemon=True).start()
@@ -108,7 +108,7 @@ print("ok")
 
 
 # A payload attached in the parent carries its ticket; if its hand-back runs in the child (the fake driver
-# lets it), the child's emptied slots stay at zero instead of wrapping.
+# lets it), the child's emptied epoch counts stay at zero instead of wrapping.
 def test_a_parents_ticket_ended_in_a_fork_child_leaves_its_barrier_counting():
     fake_cuda.run(
         """
@@ -164,7 +164,7 @@ print("ok")
     )
 
 
-# threading refuses new exit hooks once it is shutting down: the import still works (the barrier closes).
+# threading refuses new exit hooks once it is shutting down: the import still works (the barrier is shut).
 def test_the_first_import_during_threading_shutdown_works():
     result = run_child(
         """
