@@ -7,7 +7,6 @@ import ctypes
 import os
 import signal
 import threading
-import time
 import weakref
 
 import pytest
@@ -261,7 +260,8 @@ def a_waiting_thread_sleeps_without_polling():
             return next(line for line in lines if line.startswith(field + ":")).split()[1]
     wait_until(lambda: status("State") == "S")  # asleep in its futex wait (its GIL released before it)
     before = int(status("voluntary_ctxt_switches"))
-    time.sleep(0.2)  # the behaviour: a window in which a polling thread would switch out about 200 times
+    waiter.join(0.2)  # a window in which a polling thread would switch out about 200 times
+    assert waiter.is_alive(), "nothing was handed back: the wait goes on"
     grown = int(status("voluntary_ctxt_switches")) - before
     assert grown <= 2, f"the waiting thread switched out {grown} times while nothing was handed back"
     fake.fake_cuda_graph_destroy(graph)
