@@ -77,7 +77,7 @@ void count_release_batch(reclaim::ReleaseBatch* batch, void*) {
 
 // Every strategy gets its memory for the whole run up front: the stack its nodes, the mutex pools their
 // first growth (below), the queue a reserved capacity for every pointer a run can hold (twice over: a
-// run's threads need not land on the producer slots of the previous run, and a slot keeps its blocks).
+// run's threads need not land on the producer lanes of the previous run, and a lane keeps its blocks).
 // So the timed pushes measure the steady state, never the first touch of fresh memory.
 reclaim::QueueOptions burst_reserve() {
   reclaim::QueueOptions options;
@@ -120,7 +120,7 @@ struct StackStrategy {
   std::size_t drain(std::size_t) { return CoalescedStack::release_list(stack.take_all(), count_release_item); }
 };
 
-// moodycamel alone, as cuda-reclaim's storage uses it (its traits, an explicit producer), with no slot,
+// moodycamel alone, as cuda-reclaim's storage uses it (its traits, an explicit producer), with no lane,
 // count or signal around it: the drain takes batches of cuda-reclaim's size into an array on the stack,
 // then calls the release for each pointer of the batch.
 struct MoodycamelBulkStrategy {
@@ -148,7 +148,7 @@ Strategy& instance() {
 }
 
 // One untimed run per strategy before the timed ones, with the most threads: the mutex pools grow to the
-// run's size, the queue's producer slots get their producers and blocks.
+// run's size, the queue's producer lanes get their producers and blocks.
 template <class Strategy>
 void warm_up() {
   Strategy& strategy = instance<Strategy>();
@@ -283,15 +283,15 @@ void BM_HeapBytes(benchmark::State& state) {
   state.counters["bytes_per_item_after_trim"] = after_trim;
 }
 
-// The parts of a push, alone. An exchange on a line no other thread touches (as a push's slot), then a
+// The parts of a push, alone. An exchange on a line no other thread touches (as a push's lane), then a
 // store giving it back: the one full barrier of a push, which the CAS stack's compare-exchange is too.
 void BM_PushPart_Exchange(benchmark::State& state) {
   struct alignas(64) Flag {
-    std::atomic<std::uint32_t> held{0};  // as a producer slot's
+    std::atomic<std::uint32_t> taken{0};  // as a producer lane's
   };
   static Flag flag;
   for (auto _ : state) {
-    if (flag.held.exchange(1, std::memory_order_seq_cst) == 0) flag.held.store(0, std::memory_order_release);
+    if (flag.taken.exchange(1, std::memory_order_seq_cst) == 0) flag.taken.store(0, std::memory_order_release);
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations());

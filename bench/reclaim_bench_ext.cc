@@ -50,7 +50,7 @@ struct Run {
   // Hand-overs completed, per thread, each on its own cache line: a producer stores to it after every
   // hand-over, and neighbouring counters on one line would make every producer's store miss (the line
   // moves between their cores), a miss that the next locked instruction inside the timed hand-over (the
-  // queue's slot exchange, the stack's compare-exchange, the mutex) waits for. That would charge the
+  // queue's lane exchange, the stack's compare-exchange, the mutex) waits for. That would charge the
   // lock-free strategies for the harness; a mutex whose threads take turns sleeping would escape it.
   struct alignas(64) Progress {
     std::atomic<std::size_t> done{0};

@@ -63,12 +63,12 @@ bool parse_wait_timeout(const char* function, PyObject* const* args, Py_ssize_t 
 
 // True when `attachment` was made before a fork of this process: CUDA hands it back in the parent only.
 bool from_an_ancestor(const Attachment* attachment) noexcept {
-  return attachment->forks != barrier().forks() && attachment->slot.done.load(std::memory_order_acquire) == 0;
+  return attachment->forks != barrier().forks() && attachment->record.done.load(std::memory_order_acquire) == 0;
 }
 
 PyObject* attachment_done(PyObject* self, PyObject*) {
   const auto* attachment = reinterpret_cast<Attachment*>(self);
-  return PyBool_FromLong(attachment->slot.done.load(std::memory_order_acquire) != 0);
+  return PyBool_FromLong(attachment->record.done.load(std::memory_order_acquire) != 0);
 }
 
 PyObject* attachment_wait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -78,13 +78,13 @@ PyObject* attachment_wait(PyObject* self, PyObject* const* args, Py_ssize_t narg
   if (from_an_ancestor(attachment)) Py_RETURN_FALSE;  // its hand-back happens in the parent, never here
   // `self` is referenced by the call for as long as it waits.
   return wait_releasing_the_gil(timeout_ms, [attachment](std::int64_t left) {
-    return barrier().wait_cell(attachment->slot.done, left);
+    return barrier().wait_cell(attachment->record.done, left);
   });
 }
 
 PyObject* attachment_repr(PyObject* self) {
   const auto* attachment = reinterpret_cast<Attachment*>(self);
-  const bool done = attachment->slot.done.load(std::memory_order_acquire) != 0;
+  const bool done = attachment->record.done.load(std::memory_order_acquire) != 0;
   return PyUnicode_FromFormat("<cuda_reclaim.Attachment %s: %s>", attachment->kind,
                               done ? "handed back by CUDA" : "held by CUDA");
 }
@@ -107,12 +107,12 @@ void attachment_dealloc(PyObject* self) {
   PyTypeObject* type = Py_TYPE(self);
   PyObject_GC_UnTrack(self);
   if (attachment->attached && attachment->forks == barrier().forks()) {
-    // The trampoline pushed this object and is finishing its count: its last store is slot.done, a few
+    // The trampoline pushed this object and is finishing its count: its last store is record.done, a few
     // instructions away (it never blocks).
-    while (attachment->slot.done.load(std::memory_order_acquire) == 0) sched_yield();
+    while (attachment->record.done.load(std::memory_order_acquire) == 0) sched_yield();
   }
   Py_CLEAR(attachment->objects);
-  attachment->slot.~HandBackSlot();
+  attachment->record.~HandBackRecord();
   type->tp_free(self);
   Py_DECREF(type);
 }
@@ -316,8 +316,8 @@ PyMethodDef kBarrierMethods[] = {
 Attachment* new_attachment(const char* kind, PyObject* objects) {
   auto* attachment = PyObject_GC_New(Attachment, g_attachment_type);
   if (attachment == nullptr) return nullptr;
-  new (&attachment->slot) graph::HandBackSlot();
-  attachment->slot.payload = attachment;
+  new (&attachment->record) graph::HandBackRecord();
+  attachment->record.payload = attachment;
   Py_XINCREF(objects);
   attachment->objects = objects;
   attachment->kind = kind;

@@ -16,19 +16,19 @@
 namespace reclaim::bindings {
 
 // One attachment's handle (cuda_reclaim.Attachment, immutable, not instantiable from Python). For
-// keep_alive, the object itself is the payload CUDA holds (slot.payload == self) and it holds `objects`;
+// keep_alive, the object itself is the payload CUDA holds (record.payload == self) and it holds `objects`;
 // for a host node it only carries the node's done cell (objects null).
 struct Attachment {
   PyObject_HEAD
-  graph::HandBackSlot slot;  // graph/'s part: its trampoline pushes slot.payload, then sets slot.done
+  graph::HandBackRecord record;  // graph/'s part: its trampoline pushes record.payload, then sets record.done
   PyObject* objects;         // what CUDA keeps alive (a reference), or null
   const char* kind;          // "keep_alive", "keep_alive_until", "add_host_node"
-  bool attached;             // CUDA took it: deallocation waits for slot.done (the trampoline's last touch)
+  bool attached;             // CUDA took it: deallocation waits for record.done (the trampoline's last touch)
   std::uint64_t forks;       // the barrier's forks() when made: in a fork child it never comes back
 };
 
 // A new Attachment of `kind` (a static string) holding a reference to `objects` (may be null), with
-// slot.payload pointing to itself, not attached. Null with an exception set on failure. Allocates.
+// record.payload pointing to itself, not attached. Null with an exception set on failure. Allocates.
 Attachment* new_attachment(const char* kind, PyObject* objects);
 
 // Adds the Attachment type, wait_handed_back and the private barrier builtins to the module. Returns 0, or

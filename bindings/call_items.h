@@ -3,7 +3,7 @@
 // cancel them (host_calls.cc, host_nodes.cc). bindings/host_calls.h is what the rest of the module sees.
 //
 // Everything here is touched with the GIL only (the module declares Py_MOD_GIL_USED and is main-interpreter
-// only), except the graph/ slots embedded in the objects, which CUDA's threads write through graph/'s
+// only), except the graph/ records embedded in the objects, which CUDA's threads write through graph/'s
 // trampolines before they push. No standard containers: the bookkeeping is intrusive lists and one
 // fixed table, so that nothing here needs libstdc++'s allocation-failure machinery.
 
@@ -51,12 +51,12 @@ enum class CallState : int {
 };
 
 // A _HostItem of kind kCall: one launch_host_func or launch_host_func_ordered call (or a prepared one,
-// _prepare_host_call). The slot is graph/'s part (the trampoline writes its place, and an ordered one its
+// _prepare_host_call). The record is graph/'s part (the trampoline writes its place, and an ordered one its
 // gate); everything else is touched with the GIL only.
 struct HostCall {
   PyObject_HEAD
   HostItemKind kind;  // kCall
-  reclaim::graph::HostCallSlot slot;
+  reclaim::graph::HostCallRecord record;
   StreamOrder* order;
   CallState state;
   PyObject* fn;
@@ -81,15 +81,15 @@ struct HostCall {
 };
 
 // A _HostItem of kind kNode: one add_host_node node. One Python reference stands for every native
-// one (graph/host_calls.h's HostNodeSlot::native_refs) and is dropped by whoever takes that count to zero.
+// one (graph/host_calls.h's HostNodeRecord::native_refs) and is dropped by whoever takes that count to zero.
 struct HostNode {
   PyObject_HEAD
   HostItemKind kind;  // kNode
-  reclaim::graph::HostNodeSlot slot;
+  reclaim::graph::HostNodeRecord record;
   PyObject* fn;
   PyObject* args;        // tuple
   PyObject* kwargs;      // dict or null
-  PyObject* attachment;  // the node's Attachment (bindings/attachments.h): slot.done points into it
+  PyObject* attachment;  // the node's Attachment (bindings/attachments.h): record.done points into it
   bool ordered;          // add_host_node_ordered: its firings wait on gates (graph/host_calls.h)
   HostNode* previous_ordered;  // the list of ordered nodes alive (host_nodes.cc), while `ordered`
   HostNode* next_ordered;
@@ -230,7 +230,7 @@ void open_node_gates() noexcept;
 void forget_node_gates_after_fork() noexcept;
 
 // The part of a dying node's deallocation that is the node's own: drops its function and arguments and
-// ends its slot (the _HostItem type's deallocator frees the memory). Requires the GIL.
+// ends its record (the _HostItem type's deallocator frees the memory). Requires the GIL.
 void clear_host_node(HostNode* node);
 
 }  // namespace reclaim::bindings

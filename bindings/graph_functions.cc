@@ -1,7 +1,7 @@
 // bindings/graph_functions.cc — Python entry points for graph/'s keep-alive: attach a payload (one
 // object, or a tuple of them) to a CUDA graph or stream.
 //
-// The caller's reference is handed to graph/ and comes back only when graph/ says so (Handover::kReturned):
+// The caller's reference is handed to graph/ and comes back only when graph/ says so (AttachOutcome::kReturned):
 // then it is given back here, at once, with the GIL. Driver calls run with the GIL released: they may
 // block (a full stream queue), and other libraries' host callbacks on CUDA's thread may need the GIL.
 // Handles are plain ints here; bindings/cuda_reclaim/_graph.py turns cuda.core / cuda.bindings objects
@@ -47,28 +47,28 @@ PyObject* attach(PyObject* module, Target target, const char* name, PyObject* co
   Py_BEGIN_ALLOW_THREADS
   switch (target) {
     case Target::kGraph:
-      result = graph::retain_slot_on_graph(driver->api, static_cast<CUgraph>(handle), &attachment->slot);
+      result = graph::retain_record_on_graph(driver->api, static_cast<CUgraph>(handle), &attachment->record);
       break;
     case Target::kCapture:
-      result = graph::retain_slot_on_capture(driver->api, static_cast<CUstream>(handle), &attachment->slot);
+      result = graph::retain_record_on_capture(driver->api, static_cast<CUstream>(handle), &attachment->record);
       break;
     case Target::kStream:
-      result = graph::retain_slot_until_stream(driver->api, static_cast<CUstream>(handle), &attachment->slot);
+      result = graph::retain_record_until_stream(driver->api, static_cast<CUstream>(handle), &attachment->record);
       break;
   }
   Py_END_ALLOW_THREADS
 
-  switch (result.handover) {
-    case graph::Handover::kAttached:
+  switch (result.outcome) {
+    case graph::AttachOutcome::kAttached:
       attachment->attached = true;
       return reinterpret_cast<PyObject*>(attachment);  // the caller's reference
-    case graph::Handover::kReturned:
+    case graph::AttachOutcome::kReturned:
       Py_DECREF(attachment);  // given back at once: the objects are not kept alive by CUDA
       Py_DECREF(attachment);
       PyErr_Format(driver_error(module), "%s failed with %s; nothing was attached", result.call,
                    graph::error_name(*driver, result.error));
       return nullptr;
-    case graph::Handover::kInFlight:
+    case graph::AttachOutcome::kInFlight:
       // CUDA still owns its reference and will hand it to the queue; only the caller's goes here.
       attachment->attached = true;
       Py_DECREF(attachment);

@@ -159,9 +159,9 @@ PyObject* py_launch_host_func(PyObject* module, PyObject* const* argv, Py_ssize_
   Py_INCREF(call);  // the reference CUDA holds until the host function pushes it
   graph::AttachResult result;
   Py_BEGIN_ALLOW_THREADS
-  result = graph::launch_host_func(driver->api, reinterpret_cast<CUstream>(stream), &call->slot, ordered != 0);
+  result = graph::launch_host_func(driver->api, reinterpret_cast<CUstream>(stream), &call->record, ordered != 0);
   Py_END_ALLOW_THREADS
-  if (result.handover == graph::Handover::kAttached) {
+  if (result.outcome == graph::AttachOutcome::kAttached) {
     Py_DECREF(call);
     Py_RETURN_TRUE;
   }
@@ -202,7 +202,7 @@ PyObject* py_prepare_host_call(PyObject*, PyObject* const* argv, Py_ssize_t narg
     return nullptr;
   }
   // The call's own reference becomes the pair's, then CUDA's: the host function's push hands it to the queue.
-  const graph::PreparedPair pair = graph::prepare_host_call(&call->slot, ordered != 0);
+  const graph::PreparedPair pair = graph::prepare_host_call(&call->record, ordered != 0);
   if (pair.host_fn == nullptr) {
     withdraw_host_call(call);
     Py_DECREF(call);
@@ -217,7 +217,7 @@ PyObject* py_prepare_host_call(PyObject*, PyObject* const* argv, Py_ssize_t narg
       static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(pair.user_data)), future);
   if (result == nullptr) {
     unlink_prepared(call);
-    (void)graph::withdraw_prepared_host_call(&call->slot);  // nobody has the pair: this takes it
+    (void)graph::withdraw_prepared_host_call(&call->record);  // nobody has the pair: this takes it
     withdraw_host_call(call);
     Py_DECREF(call);
   }
@@ -237,7 +237,7 @@ PyObject* py_withdraw_host_call(PyObject*, PyObject* argument) {
                     "already, or its call was run or cancelled by a drain after CUDA ran its host function)");
     return nullptr;
   }
-  if (!graph::withdraw_prepared_host_call(&call->slot)) {
+  if (!graph::withdraw_prepared_host_call(&call->record)) {
     PyErr_SetString(PyExc_ValueError,
                     "_withdraw_host_call(): CUDA ran the pair's host function already: the call is the queue's "
                     "and a drain runs it");
@@ -282,13 +282,13 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
   graph::HostNodeResult result;
   Py_BEGIN_ALLOW_THREADS
   result = graph::add_host_node(driver->api, reinterpret_cast<CUgraph>(graph_handle), nodes,
-                                static_cast<std::size_t>(PyTuple_GET_SIZE(dependencies)), &node->slot,
+                                static_cast<std::size_t>(PyTuple_GET_SIZE(dependencies)), &node->record,
                                 ordered != 0);
   Py_END_ALLOW_THREADS
   PyMem_Free(nodes);
   PyObject* handle = nullptr;
-  switch (result.attach.handover) {
-    case graph::Handover::kAttached:
+  switch (result.attach.outcome) {
+    case graph::AttachOutcome::kAttached:
       // The destructor will set the node's done cell: its Attachment waits for that before it goes.
       reinterpret_cast<Attachment*>(node->attachment)->attached = true;
       if (result.node != nullptr) {
@@ -301,12 +301,12 @@ PyObject* py_add_host_node(PyObject* module, PyObject* const* argv, Py_ssize_t n
                      graph::error_name(*driver, result.node_error));
       }
       break;
-    case graph::Handover::kReturned:
-      Py_DECREF(node);  // the native reference: never handed over
+    case graph::AttachOutcome::kReturned:
+      Py_DECREF(node);  // the native reference: never attached
       PyErr_Format(driver_error(module), "%s failed with %s; no node was added", result.attach.call,
                    graph::error_name(*driver, result.attach.error));
       break;
-    case graph::Handover::kInFlight:
+    case graph::AttachOutcome::kInFlight:
       // CUDA will still run the destructor, which sets the done cell: the Attachment must wait for it.
       reinterpret_cast<Attachment*>(node->attachment)->attached = true;
       PyErr_Format(driver_error(module),

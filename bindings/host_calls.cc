@@ -2,7 +2,7 @@
 // outstanding list, running a call into its future in stream order, cancelling, the _HostItem type (of
 // host calls and host nodes), and the release action that tells call items from plain references.
 //
-// Nothing here runs on CUDA's threads: those only run graph/'s trampolines, which write the slot embedded
+// Nothing here runs on CUDA's threads: those only run graph/'s trampolines, which write the record embedded
 // in a call and push it.
 
 #define PY_SSIZE_T_CLEAN
@@ -55,9 +55,9 @@ void unlink_running(HostCall* call) {
   call->previous = call->next = nullptr;
 }
 
-// Applies `step` to the slot of every call on the list whose head is `head`.
-void for_each_slot(HostCall* head, void (*step)(reclaim::graph::HostCallSlot*)) {
-  for (HostCall* call = head; call != nullptr; call = call->next) step(&call->slot);
+// Applies `step` to the record of every call on the list whose head is `head`.
+void for_each_record(HostCall* head, void (*step)(reclaim::graph::HostCallRecord*)) {
+  for (HostCall* call = head; call != nullptr; call = call->next) step(&call->record);
 }
 
 void link(HostCall* call) {
@@ -88,12 +88,12 @@ void unlink(HostCall* call) {
 // the callbacks run, the call is on the running list (a fork from one forgets its gate; an exit that never
 // returns to it opens it).
 void cancel_then_open(HostCall* call, PyObject* future) {
-  const bool gated = call->slot.gate.load(std::memory_order_acquire) != nullptr;
+  const bool gated = call->record.gate.load(std::memory_order_acquire) != nullptr;
   if (gated) link_running(call);
   cancel_future(future);
   if (gated) {
     unlink_running(call);
-    (void)reclaim::graph::open_host_call_gate(&call->slot);
+    (void)reclaim::graph::open_host_call_gate(&call->record);
   }
 }
 
@@ -133,7 +133,7 @@ void run_call(HostCall* call) {
   CallParts parts;
   finish(call, &parts);
   // Dequeued: the host function stored its gate before the push that this drain's dequeue follows.
-  const bool gated = call->slot.gate.load(std::memory_order_acquire) != nullptr;
+  const bool gated = call->record.gate.load(std::memory_order_acquire) != nullptr;
   call->runner = PyThread_get_thread_ident();
   call->running_parts = &parts;
   link_running(call);
@@ -148,7 +148,7 @@ void run_call(HostCall* call) {
   }
   unlink_running(call);
   call->running_parts = nullptr;
-  if (gated) (void)reclaim::graph::open_host_call_gate(&call->slot);  // null in a fork child that fn forked
+  if (gated) (void)reclaim::graph::open_host_call_gate(&call->record);  // null in a fork child that fn forked
   release_parts(parts);
 }
 
@@ -158,7 +158,7 @@ void run_in_order(StreamOrder* order, HostCall* call) {
   ++order->references;  // the calls released below may be the last ones pointing here
   order->busy = true;
   while (call != nullptr) {
-    if (call->slot.place >= order->next) order->next = call->slot.place + 1;
+    if (call->record.place >= order->next) order->next = call->record.place + 1;
     run_call(call);
     Py_DECREF(call);
     call = take_next_parked(order);
@@ -198,7 +198,7 @@ void clear_host_call(HostCall* call) {
     release_parts(parts);
   }
   // A gate is closed only while its call is not done, and the last reference outlives every opener.
-  (void)reclaim::graph::open_host_call_gate(&call->slot);
+  (void)reclaim::graph::open_host_call_gate(&call->record);
   if (call->order != nullptr) release_stream_order(call->order);
 }
 
@@ -208,7 +208,7 @@ HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObje
     release_stream_order(order);
     return nullptr;
   }
-  new (&call->slot) reclaim::graph::HostCallSlot();
+  new (&call->record) reclaim::graph::HostCallRecord();
   Py_INCREF(fn);
   Py_INCREF(args);
   Py_XINCREF(kwargs);
@@ -218,8 +218,8 @@ HostCall* new_host_call(StreamOrder* order, PyObject* fn, PyObject* args, PyObje
   call->kwargs = kwargs;
   call->future = future;
   call->order = order;
-  call->slot.payload = call;
-  call->slot.order = &order->counters;
+  call->record.payload = call;
+  call->record.order = &order->counters;
   call->state = CallState::kWaiting;
   call->parked_previous = call->parked_next = nullptr;
   call->prepared = false;
@@ -273,7 +273,7 @@ void host_call_arrived(HostCall* call) {
   }
   StreamOrder* order = call->order;
   const bool gap =
-      call->slot.place > order->next && order->counters.rejected.load(std::memory_order_relaxed) == 0;
+      call->record.place > order->next && order->counters.rejected.load(std::memory_order_relaxed) == 0;
   if (order->busy || gap) {
     // Its turn comes after a call that is running (this drain was re-entered, or another thread's drain
     // is running it) or that has not been dequeued yet: it runs right after that one.
@@ -337,18 +337,18 @@ void cancel_queued_item(PyObject* item) {
 void cancel_outstanding_calls() { cancel_all_host_calls(); }
 
 void open_every_gate() noexcept {
-  const auto open = [](reclaim::graph::HostCallSlot* slot) { (void)reclaim::graph::open_host_call_gate(slot); };
-  for_each_slot(g_outstanding, open);
-  for_each_slot(g_parents_calls, open);
-  for_each_slot(g_running, open);
+  const auto open = [](reclaim::graph::HostCallRecord* record) { (void)reclaim::graph::open_host_call_gate(record); };
+  for_each_record(g_outstanding, open);
+  for_each_record(g_parents_calls, open);
+  for_each_record(g_running, open);
   open_node_gates();
 }
 
 void forget_calls_after_fork() {
   // The gates are the parent's: CUDA's thread that waits on one is not in this process.
-  for_each_slot(g_outstanding, reclaim::graph::forget_host_call_gate);
-  for_each_slot(g_parents_calls, reclaim::graph::forget_host_call_gate);
-  for_each_slot(g_running, reclaim::graph::forget_host_call_gate);
+  for_each_record(g_outstanding, reclaim::graph::forget_host_call_gate);
+  for_each_record(g_parents_calls, reclaim::graph::forget_host_call_gate);
+  for_each_record(g_running, reclaim::graph::forget_host_call_gate);
   // Running calls leave the list. Those of the forking thread go on as the child's (their fn returns here);
   // those of another thread never return here (that thread is the parent's): they are kept, linked through
   // `next`, for their futures to end below.

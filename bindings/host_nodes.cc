@@ -54,14 +54,14 @@ void unlink_ordered(HostNode* node) {
 
 // An entry of an ordered node that runs no call (cancelled, final): every waiting firing goes on.
 void open_waiting(HostNode* node) {
-  if (node->ordered) graph::open_firing_gates(graph::take_firing_gates(&node->slot));
+  if (node->ordered) graph::open_firing_gates(graph::take_firing_gates(&node->record));
 }
 
 }  // namespace
 
 void open_node_gates() noexcept {
   for (HostNode* node = g_ordered_nodes; node != nullptr; node = node->next_ordered) {
-    graph::open_firing_gates(graph::take_firing_gates(&node->slot));
+    graph::open_firing_gates(graph::take_firing_gates(&node->record));
   }
   for (TakenGates* taken = g_taken; taken != nullptr; taken = taken->next) {
     graph::open_firing_gates(taken->gates);
@@ -71,7 +71,7 @@ void open_node_gates() noexcept {
 
 void forget_node_gates_after_fork() noexcept {
   for (HostNode* node = g_ordered_nodes; node != nullptr; node = node->next_ordered) {
-    (void)graph::take_firing_gates(&node->slot);
+    (void)graph::take_firing_gates(&node->record);
   }
   while (TakenGates* taken = g_taken) {
     taken->gates = nullptr;
@@ -88,7 +88,7 @@ void clear_host_node(HostNode* node) {
   Py_XDECREF(node->args);
   Py_XDECREF(node->kwargs);
   Py_XDECREF(node->attachment);
-  node->slot.~HostNodeSlot();
+  node->record.~HostNodeRecord();
 }
 
 HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs, bool ordered) {
@@ -99,9 +99,9 @@ HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs, bool ord
     Py_DECREF(attachment);
     return nullptr;
   }
-  new (&node->slot) graph::HostNodeSlot();
-  node->slot.payload = node;
-  node->slot.done = &attachment->slot.done;
+  new (&node->record) graph::HostNodeRecord();
+  node->record.payload = node;
+  node->record.done = &attachment->record.done;
   node->attachment = reinterpret_cast<PyObject*>(attachment);
   Py_INCREF(fn);
   Py_INCREF(args);
@@ -123,22 +123,22 @@ HostNode* new_host_node(PyObject* fn, PyObject* args, PyObject* kwargs, bool ord
 
 void host_node_cancelled(HostNode* node) {
   // The final entry (the user object went last) cancels no call: it only drops the native count's reference.
-  if (!graph::host_node_entry_is_final(&node->slot)) ++g_call_counters.cancelled;
+  if (!graph::host_node_entry_is_final(&node->record)) ++g_call_counters.cancelled;
   open_waiting(node);
-  if (graph::host_node_entry_done(&node->slot)) Py_DECREF(node);
+  if (graph::host_node_entry_done(&node->record)) Py_DECREF(node);
 }
 
 void host_node_arrived(HostNode* node) {
   // The final entry (the user object went last) runs nothing; after close() no call runs either, also one a
   // drain that the close interrupted had taken (docs/callbacks.md): host_node_cancelled handles both.
-  if (graph::host_node_entry_is_final(&node->slot) || calls_stopped()) {
+  if (graph::host_node_entry_is_final(&node->record) || calls_stopped()) {
     host_node_cancelled(node);
     return;
   }
   ++g_call_counters.run;
   // An ordered node: the firings waiting now go on once this call returned (graph/host_calls.h).
   TakenGates taken;
-  if (node->ordered) taken.gates = graph::take_firing_gates(&node->slot);
+  if (node->ordered) taken.gates = graph::take_firing_gates(&node->record);
   if (taken.gates != nullptr) link_taken(&taken);
   PyObject* result = PyObject_Call(node->fn, node->args, node->kwargs);
   if (result == nullptr) {
@@ -148,7 +148,7 @@ void host_node_arrived(HostNode* node) {
   }
   unlink_taken(&taken);
   graph::open_firing_gates(taken.gates);  // null in a fork child that the call forked
-  if (graph::host_node_entry_done(&node->slot)) Py_DECREF(node);
+  if (graph::host_node_entry_done(&node->record)) Py_DECREF(node);
 }
 
 }  // namespace reclaim::bindings

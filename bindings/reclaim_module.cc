@@ -115,7 +115,7 @@ PyObject* py_is_closed(PyObject*, PyObject*) { return PyBool_FromLong(queue().is
 PyObject* py_trim_would_help(PyObject*, PyObject*) { return PyBool_FromLong(queue().trim_would_help()); }
 
 PyObject* py_trim(PyObject*, PyObject*) {
-  // Never runs Python; may wait for a producer slot's holder and calls the allocator: the GIL is released.
+  // Never runs Python; may wait for a producer lane's holder and calls the allocator: the GIL is released.
   reclaim::TrimStatus status;
   Py_BEGIN_ALLOW_THREADS
   status = queue().trim();

@@ -69,7 +69,7 @@ void release_stream_order(StreamOrder* order) {
 void park(HostCall* call) {
   StreamOrder* order = call->order;
   HostCall* before = order->parked_last;  // the call to insert after: the last one with a smaller place
-  while (before != nullptr && before->slot.place > call->slot.place) before = before->parked_previous;
+  while (before != nullptr && before->record.place > call->record.place) before = before->parked_previous;
   HostCall* after = before != nullptr ? before->parked_next : order->parked_first;
   call->parked_previous = before;
   call->parked_next = after;
@@ -88,8 +88,8 @@ void unpark(HostCall* call) {
 
 HostCall* take_next_parked(StreamOrder* order) {
   HostCall* call = order->parked_first;
-  while (call != nullptr && call->slot.place < order->next) call = call->parked_next;
-  if (call == nullptr || call->slot.place != order->next) {
+  while (call != nullptr && call->record.place < order->next) call = call->parked_next;
+  if (call == nullptr || call->record.place != order->next) {
     // Once a push of the stream was rejected, a missing place may never arrive: run in place order
     // without waiting for the gaps.
     if (order->parked_first == nullptr || order->counters.rejected.load(std::memory_order_relaxed) == 0) {
@@ -181,10 +181,10 @@ void unlink_prepared(HostCall* call) {
 }
 
 HostCall* find_prepared(std::uintptr_t user_data) {
-  const void* const address = reclaim::graph::prepared_slot_address(user_data);
+  const void* const address = reclaim::graph::prepared_record_address(user_data);
   for (HostCall* call = g_prepared; call != nullptr; call = call->prepared_next) {
-    if (&call->slot == address) {
-      return reclaim::graph::is_prepared_pair(&call->slot, user_data) ? call : nullptr;
+    if (&call->record == address) {
+      return reclaim::graph::is_prepared_pair(&call->record, user_data) ? call : nullptr;
     }
   }
   return nullptr;

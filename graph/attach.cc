@@ -11,15 +11,15 @@ namespace reclaim {
 namespace graph {
 namespace {
 
-// The withdrawn-payload table (see keep_alive.h). A slot holds null (free), a payload being withdrawn, or
-// kConsumed (its destructor ran and did not push). Slots: claimed (null → payload) and freed by the
+// The withdrawn-payload table (see keep_alive.h). An entry holds null (free), a payload being withdrawn, or
+// kConsumed (its destructor ran and did not push). Entries: claimed (null → payload) and freed by the
 // failing caller; payload → kConsumed by a destructor (acq_rel CAS, so exactly one of the two sides wins
-// the payload). g_withdrawals counts callers inside the window: incremented (seq_cst) before the slot is
+// the payload). g_withdrawals counts callers inside the window: incremented (seq_cst) before the entry is
 // filled and the user object released, decremented (release) after; destructors load it (acquire) so the
 // common case costs one load. A destructor the release triggers is ordered after the increment: it runs
 // inside the release call, or on a CUDA thread that the release call signalled.
-constexpr int kWithdrawSlots = 16;
-std::atomic<void*> g_withdraw_slots[kWithdrawSlots];
+constexpr int kWithdrawEntries = 16;
+std::atomic<void*> g_withdraw_entries[kWithdrawEntries];
 std::atomic<int> g_withdrawals{0};
 char g_consumed_marker;
 void* const kConsumed = &g_consumed_marker;
@@ -33,9 +33,9 @@ namespace internal {
 
 bool consume_withdrawn(void* payload) noexcept {
   if (g_withdrawals.load(std::memory_order_acquire) == 0) return false;
-  for (auto& slot : g_withdraw_slots) {
+  for (auto& entry : g_withdraw_entries) {
     void* expected = payload;
-    if (slot.compare_exchange_strong(expected, kConsumed, std::memory_order_acq_rel)) return true;
+    if (entry.compare_exchange_strong(expected, kConsumed, std::memory_order_acq_rel)) return true;
   }
   return false;
 }
@@ -50,38 +50,38 @@ int push_payload(void* payload, void (*count_source)() noexcept) noexcept {
 
 bool accepted(int status) noexcept { return status == RECLAIM_QUEUED || status == RECLAIM_LEAKED_AFTER_CLOSE; }
 
-Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept {
+AttachOutcome withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept {
   g_withdrawals.fetch_add(1, std::memory_order_seq_cst);
   std::atomic<void*>* claimed = nullptr;
-  for (auto& slot : g_withdraw_slots) {
+  for (auto& entry : g_withdraw_entries) {
     void* expected = nullptr;
-    if (slot.compare_exchange_strong(expected, payload, std::memory_order_acq_rel)) {
-      claimed = &slot;
+    if (entry.compare_exchange_strong(expected, payload, std::memory_order_acq_rel)) {
+      claimed = &entry;
       break;
     }
   }
   const CUresult released = api.user_object_release(object, 1);
-  Handover handover = Handover::kInFlight;  // no free slot, or the release failed: CUDA keeps the payload
+  AttachOutcome outcome = AttachOutcome::kInFlight;  // no free entry, or the release failed: CUDA keeps the payload
   if (claimed != nullptr) {
     void* expected = payload;
     if (claimed->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) {
       // The destructor has not run. If the release succeeded it will, and push: still in flight. If the
       // release failed the user object lives on with the payload, which stays CUDA's (never freed here,
       // since CUDA may yet run the destructor).
-      handover = Handover::kInFlight;
+      outcome = AttachOutcome::kInFlight;
     } else {
       // expected == kConsumed: the destructor ran and left the payload to us.
       claimed->store(nullptr, std::memory_order_release);
-      handover = Handover::kReturned;
+      outcome = AttachOutcome::kReturned;
     }
   }
   (void)released;
   g_withdrawals.fetch_sub(1, std::memory_order_release);
-  return handover;
+  return outcome;
 }
 
-AttachResult failed(Handover handover, CUresult error, const char* call) noexcept {
-  return AttachResult{handover, error, call};
+AttachResult failed(AttachOutcome outcome, CUresult error, const char* call) noexcept {
+  return AttachResult{outcome, error, call};
 }
 
 CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStatus* status,
@@ -97,9 +97,9 @@ CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStat
 
 AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* payload,
                                     CUhostFn destructor) noexcept {
-  if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+  if (payload == nullptr) return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
   if (!taggable(payload)) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
   }
   const int ticket = note_attach_begin();
   void* const data = tag(payload, ticket);  // what CUDA passes the destructor, and the withdrawn table holds
@@ -107,17 +107,17 @@ AttachResult retain_with_destructor(const DriverApi& api, CUgraph graph, void* p
   CUresult result = api.user_object_create(&object, data, destructor, 1, CU_USER_OBJECT_NO_DESTRUCTOR_SYNC);
   if (result != CUDA_SUCCESS) {
     note_attach_end(false, ticket);
-    return failed(Handover::kReturned, result, "cuUserObjectCreate");
+    return failed(AttachOutcome::kReturned, result, "cuUserObjectCreate");
   }
   // MOVE: the graph takes over our one reference, so no release is needed on success.
   result = api.graph_retain_user_object(graph, object, 1, CU_GRAPH_USER_OBJECT_MOVE);
   if (result != CUDA_SUCCESS) {
-    const Handover handover = withdraw_and_release(api, object, data);
-    note_attach_end(handover != Handover::kReturned, ticket);
-    return failed(handover, result, "cuGraphRetainUserObject");
+    const AttachOutcome outcome = withdraw_and_release(api, object, data);
+    note_attach_end(outcome != AttachOutcome::kReturned, ticket);
+    return failed(outcome, result, "cuGraphRetainUserObject");
   }
   note_attach_end(true, ticket);
-  return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
+  return AttachResult{AttachOutcome::kAttached, CUDA_SUCCESS, nullptr};
 }
 
 AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUhostFn function, void* data,
@@ -125,20 +125,20 @@ AttachResult launch_unless_capturing(const DriverApi& api, CUstream stream, CUho
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   CUgraph graph = nullptr;
   CUresult result = capture_info(api, stream, &status, &graph);
-  if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuStreamGetCaptureInfo");
+  if (result != CUDA_SUCCESS) return failed(AttachOutcome::kReturned, result, "cuStreamGetCaptureInfo");
   // Captured, the host function would become a graph node that runs (and pushes) at every launch.
   if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return failed(Handover::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, capturing_message);
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, capturing_message);
   }
   if (!taggable(data)) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, kUntaggable);
   }
   const int ticket = note_attach_begin();
   result = api.launch_host_func(stream, function, tag(data, ticket));
   // A host function that failed to launch never runs: the payload is still the caller's.
   note_attach_end(result == CUDA_SUCCESS, ticket);
-  if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuLaunchHostFunc");
-  return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
+  if (result != CUDA_SUCCESS) return failed(AttachOutcome::kReturned, result, "cuLaunchHostFunc");
+  return AttachResult{AttachOutcome::kAttached, CUDA_SUCCESS, nullptr};
 }
 
 }  // namespace internal

@@ -3,7 +3,7 @@
 // graph/'s own sources include it.
 //
 // Every function here may run on any thread, including CUDA's, during exit(); none touches Python, takes a
-// lock or throws, and none allocates (the first push through a producer slot aside, cleanup/).
+// lock or throws, and none allocates (the first push through a producer lane aside, cleanup/).
 
 #pragma once
 
@@ -40,7 +40,7 @@ bool consume_withdrawn(void* payload) noexcept;
 // Releases our reference to `object` (whose destructor would hand `payload` back) after a failed retain,
 // and says who owns `payload` now (kReturned or kInFlight). The attaching thread; blocks only as long as
 // cuUserObjectRelease does.
-Handover withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept;
+AttachOutcome withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept;
 
 // As retain_on_graph, with the user object's destructor given: keep_alive's pushes the payload; a host
 // node's drops the node's native reference. Counts the attach (counters.h); the destructor gets `payload`
@@ -62,7 +62,7 @@ CUresult capture_info(const DriverApi& api, CUstream stream, CUstreamCaptureStat
                       CUgraph* graph) noexcept;
 
 // A failed attach's result. Never blocks.
-AttachResult failed(Handover handover, CUresult error, const char* call) noexcept;
+AttachResult failed(AttachOutcome outcome, CUresult error, const char* call) noexcept;
 
 // --- keep_alive.cc: the source counts of keep_alive.h's SourceCounters, for host_calls.cc too -----------
 

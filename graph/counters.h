@@ -51,7 +51,7 @@ GraphCounters graph_counters() noexcept;
 
 // Before an attach's driver call: the payload counts as held from here on, so that a trampoline that runs
 // before the call returns never makes the gauge negative; returns its hand-back ticket (the process's
-// hand-back barrier, reclaim_hand_back_begin: a slot index, or -1 when not counted), which travels with the
+// hand-back barrier, reclaim_hand_back_begin: an epoch count's index, or -1 when not counted), which travels with the
 // pointer CUDA gets (tag()).
 // Any thread; never touches Python; never blocks.
 int note_attach_begin() noexcept;

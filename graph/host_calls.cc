@@ -14,12 +14,12 @@
 namespace reclaim {
 namespace graph {
 
-AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallSlot* slot, bool ordered) noexcept {
-  if (slot == nullptr || slot->payload == nullptr || slot->order == nullptr) {
-    return internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete host call");
+AttachResult launch_host_func(const DriverApi& api, CUstream stream, HostCallRecord* record, bool ordered) noexcept {
+  if (record == nullptr || record->payload == nullptr || record->order == nullptr) {
+    return internal::failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete host call");
   }
   return internal::launch_unless_capturing(
-      api, stream, ordered ? ordered_host_call_function : host_call_function, slot,
+      api, stream, ordered ? ordered_host_call_function : host_call_function, record,
       "cuLaunchHostFunc (the stream is capturing a graph: add a host node to the graph instead)");
 }
 
@@ -29,72 +29,72 @@ namespace {
 constexpr std::uint32_t kGenerations = (1u << RECLAIM_HAND_BACK_TICKET_BITS) - 1;
 std::atomic<std::uint32_t> g_next_generation{0};
 
-// host_call_function's body, for a slot and the ticket that came with it.
-void hand_call_to_queue(HostCallSlot* slot, int ticket) noexcept {
+// host_call_function's body, for a record and the ticket that came with it.
+void hand_call_to_queue(HostCallRecord* record, int ticket) noexcept {
   internal::note_host_function_thread();
-  CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
-  slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
-  const int status = internal::push_payload(slot->payload, note_host_call_push);
+  CallOrder* order = record->order;  // read before the push: after it, the record may already be freed
+  record->place = order->fired.fetch_add(1, std::memory_order_relaxed);
+  const int status = internal::push_payload(record->payload, note_host_call_push);
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
   note_handed_back(ticket);
 }
 
-void hand_ordered_call_to_queue(HostCallSlot* slot, int ticket) noexcept;
+void hand_ordered_call_to_queue(HostCallRecord* record, int ticket) noexcept;
 
-// The slot of a prepared pair's firing, once it took the claim; null for a stale or taken pair.
-HostCallSlot* claim_prepared(void* data) noexcept {
+// The record of a prepared pair's firing, once it took the claim; null for a stale or taken pair.
+HostCallRecord* claim_prepared(void* data) noexcept {
   const Untagged untagged = untag(data);
-  auto* slot = static_cast<HostCallSlot*>(untagged.pointer);
-  if (slot == nullptr || static_cast<std::uint32_t>(untagged.ticket) != slot->generation) return nullptr;
+  auto* record = static_cast<HostCallRecord*>(untagged.pointer);
+  if (record == nullptr || static_cast<std::uint32_t>(untagged.ticket) != record->generation) return nullptr;
   std::uint32_t expected = kUnclaimed;
-  if (!slot->claim.compare_exchange_strong(expected, kFired, std::memory_order_acq_rel)) return nullptr;
-  return slot;
+  if (!record->claim.compare_exchange_strong(expected, kFired, std::memory_order_acq_rel)) return nullptr;
+  return record;
 }
 
 }  // namespace
 
 void host_call_function(void* data) noexcept {
   const Untagged untagged = untag(data);
-  hand_call_to_queue(static_cast<HostCallSlot*>(untagged.pointer), untagged.ticket);
+  hand_call_to_queue(static_cast<HostCallRecord*>(untagged.pointer), untagged.ticket);
 }
 
-PreparedPair prepare_host_call(HostCallSlot* slot, bool ordered) noexcept {
-  if (slot == nullptr || !taggable(slot)) return PreparedPair{nullptr, nullptr};
+PreparedPair prepare_host_call(HostCallRecord* record, bool ordered) noexcept {
+  if (record == nullptr || !taggable(record)) return PreparedPair{nullptr, nullptr};
   const std::uint32_t generation = g_next_generation.fetch_add(1, std::memory_order_relaxed) % kGenerations;
-  slot->generation = generation;
-  slot->claim.store(kUnclaimed, std::memory_order_relaxed);
-  slot->ticket = note_attach_begin();
-  note_attach_end(true, slot->ticket);
+  record->generation = generation;
+  record->claim.store(kUnclaimed, std::memory_order_relaxed);
+  record->ticket = note_attach_begin();
+  note_attach_end(true, record->ticket);
   // Published to CUDA's thread by the launch (a driver call) that the integration makes after this.
   return PreparedPair{ordered ? prepared_ordered_host_call_function : prepared_host_call_function,
-                      tag(slot, static_cast<int>(generation))};
+                      tag(record, static_cast<int>(generation))};
 }
 
-const void* prepared_slot_address(std::uintptr_t user_data) noexcept {
+const void* prepared_record_address(std::uintptr_t user_data) noexcept {
   return untag(reinterpret_cast<void*>(user_data)).pointer;
 }
 
-bool is_prepared_pair(const HostCallSlot* slot, std::uintptr_t user_data) noexcept {
+bool is_prepared_pair(const HostCallRecord* record, std::uintptr_t user_data) noexcept {
   const Untagged untagged = untag(reinterpret_cast<void*>(user_data));
-  return untagged.pointer == slot && untagged.ticket >= 0 &&
-         static_cast<std::uint32_t>(untagged.ticket) == slot->generation;
+  return untagged.pointer == record && untagged.ticket >= 0 &&
+         static_cast<std::uint32_t>(untagged.ticket) == record->generation;
 }
 
-bool withdraw_prepared_host_call(HostCallSlot* slot) noexcept {
+bool withdraw_prepared_host_call(HostCallRecord* record) noexcept {
   std::uint32_t expected = kUnclaimed;
-  if (!slot->claim.compare_exchange_strong(expected, kWithdrawn, std::memory_order_acq_rel)) return false;
-  note_handed_back(slot->ticket);  // back with its owner: the attach counted at preparation ends here
+  if (!record->claim.compare_exchange_strong(expected, kWithdrawn, std::memory_order_acq_rel)) return false;
+  note_handed_back(record->ticket);  // back with its owner: the attach counted at preparation ends here
   return true;
 }
 
 void prepared_host_call_function(void* data) noexcept {
-  HostCallSlot* const slot = claim_prepared(data);
-  if (slot != nullptr) hand_call_to_queue(slot, slot->ticket);
+  HostCallRecord* const record = claim_prepared(data);
+  if (record != nullptr) hand_call_to_queue(record, record->ticket);
 }
 
 void prepared_ordered_host_call_function(void* data) noexcept {
-  HostCallSlot* const slot = claim_prepared(data);
-  if (slot != nullptr) hand_ordered_call_to_queue(slot, slot->ticket);
+  HostCallRecord* const record = claim_prepared(data);
+  if (record != nullptr) hand_ordered_call_to_queue(record, record->ticket);
 }
 
 namespace {
@@ -112,35 +112,35 @@ void wait_for_gate(const std::atomic<std::uint32_t>* word) noexcept {
 
 void ordered_host_call_function(void* data) noexcept {
   const Untagged untagged = untag(data);
-  hand_ordered_call_to_queue(static_cast<HostCallSlot*>(untagged.pointer), untagged.ticket);
+  hand_ordered_call_to_queue(static_cast<HostCallRecord*>(untagged.pointer), untagged.ticket);
 }
 
 namespace {
 
-void hand_ordered_call_to_queue(HostCallSlot* slot, int ticket) noexcept {
+void hand_ordered_call_to_queue(HostCallRecord* record, int ticket) noexcept {
   internal::note_host_function_thread();
   static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a futex word is 32 bits");
   std::atomic<std::uint32_t> gate{0};
-  CallOrder* order = slot->order;  // read before the push: after it, the slot may already be freed
-  slot->place = order->fired.fetch_add(1, std::memory_order_relaxed);
-  slot->gate.store(&gate, std::memory_order_release);  // published to the drain by the push
-  const int status = internal::push_payload(slot->payload, note_host_call_push);
+  CallOrder* order = record->order;  // read before the push: after it, the record may already be freed
+  record->place = order->fired.fetch_add(1, std::memory_order_relaxed);
+  record->gate.store(&gate, std::memory_order_release);  // published to the drain by the push
+  const int status = internal::push_payload(record->payload, note_host_call_push);
   if (status == RECLAIM_REJECTED) order->rejected.fetch_add(1, std::memory_order_relaxed);
   // The hand-back is the push: a barrier waiter must not wait for the call to run.
   note_handed_back(ticket);
   if (status != RECLAIM_QUEUED) {
-    // Not kept (leaked after close, or rejected): the payload is never released, so the slot is still
+    // Not kept (leaked after close, or rejected): the payload is never released, so the record is still
     // valid. Take the gate back; if an opener (a close cancelling outstanding calls) took it first, its
     // store is on its way: wait for it, since the word must outlive that store.
-    if (slot->gate.exchange(nullptr, std::memory_order_acq_rel) == &gate) return;
+    if (record->gate.exchange(nullptr, std::memory_order_acq_rel) == &gate) return;
   }
   wait_for_gate(&gate);
 }
 
 }  // namespace
 
-bool open_host_call_gate(HostCallSlot* slot) noexcept {
-  std::atomic<std::uint32_t>* const word = slot->gate.exchange(nullptr, std::memory_order_acq_rel);
+bool open_host_call_gate(HostCallRecord* record) noexcept {
+  std::atomic<std::uint32_t>* const word = record->gate.exchange(nullptr, std::memory_order_acq_rel);
   if (word == nullptr) return false;
   word->store(1, std::memory_order_release);
   // From here on the word may be gone (its host function returned): the wake-up only names the address.
@@ -148,19 +148,19 @@ bool open_host_call_gate(HostCallSlot* slot) noexcept {
   return true;
 }
 
-void forget_host_call_gate(HostCallSlot* slot) noexcept { slot->gate.store(nullptr, std::memory_order_relaxed); }
+void forget_host_call_gate(HostCallRecord* record) noexcept { record->gate.store(nullptr, std::memory_order_relaxed); }
 
 HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphNode* dependencies,
-                             std::size_t dependency_count, HostNodeSlot* slot, bool ordered) noexcept {
+                             std::size_t dependency_count, HostNodeRecord* record, bool ordered) noexcept {
   HostNodeResult result;
-  if (slot == nullptr || slot->payload == nullptr) {
-    result.attach = internal::failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+  if (record == nullptr || record->payload == nullptr) {
+    result.attach = internal::failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
     return result;
   }
-  // The payload first, so that the node never exists without it: a firing always finds a live slot.
-  result.attach = internal::retain_with_destructor(api, graph, slot, host_node_destructor);
-  if (result.attach.handover != Handover::kAttached) return result;
-  const CUDA_HOST_NODE_PARAMS params = {ordered ? ordered_host_node_function : host_node_function, slot};
+  // The payload first, so that the node never exists without it: a firing always finds a live record.
+  result.attach = internal::retain_with_destructor(api, graph, record, host_node_destructor);
+  if (result.attach.outcome != AttachOutcome::kAttached) return result;
+  const CUDA_HOST_NODE_PARAMS params = {ordered ? ordered_host_node_function : host_node_function, record};
   CUgraphNode node = nullptr;
   result.node_error = api.graph_add_host_node(&node, graph, dependencies, dependency_count, &params);
   if (result.node_error == CUDA_SUCCESS) result.node = node;
@@ -168,37 +168,37 @@ HostNodeResult add_host_node(const DriverApi& api, CUgraph graph, const CUgraphN
 }
 
 void host_node_function(void* data) noexcept {
-  auto* slot = static_cast<HostNodeSlot*>(untag(data).pointer);
+  auto* record = static_cast<HostNodeRecord*>(untag(data).pointer);
   internal::note_host_function_thread();
   // The user object holds one reference for as long as the graph can fire, so this never starts from 0.
-  slot->native_refs.fetch_add(1, std::memory_order_relaxed);
-  const int status = internal::push_payload(slot->payload, note_host_node_push);
+  record->native_refs.fetch_add(1, std::memory_order_relaxed);
+  const int status = internal::push_payload(record->payload, note_host_node_push);
   if (status == RECLAIM_REJECTED) {
-    slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
+    record->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
   }
 }
 
 void ordered_host_node_function(void* data) noexcept {
-  auto* slot = static_cast<HostNodeSlot*>(untag(data).pointer);
+  auto* record = static_cast<HostNodeRecord*>(untag(data).pointer);
   internal::note_host_function_thread();
-  slot->native_refs.fetch_add(1, std::memory_order_relaxed);  // as host_node_function: never from 0
+  record->native_refs.fetch_add(1, std::memory_order_relaxed);  // as host_node_function: never from 0
   FiringGate gate;
-  FiringGate* head = slot->gates.load(std::memory_order_relaxed);
+  FiringGate* head = record->gates.load(std::memory_order_relaxed);
   do {
     gate.next = head;
-  } while (!slot->gates.compare_exchange_weak(head, &gate, std::memory_order_release, std::memory_order_relaxed));
-  const int status = internal::push_payload(slot->payload, note_host_node_push);
-  // Not kept: no call of this entry will run. The slot is still valid (a leaked payload is never released;
+  } while (!record->gates.compare_exchange_weak(head, &gate, std::memory_order_release, std::memory_order_relaxed));
+  const int status = internal::push_payload(record->payload, note_host_node_push);
+  // Not kept: no call of this entry will run. The record is still valid (a leaked payload is never released;
   // a rejected firing keeps its native reference until below).
-  if (status != RECLAIM_QUEUED) open_firing_gates(take_firing_gates(slot));
+  if (status != RECLAIM_QUEUED) open_firing_gates(take_firing_gates(record));
   wait_for_gate(&gate.word);
   if (status == RECLAIM_REJECTED) {
-    slot->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
+    record->native_refs.fetch_sub(1, std::memory_order_acq_rel);  // the call is lost; never the last one
   }
 }
 
-FiringGate* take_firing_gates(HostNodeSlot* slot) noexcept {
-  return slot->gates.exchange(nullptr, std::memory_order_acq_rel);
+FiringGate* take_firing_gates(HostNodeRecord* record) noexcept {
+  return record->gates.exchange(nullptr, std::memory_order_acq_rel);
 }
 
 void open_firing_gates(FiringGate* gates) noexcept {
@@ -218,13 +218,13 @@ void host_node_destructor(void* data) noexcept {
     return;
   }
   const Untagged untagged = untag(data);
-  auto* slot = static_cast<HostNodeSlot*>(untagged.pointer);
-  // Read before the count drops: after it, the owner may free the slot (a drain that ran the last call).
-  std::atomic<std::uint32_t>* const done = slot->done;
-  void* const payload = slot->payload;
+  auto* record = static_cast<HostNodeRecord*>(untagged.pointer);
+  // Read before the count drops: after it, the owner may free the record (a drain that ran the last call).
+  std::atomic<std::uint32_t>* const done = record->done;
+  void* const payload = record->payload;
   // Last: no firing left to run, so nobody else will release the payload. (User objects outlive every
   // launch of the graphs that hold them, so no firing can follow.)
-  if (slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+  if (record->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     (void)internal::push_payload(payload, internal::note_user_object_push);
   }
   // After the push, so that a waiter that sees the hand-back finds the final entry queued. `done` lives in
@@ -232,15 +232,15 @@ void host_node_destructor(void* data) noexcept {
   note_handed_back(untagged.ticket, done);
 }
 
-bool host_node_entry_is_final(const HostNodeSlot* slot) noexcept {
-  return slot->native_refs.load(std::memory_order_acquire) == 0;
+bool host_node_entry_is_final(const HostNodeRecord* record) noexcept {
+  return record->native_refs.load(std::memory_order_acquire) == 0;
 }
 
-bool host_node_entry_done(HostNodeSlot* slot) noexcept {
+bool host_node_entry_done(HostNodeRecord* record) noexcept {
   // The final entry: the destructor took the count to zero and left the payload to the owner. Otherwise
   // this entry's own native reference keeps the count above zero until the fetch_sub.
-  if (host_node_entry_is_final(slot)) return true;
-  return slot->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
+  if (host_node_entry_is_final(record)) return true;
+  return record->native_refs.fetch_sub(1, std::memory_order_acq_rel) == 1;
 }
 
 }  // namespace graph

@@ -46,47 +46,47 @@ void note_user_object_push() noexcept { g_graph_user_objects.fetch_add(1, std::m
 using internal::failed;
 
 namespace {
-// The destructors' common part: `data` is what CUDA passed; `slot` tells a HandBackSlot from a payload.
-void hand_back_from_destructor(void* data, bool slot) noexcept {
+// The destructors' common part: `data` is what CUDA passed; `record` tells a HandBackRecord from a payload.
+void hand_back_from_destructor(void* data, bool record) noexcept {
   internal::note_destructor_thread();
   if (internal::consume_withdrawn(data)) {
     internal::note_withdrawn();  // back with the failed attach's caller, which counts it (not handed back)
     return;
   }
   const Untagged untagged = untag(data);
-  auto* const hand_back = slot ? static_cast<HandBackSlot*>(untagged.pointer) : nullptr;
-  (void)internal::push_payload(slot ? hand_back->payload : untagged.pointer, internal::note_user_object_push);
-  note_handed_back(untagged.ticket, slot ? &hand_back->done : nullptr);  // the slot's last use
+  auto* const hand_back = record ? static_cast<HandBackRecord*>(untagged.pointer) : nullptr;
+  (void)internal::push_payload(record ? hand_back->payload : untagged.pointer, internal::note_user_object_push);
+  note_handed_back(untagged.ticket, record ? &hand_back->done : nullptr);  // the record's last use
 }
 
 void note_stream_host_function_push() noexcept { g_stream_host_functions.fetch_add(1, std::memory_order_relaxed); }
 
-void hand_back_from_host_function(void* data, bool slot) noexcept {
+void hand_back_from_host_function(void* data, bool record) noexcept {
   internal::note_host_function_thread();
   const Untagged untagged = untag(data);
-  auto* const hand_back = slot ? static_cast<HandBackSlot*>(untagged.pointer) : nullptr;
-  (void)internal::push_payload(slot ? hand_back->payload : untagged.pointer, note_stream_host_function_push);
-  note_handed_back(untagged.ticket, slot ? &hand_back->done : nullptr);  // the slot's last use
+  auto* const hand_back = record ? static_cast<HandBackRecord*>(untagged.pointer) : nullptr;
+  (void)internal::push_payload(record ? hand_back->payload : untagged.pointer, note_stream_host_function_push);
+  note_handed_back(untagged.ticket, record ? &hand_back->done : nullptr);  // the record's last use
 }
 }  // namespace
 
 void graph_user_object_destructor(void* payload) noexcept { hand_back_from_destructor(payload, false); }
 
-void slot_user_object_destructor(void* slot) noexcept { hand_back_from_destructor(slot, true); }
+void record_user_object_destructor(void* record) noexcept { hand_back_from_destructor(record, true); }
 
 void stream_host_function(void* payload) noexcept { hand_back_from_host_function(payload, false); }
 
-void slot_stream_host_function(void* slot) noexcept { hand_back_from_host_function(slot, true); }
+void record_stream_host_function(void* record) noexcept { hand_back_from_host_function(record, true); }
 
 AttachResult retain_on_graph(const DriverApi& api, CUgraph graph, void* payload) noexcept {
   return internal::retain_with_destructor(api, graph, payload, graph_user_object_destructor);
 }
 
-AttachResult retain_slot_on_graph(const DriverApi& api, CUgraph graph, HandBackSlot* slot) noexcept {
-  if (slot == nullptr || slot->payload == nullptr) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back slot");
+AttachResult retain_record_on_graph(const DriverApi& api, CUgraph graph, HandBackRecord* record) noexcept {
+  if (record == nullptr || record->payload == nullptr) {
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back record");
   }
-  return internal::retain_with_destructor(api, graph, slot, slot_user_object_destructor);
+  return internal::retain_with_destructor(api, graph, record, record_user_object_destructor);
 }
 
 namespace {
@@ -94,14 +94,14 @@ namespace {
 AttachResult capture_graph(const DriverApi& api, CUstream stream, CUgraph* graph) noexcept {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult result = internal::capture_info(api, stream, &status, graph);
-  if (result != CUDA_SUCCESS) return failed(Handover::kReturned, result, "cuStreamGetCaptureInfo");
+  if (result != CUDA_SUCCESS) return failed(AttachOutcome::kReturned, result, "cuStreamGetCaptureInfo");
   if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE || *graph == nullptr) {
-    return failed(Handover::kReturned, CUDA_ERROR_ILLEGAL_STATE,
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_ILLEGAL_STATE,
                   status == CU_STREAM_CAPTURE_STATUS_INVALIDATED
                       ? "cuStreamGetCaptureInfo (the capture was invalidated)"
                       : "cuStreamGetCaptureInfo (the stream is not capturing)");
   }
-  return AttachResult{Handover::kAttached, CUDA_SUCCESS, nullptr};
+  return AttachResult{AttachOutcome::kAttached, CUDA_SUCCESS, nullptr};
 }
 
 // As retain_on_graph (`retain(graph)`), on the graph `stream` is capturing into.
@@ -109,7 +109,7 @@ template <class Retain>
 AttachResult on_the_captured_graph(const DriverApi& api, CUstream stream, const Retain& retain) noexcept {
   CUgraph graph = nullptr;
   const AttachResult capture = capture_graph(api, stream, &graph);
-  if (capture.handover != Handover::kAttached) return capture;
+  if (capture.outcome != AttachOutcome::kAttached) return capture;
   return retain(graph);
 }
 
@@ -123,15 +123,15 @@ AttachResult until_the_stream_gets_here(const DriverApi& api, CUstream stream, C
 }
 }  // namespace
 
-AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
-  return on_the_captured_graph(api, stream, [&](CUgraph graph) { return retain_slot_on_graph(api, graph, slot); });
+AttachResult retain_record_on_capture(const DriverApi& api, CUstream stream, HandBackRecord* record) noexcept {
+  return on_the_captured_graph(api, stream, [&](CUgraph graph) { return retain_record_on_graph(api, graph, record); });
 }
 
-AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept {
-  if (slot == nullptr || slot->payload == nullptr) {
-    return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back slot");
+AttachResult retain_record_until_stream(const DriverApi& api, CUstream stream, HandBackRecord* record) noexcept {
+  if (record == nullptr || record->payload == nullptr) {
+    return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "an incomplete hand-back record");
   }
-  return until_the_stream_gets_here(api, stream, slot_stream_host_function, slot);
+  return until_the_stream_gets_here(api, stream, record_stream_host_function, record);
 }
 
 AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payload) noexcept {
@@ -139,7 +139,7 @@ AttachResult retain_on_capture(const DriverApi& api, CUstream stream, void* payl
 }
 
 AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* payload) noexcept {
-  if (payload == nullptr) return failed(Handover::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
+  if (payload == nullptr) return failed(AttachOutcome::kReturned, CUDA_ERROR_INVALID_VALUE, "a null payload");
   return until_the_stream_gets_here(api, stream, stream_host_function, payload);
 }
 

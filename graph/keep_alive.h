@@ -7,7 +7,7 @@
 // synchronously inside the CUDA call that dropped the last reference (cuGraphDestroy, cuGraphExecDestroy,
 // ...), and pushes the payload into the process-wide queue (reclaim_push). The trampolines make no CUDA or
 // Python call, take no lock and never throw; they allocate nothing in steady state (the first push through
-// one of the queue's producer slots creates that slot's producer, see cleanup/reclaim_queue.h).
+// one of the queue's producer lanes creates that lane's producer, see cleanup/reclaim_queue.h).
 // Every attach and every trampoline is counted in graph/counters.h (attached_to_cuda, handed_back_by_cuda,
 // held_by_cuda).
 //
@@ -34,15 +34,15 @@ namespace reclaim {
 namespace graph {
 
 // What became of the payload's reference.
-enum class Handover : int {
+enum class AttachOutcome : int {
   kAttached = 0,  // CUDA holds it; a trampoline will push it into the queue exactly once.
-  kReturned = 1,  // Not handed over (or withdrawn): the caller still owns it and must give it back.
+  kReturned = 1,  // Not attached (or withdrawn): the caller still owns it and must release it.
   kInFlight = 2,  // The call failed, but CUDA had taken the reference and will still push it: the caller
                   // must not touch it. Only after a failed retain whose destructor has not yet run.
 };
 
 struct AttachResult {
-  Handover handover;
+  AttachOutcome outcome;
   CUresult error;    // CUDA_SUCCESS when attached.
   const char* call;  // what failed, for the message ("cuGraphRetainUserObject"); null when attached.
 };
@@ -71,19 +71,19 @@ AttachResult retain_until_stream(const DriverApi& api, CUstream stream, void* pa
 // A payload with a done cell, embedded in the caller's object (bindings' cuda_reclaim.Attachment): the
 // trampoline pushes `payload`, counts the hand-back, then stores 1 into `done` (the queue's hand-back
 // barrier, which also wakes a thread waiting for it, and ends the ticket after the store). That store is
-// the trampoline's last touch of the slot; the owner must keep the slot's memory alive until it sees
-// `done` (the pushed payload's reference usually does: the slot lives in the payload).
-struct HandBackSlot {
+// the trampoline's last touch of the record; the owner must keep the record's memory alive until it sees
+// `done` (the pushed payload's reference usually does: the record lives in the payload).
+struct HandBackRecord {
   void* payload = nullptr;  // pushed on hand-back; never null
   std::atomic<std::uint32_t> done{0};
 };
 
-// As retain_on_graph / retain_on_capture / retain_until_stream, for a slot: CUDA gets the slot (tagged),
-// and the trampolines below push slot->payload. Same ownership rules for the payload's reference.
+// As retain_on_graph / retain_on_capture / retain_until_stream, for a record: CUDA gets the record (tagged),
+// and the trampolines below push record->payload. Same ownership rules for the payload's reference.
 // Any thread; never touches Python; blocks only as long as the driver calls do.
-AttachResult retain_slot_on_graph(const DriverApi& api, CUgraph graph, HandBackSlot* slot) noexcept;
-AttachResult retain_slot_on_capture(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept;
-AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, HandBackSlot* slot) noexcept;
+AttachResult retain_record_on_graph(const DriverApi& api, CUgraph graph, HandBackRecord* record) noexcept;
+AttachResult retain_record_on_capture(const DriverApi& api, CUstream stream, HandBackRecord* record) noexcept;
+AttachResult retain_record_until_stream(const DriverApi& api, CUstream stream, HandBackRecord* record) noexcept;
 
 // The CUhostFn trampolines, public so that tests can fire them as CUDA would. Each steals `payload` and
 // pushes it into the queue with reclaim_push() (unless it was withdrawn, see above), counting the push by
@@ -92,8 +92,8 @@ AttachResult retain_slot_until_stream(const DriverApi& api, CUstream stream, Han
 // The pointer may carry a ticket (counters.h's tag()); an untagged one ends no ticket.
 void graph_user_object_destructor(void* payload) noexcept;
 void stream_host_function(void* payload) noexcept;
-void slot_user_object_destructor(void* slot) noexcept;
-void slot_stream_host_function(void* slot) noexcept;
+void record_user_object_destructor(void* record) noexcept;
+void record_stream_host_function(void* record) noexcept;
 
 // Pushes the trampolines made. A push counts when the queue took the pointer (queued, or leaked because
 // the queue was closed); a rejected push is counted by the queue alone.

@@ -50,9 +50,9 @@ class HostCallsTest : public ::testing::Test {
   GraphCounters before_;
 };
 
-// A payload that is its own slot, as bindings/ embeds one in its Python objects.
+// A payload that is its own record, as bindings/ embeds one in its Python objects.
 struct Call {
-  HostCallSlot slot;
+  HostCallRecord record;
   int index = 0;
 };
 
@@ -64,16 +64,16 @@ TEST_F(HostCallsTest, HostCallPushesItsPayloadOnceWithItsPlaceInTheStream) {
   const CUstream stream = stream_handle(0x5100);
   fake_.hold(stream, true);
   for (int i = 0; i < 3; ++i) {
-    calls[i].slot.payload = &calls[i];
-    calls[i].slot.order = &order;
-    ASSERT_EQ(launch_host_func(driver_.api, stream, &calls[i].slot).handover, Handover::kAttached);
+    calls[i].record.payload = &calls[i];
+    calls[i].record.order = &order;
+    ASSERT_EQ(launch_host_func(driver_.api, stream, &calls[i].record).outcome, AttachOutcome::kAttached);
   }
   EXPECT_TRUE(drain().empty()) << "nothing until the stream gets there";
   EXPECT_EQ(delta().held_by_cuda, 3u);
   complete(stream);
   const std::vector<void*> pushed = drain();
   ASSERT_EQ(pushed.size(), 3u);
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(calls[i].slot.place, static_cast<std::uint64_t>(i));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(calls[i].record.place, static_cast<std::uint64_t>(i));
   EXPECT_EQ(order.fired.load(), 3u);
   EXPECT_EQ(order.rejected.load(), 0u);
   const GraphCounters d = delta();
@@ -85,7 +85,7 @@ TEST_F(HostCallsTest, HostCallPushesItsPayloadOnceWithItsPlaceInTheStream) {
 
 TEST_F(HostCallsTest, PlacesFollowStreamOrderWhenSeveralCudaThreadsRunOneStream) {
   // Four persistent CUDA threads take turns on two streams: consecutive calls of one stream often run on
-  // different threads (and so push through different producer slots), yet each call's place is its
+  // different threads (and so push through different producer records), yet each call's place is its
   // launch position on its stream.
   fake_.start_threads(4);
   constexpr int kCalls = 2000;
@@ -95,13 +95,13 @@ TEST_F(HostCallsTest, PlacesFollowStreamOrderWhenSeveralCudaThreadsRunOneStream)
   for (int i = 0; i < 2 * kCalls; ++i) {
     Call& call = calls[i];
     call.index = i / 2;
-    call.slot.payload = &call;
-    call.slot.order = &orders[i % 2];
-    ASSERT_EQ(launch_host_func(driver_.api, streams[i % 2], &call.slot).handover, Handover::kAttached);
+    call.record.payload = &call;
+    call.record.order = &orders[i % 2];
+    ASSERT_EQ(launch_host_func(driver_.api, streams[i % 2], &call.record).outcome, AttachOutcome::kAttached);
   }
   for (const CUstream stream : streams) ASSERT_EQ(fake_.synchronize(stream, 30000), 0);
   EXPECT_EQ(drain().size(), static_cast<std::size_t>(2 * kCalls));
-  for (const Call& call : calls) ASSERT_EQ(call.slot.place, static_cast<std::uint64_t>(call.index));
+  for (const Call& call : calls) ASSERT_EQ(call.record.place, static_cast<std::uint64_t>(call.index));
   EXPECT_EQ(delta().host_calls, static_cast<std::uint64_t>(2 * kCalls));
   EXPECT_EQ(delta().held_by_cuda, 0u);
 }
@@ -109,18 +109,18 @@ TEST_F(HostCallsTest, PlacesFollowStreamOrderWhenSeveralCudaThreadsRunOneStream)
 TEST_F(HostCallsTest, HostCallIsRefusedOnACapturingStreamAndOnFailureNothingIsHeld) {
   CallOrder order;
   Call call;
-  call.slot.payload = &call;
-  call.slot.order = &order;
+  call.record.payload = &call;
+  call.record.order = &order;
   CUgraph graph = fake_.graph_create();
-  const AttachResult capturing = launch_host_func(driver_.api, fake_.capturing_stream(graph), &call.slot);
-  EXPECT_EQ(capturing.handover, Handover::kReturned);
+  const AttachResult capturing = launch_host_func(driver_.api, fake_.capturing_stream(graph), &call.record);
+  EXPECT_EQ(capturing.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(capturing.error, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   EXPECT_NE(std::string(capturing.call).find("add a host node"), std::string::npos) << capturing.call;
-  const AttachResult failing = launch_host_func(driver_.api, fake_.failing_stream(), &call.slot);
-  EXPECT_EQ(failing.handover, Handover::kReturned);
+  const AttachResult failing = launch_host_func(driver_.api, fake_.failing_stream(), &call.record);
+  EXPECT_EQ(failing.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(failing.error, CUDA_ERROR_INVALID_HANDLE);
   Call incomplete;
-  EXPECT_EQ(launch_host_func(driver_.api, nullptr, &incomplete.slot).handover, Handover::kReturned);
+  EXPECT_EQ(launch_host_func(driver_.api, nullptr, &incomplete.record).outcome, AttachOutcome::kReturned);
   fake_.graph_destroy(graph);
   EXPECT_EQ(fake_.run_host_functions(), 0);
   EXPECT_TRUE(drain().empty());
@@ -129,15 +129,15 @@ TEST_F(HostCallsTest, HostCallIsRefusedOnACapturingStreamAndOnFailureNothingIsHe
 }
 
 struct Node {
-  HostNodeSlot slot;
+  HostNodeRecord record;
 };
 
 TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast) {
   Node node;
-  node.slot.payload = &node;
+  node.record.payload = &node;
   CUgraph graph = fake_.graph_create();
-  const HostNodeResult added = add_host_node(driver_.api, graph, nullptr, 0, &node.slot);
-  ASSERT_EQ(added.attach.handover, Handover::kAttached);
+  const HostNodeResult added = add_host_node(driver_.api, graph, nullptr, 0, &node.record);
+  ASSERT_EQ(added.attach.outcome, AttachOutcome::kAttached);
   ASSERT_NE(added.node, nullptr);
   EXPECT_EQ(fake_.host_node_count(graph), 1);
   EXPECT_EQ(delta().held_by_cuda, 1u);
@@ -150,10 +150,10 @@ TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast
   complete(stream);
   std::vector<void*> entries = drain();
   ASSERT_EQ(entries, (std::vector<void*>{&node, &node, &node})) << "the same payload, once per firing";
-  EXPECT_EQ(node.slot.native_refs.load(), 4u) << "the user object's and one per firing";
+  EXPECT_EQ(node.record.native_refs.load(), 4u) << "the user object's and one per firing";
   for (int i = 0; i < 3; ++i) {
-    EXPECT_FALSE(host_node_entry_is_final(&node.slot));
-    EXPECT_FALSE(host_node_entry_done(&node.slot)) << "the graph still holds it";
+    EXPECT_FALSE(host_node_entry_is_final(&node.record));
+    EXPECT_FALSE(host_node_entry_done(&node.record)) << "the graph still holds it";
   }
   EXPECT_EQ(delta().host_node_calls, 3u);
 
@@ -161,9 +161,9 @@ TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast
   EXPECT_TRUE(drain().empty()) << "the graph still holds the user object";
   fake_.graph_destroy(graph);
   EXPECT_EQ(drain(), std::vector<void*>{&node}) << "the user object went last: one final entry";
-  EXPECT_TRUE(host_node_entry_is_final(&node.slot));
-  EXPECT_TRUE(host_node_entry_done(&node.slot)) << "the final entry: the owner releases the payload";
-  EXPECT_EQ(node.slot.native_refs.load(), 0u) << "the final entry drops no native reference";
+  EXPECT_TRUE(host_node_entry_is_final(&node.record));
+  EXPECT_TRUE(host_node_entry_done(&node.record)) << "the final entry: the owner releases the payload";
+  EXPECT_EQ(node.record.native_refs.load(), 0u) << "the final entry drops no native reference";
   const GraphCounters d = delta();
   EXPECT_EQ(d.attached_to_cuda, 1u);
   EXPECT_EQ(d.handed_back_by_cuda, 1u);
@@ -172,9 +172,9 @@ TEST_F(HostCallsTest, HostNodePushesOncePerFiringAndOnceMoreWhenTheGraphGoesLast
 
 TEST_F(HostCallsTest, HostNodeWhoseGraphGoesFirstIsReleasedByTheLastCall) {
   Node node;
-  node.slot.payload = &node;
+  node.record.payload = &node;
   CUgraph graph = fake_.graph_create();
-  ASSERT_EQ(add_host_node(driver_.api, graph, nullptr, 0, &node.slot).attach.handover, Handover::kAttached);
+  ASSERT_EQ(add_host_node(driver_.api, graph, nullptr, 0, &node.record).attach.outcome, AttachOutcome::kAttached);
   void* exec = fake_.instantiate(graph);
   const CUstream stream = stream_handle(0x5400);
   fake_.hold(stream, true);
@@ -187,20 +187,20 @@ TEST_F(HostCallsTest, HostNodeWhoseGraphGoesFirstIsReleasedByTheLastCall) {
   EXPECT_EQ(delta().held_by_cuda, 0u) << "the last launch completed: the user object is gone";
   const std::vector<void*> entries = drain();
   ASSERT_EQ(entries.size(), 2u) << "two calls, no final entry: the calls still hold the payload";
-  EXPECT_FALSE(host_node_entry_is_final(&node.slot));
-  EXPECT_FALSE(host_node_entry_done(&node.slot));
-  EXPECT_TRUE(host_node_entry_done(&node.slot)) << "the last call releases it";
-  EXPECT_EQ(node.slot.native_refs.load(), 0u);
+  EXPECT_FALSE(host_node_entry_is_final(&node.record));
+  EXPECT_FALSE(host_node_entry_done(&node.record));
+  EXPECT_TRUE(host_node_entry_done(&node.record)) << "the last call releases it";
+  EXPECT_EQ(node.record.native_refs.load(), 0u);
 }
 
 TEST_F(HostCallsTest, HostNodeDependenciesOrderTheFirings) {
   Node first, second;
-  first.slot.payload = &first;
-  second.slot.payload = &second;
+  first.record.payload = &first;
+  second.record.payload = &second;
   CUgraph graph = fake_.graph_create();
-  const HostNodeResult a = add_host_node(driver_.api, graph, nullptr, 0, &first.slot);
+  const HostNodeResult a = add_host_node(driver_.api, graph, nullptr, 0, &first.record);
   ASSERT_NE(a.node, nullptr);
-  const HostNodeResult b = add_host_node(driver_.api, graph, &a.node, 1, &second.slot);
+  const HostNodeResult b = add_host_node(driver_.api, graph, &a.node, 1, &second.record);
   ASSERT_NE(b.node, nullptr);
   void* exec = fake_.instantiate(graph);
   const CUstream stream = stream_handle(0x5500);
@@ -211,21 +211,21 @@ TEST_F(HostCallsTest, HostNodeDependenciesOrderTheFirings) {
   fake_.exec_destroy(exec);
   fake_.graph_destroy(graph);
   EXPECT_TRUE(drain().empty()) << "the calls not yet done hold both payloads: no final entry";
-  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_entry_done(&node->slot));
+  for (Node* node : {&first, &second}) EXPECT_TRUE(host_node_entry_done(&node->record));
 }
 
 TEST_F(HostCallsTest, HostNodeThatCannotBeAddedLeavesThePayloadWithTheGraph) {
   Node node;
-  node.slot.payload = &node;
+  node.record.payload = &node;
   CUgraph graph = fake_.graph_create();
   CUgraph other = fake_.graph_create();
   Node elsewhere;
-  elsewhere.slot.payload = &elsewhere;
-  const HostNodeResult foreign = add_host_node(driver_.api, other, nullptr, 0, &elsewhere.slot);
+  elsewhere.record.payload = &elsewhere;
+  const HostNodeResult foreign = add_host_node(driver_.api, other, nullptr, 0, &elsewhere.record);
   ASSERT_NE(foreign.node, nullptr);
   // A dependency from another graph: the node is refused after the payload was attached.
-  const HostNodeResult added = add_host_node(driver_.api, graph, &foreign.node, 1, &node.slot);
-  EXPECT_EQ(added.attach.handover, Handover::kAttached);
+  const HostNodeResult added = add_host_node(driver_.api, graph, &foreign.node, 1, &node.record);
+  EXPECT_EQ(added.attach.outcome, AttachOutcome::kAttached);
   EXPECT_EQ(added.node, nullptr);
   EXPECT_EQ(added.node_error, CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(fake_.host_node_count(graph), 0);
@@ -233,18 +233,18 @@ TEST_F(HostCallsTest, HostNodeThatCannotBeAddedLeavesThePayloadWithTheGraph) {
   fake_.graph_destroy(other);
   const std::vector<void*> entries = drain();
   EXPECT_EQ(entries.size(), 2u) << "both payloads come back as final entries";
-  EXPECT_TRUE(host_node_entry_is_final(&node.slot));
-  EXPECT_TRUE(host_node_entry_is_final(&elsewhere.slot));
+  EXPECT_TRUE(host_node_entry_is_final(&node.record));
+  EXPECT_TRUE(host_node_entry_is_final(&elsewhere.record));
   EXPECT_EQ(delta().held_by_cuda, 0u);
 }
 
 TEST_F(HostCallsTest, HostNodeOnAGraphThatRefusesTheUserObjectIsNotAdded) {
   Node node;
-  node.slot.payload = &node;
-  const HostNodeResult added = add_host_node(driver_.api, fake_.failing_graph(), nullptr, 0, &node.slot);
-  EXPECT_EQ(added.attach.handover, Handover::kReturned) << "the destructor ran in the release: withdrawn";
+  node.record.payload = &node;
+  const HostNodeResult added = add_host_node(driver_.api, fake_.failing_graph(), nullptr, 0, &node.record);
+  EXPECT_EQ(added.attach.outcome, AttachOutcome::kReturned) << "the destructor ran in the release: withdrawn";
   EXPECT_EQ(added.node, nullptr);
-  EXPECT_EQ(node.slot.native_refs.load(), 1u) << "a withdrawn destructor leaves the slot alone";
+  EXPECT_EQ(node.record.native_refs.load(), 1u) << "a withdrawn destructor leaves the record alone";
   EXPECT_TRUE(drain().empty());
   EXPECT_EQ(delta().attached_to_cuda, 0u);
   EXPECT_EQ(delta().held_by_cuda, 0u);

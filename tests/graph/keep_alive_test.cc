@@ -65,7 +65,7 @@ class KeepAliveTest : public ::testing::Test {
 TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
   CUgraph graph = fake_.graph_create();
   const AttachResult result = retain_on_graph(driver_.api, graph, &payload_);
-  EXPECT_EQ(result.handover, Handover::kAttached);
+  EXPECT_EQ(result.outcome, AttachOutcome::kAttached);
   EXPECT_EQ(result.error, CUDA_SUCCESS);
   EXPECT_EQ(result.call, nullptr);
   EXPECT_TRUE(drain().empty()) << "alive while the graph is";
@@ -84,7 +84,7 @@ TEST_F(KeepAliveTest, GraphUserObjectPushesOnceWhenTheGraphIsDestroyed) {
 TEST_F(KeepAliveTest, DestructorOnAnotherThreadPushesOnce) {
   fake_.defer_destructors(true);
   CUgraph graph = fake_.graph_create();
-  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).outcome, AttachOutcome::kAttached);
   fake_.graph_destroy(graph);
   EXPECT_TRUE(drain().empty()) << "the destructor has not run yet";
   EXPECT_EQ(fake_.run_deferred(), 1);
@@ -97,7 +97,7 @@ TEST_F(KeepAliveTest, DestructorOnAnotherThreadPushesOnce) {
 
 TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpushed) {
   const AttachResult result = retain_on_graph(driver_.api, fake_.failing_graph(), &payload_);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
   EXPECT_STREQ(result.call, "cuGraphRetainUserObject");
   EXPECT_TRUE(drain().empty()) << "the destructor ran but must not push a payload the caller gets back";
@@ -112,7 +112,7 @@ TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpush
 TEST_F(KeepAliveTest, FailedRetainWithLaterDestructorLeavesThePayloadInFlight) {
   fake_.defer_destructors(true);
   const AttachResult result = retain_on_graph(driver_.api, fake_.failing_graph(), &payload_);
-  EXPECT_EQ(result.handover, Handover::kInFlight) << "CUDA still holds it: the caller must not touch it";
+  EXPECT_EQ(result.outcome, AttachOutcome::kInFlight) << "CUDA still holds it: the caller must not touch it";
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
   EXPECT_TRUE(drain().empty());
   EXPECT_EQ(held_delta().held_by_cuda, 1u) << "in flight: still CUDA's";
@@ -127,8 +127,8 @@ TEST_F(KeepAliveTest, FailedRetainWithLaterDestructorLeavesThePayloadInFlight) {
 TEST_F(KeepAliveTest, WithdrawalDoesNotCatchAnotherGraphsPayload) {
   // One payload attached to a graph, another withdrawn: destroying the graph still pushes the first.
   CUgraph graph = fake_.graph_create();
-  ASSERT_EQ(retain_on_graph(driver_.api, graph, &other_).handover, Handover::kAttached);
-  EXPECT_EQ(retain_on_graph(driver_.api, fake_.failing_graph(), &payload_).handover, Handover::kReturned);
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &other_).outcome, AttachOutcome::kAttached);
+  EXPECT_EQ(retain_on_graph(driver_.api, fake_.failing_graph(), &payload_).outcome, AttachOutcome::kReturned);
   fake_.graph_destroy(graph);
   EXPECT_EQ(drain(), std::vector<int*>{&other_});
 }
@@ -136,16 +136,16 @@ TEST_F(KeepAliveTest, WithdrawalDoesNotCatchAnotherGraphsPayload) {
 TEST_F(KeepAliveTest, NullPayloadIsRefusedBeforeAnyDriverCall) {
   CUgraph graph = fake_.graph_create();
   const AttachResult result = retain_on_graph(driver_.api, graph, nullptr);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
   fake_.graph_destroy(graph);
-  EXPECT_EQ(retain_until_stream(driver_.api, nullptr, nullptr).handover, Handover::kReturned);
+  EXPECT_EQ(retain_until_stream(driver_.api, nullptr, nullptr).outcome, AttachOutcome::kReturned);
 }
 
 TEST_F(KeepAliveTest, CapturingStreamRetainsOnTheGraphBeingCaptured) {
   CUgraph graph = fake_.graph_create();
   CUstream stream = fake_.capturing_stream(graph);
-  EXPECT_EQ(retain_on_capture(driver_.api, stream, &payload_).handover, Handover::kAttached);
+  EXPECT_EQ(retain_on_capture(driver_.api, stream, &payload_).outcome, AttachOutcome::kAttached);
   EXPECT_TRUE(drain().empty());
   fake_.graph_destroy(graph);
   EXPECT_EQ(drain(), std::vector<int*>{&payload_});
@@ -153,18 +153,18 @@ TEST_F(KeepAliveTest, CapturingStreamRetainsOnTheGraphBeingCaptured) {
 
 TEST_F(KeepAliveTest, StreamThatIsNotCapturingHasNoGraphToRetainOn) {
   const AttachResult result = retain_on_capture(driver_.api, nullptr, &payload_);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_ILLEGAL_STATE);
   EXPECT_NE(std::string(result.call).find("not capturing"), std::string::npos);
   const AttachResult failing = retain_on_capture(driver_.api, fake_.failing_stream(), &payload_);
-  EXPECT_EQ(failing.handover, Handover::kReturned);
+  EXPECT_EQ(failing.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(failing.error, CUDA_ERROR_INVALID_HANDLE);
   EXPECT_TRUE(drain().empty());
 }
 
 TEST_F(KeepAliveTest, HostFunctionPushesWhenTheStreamReachesIt) {
   const AttachResult result = retain_until_stream(driver_.api, nullptr, &payload_);
-  EXPECT_EQ(result.handover, Handover::kAttached);
+  EXPECT_EQ(result.outcome, AttachOutcome::kAttached);
   EXPECT_TRUE(drain().empty()) << "alive until the stream gets there";
   EXPECT_EQ(held_delta().held_by_cuda, 1u);
   EXPECT_EQ(fake_.run_host_functions(), 1);
@@ -177,7 +177,7 @@ TEST_F(KeepAliveTest, HostFunctionPushesWhenTheStreamReachesIt) {
 
 TEST_F(KeepAliveTest, FailedHostFunctionLaunchReturnsThePayload) {
   const AttachResult result = retain_until_stream(driver_.api, fake_.failing_stream(), &payload_);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_HANDLE);
   EXPECT_EQ(fake_.run_host_functions(), 0);
   EXPECT_TRUE(drain().empty());
@@ -188,7 +188,7 @@ TEST_F(KeepAliveTest, FailedHostFunctionLaunchReturnsThePayload) {
 TEST_F(KeepAliveTest, CapturingStreamIsRefusedForHostFunctionsThatWouldRunAtEveryLaunch) {
   CUgraph graph = fake_.graph_create();
   const AttachResult result = retain_until_stream(driver_.api, fake_.capturing_stream(graph), &payload_);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   EXPECT_EQ(fake_.run_host_functions(), 0);
   fake_.graph_destroy(graph);
@@ -209,10 +209,10 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
       for (int i = 0; i < kRounds; ++i) {
         if (t % 2 == 0) {
           const AttachResult r = retain_on_graph(driver_.api, fake_.failing_graph(), &payloads[i]);
-          if (r.handover == Handover::kReturned) returned.fetch_add(1);
+          if (r.outcome == AttachOutcome::kReturned) returned.fetch_add(1);
         } else {
           CUgraph graph = fake_.graph_create();
-          if (retain_on_graph(driver_.api, graph, &payloads[i]).handover == Handover::kAttached) {
+          if (retain_on_graph(driver_.api, graph, &payloads[i]).outcome == AttachOutcome::kAttached) {
             attached.fetch_add(1);
           }
           fake_.graph_destroy(graph);
@@ -234,7 +234,7 @@ TEST_F(KeepAliveTest, ConcurrentWithdrawalsAndDestructorsAccountForEveryPayloadO
 
 TEST_F(KeepAliveTest, RegisteredReportHookAddsWhatCudaStillHoldsBeforeTheLawsVerdict) {
   CUgraph graph = fake_.graph_create();
-  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).handover, Handover::kAttached);
+  ASSERT_EQ(retain_on_graph(driver_.api, graph, &payload_).outcome, AttachOutcome::kAttached);
   char line[512];
   // Nothing is registered by merely linking graph/: the queue's owner registers the hook explicitly.
   set_report_fields(nullptr);
@@ -282,11 +282,11 @@ TEST_F(KeepAliveTest, APayloadWithItsTopBitsSetIsRefused) {
       reinterpret_cast<void*>(std::uintptr_t{0x8000} << 48 | reinterpret_cast<std::uintptr_t>(&payload_));
   CUgraph graph = fake_.graph_create();
   AttachResult result = retain_on_graph(driver_.api, graph, high);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_EQ(result.error, CUDA_ERROR_INVALID_VALUE);
   EXPECT_STREQ(result.call, "a payload with its top 16 bits set (they carry the hand-back ticket)");
   result = retain_until_stream(driver_.api, nullptr, high);
-  EXPECT_EQ(result.handover, Handover::kReturned);
+  EXPECT_EQ(result.outcome, AttachOutcome::kReturned);
   EXPECT_STREQ(result.call, "a payload with its top 16 bits set (they carry the hand-back ticket)");
   EXPECT_EQ(held_delta().held_by_cuda, 0u);
   EXPECT_EQ(held_delta().attached_to_cuda, 0u);
@@ -295,7 +295,7 @@ TEST_F(KeepAliveTest, APayloadWithItsTopBitsSetIsRefused) {
 }
 
 // A hundred graphs attached one epoch apart (each wait switches to a new epoch), each still held: their
-// tickets are a hundred slots, carried through CUDA to the destructors. Destroyed in any order, each ends
+// tickets are a hundred records, carried through CUDA to the destructors. Destroyed in any order, each ends
 // its own epoch's ticket: the C entry's wait sees something held until the last one is destroyed.
 TEST_F(KeepAliveTest, HundredsOfEpochsHeldAtOnceEachEndTheirOwnTicket) {
   constexpr int kGraphs = 100;
@@ -304,8 +304,8 @@ TEST_F(KeepAliveTest, HundredsOfEpochsHeldAtOnceEachEndTheirOwnTicket) {
   std::vector<CUgraph> graphs;
   for (int i = 0; i < kGraphs; ++i) {
     graphs.push_back(fake_.graph_create());
-    ASSERT_EQ(retain_on_graph(driver_.api, graphs.back(), &payloads[static_cast<std::size_t>(i)]).handover,
-              Handover::kAttached);
+    ASSERT_EQ(retain_on_graph(driver_.api, graphs.back(), &payloads[static_cast<std::size_t>(i)]).outcome,
+              AttachOutcome::kAttached);
     EXPECT_EQ(reclaim_wait_handed_back(0.0), 0) << i;  // held; the next one counts in a new epoch
   }
   std::vector<int> order;
