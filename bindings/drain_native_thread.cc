@@ -17,7 +17,7 @@
 
 #include "bindings/arguments.h"
 #include "bindings/drain_native_thread.h"
-#include "bindings/interpreter_attach.h"
+#include "bindings/interpreter_entry.h"
 
 namespace reclaim::bindings {
 namespace {
@@ -41,7 +41,7 @@ void mark_done(NativeRun* run) noexcept {
 struct NativeStart {
   PyObject* target;  // strong reference, given up by the thread with the GIL (or leaked when refused)
   std::shared_ptr<NativeRun> run;
-  interpreter_attach::View view;  // opened by the creating thread; the new thread attaches through it
+  interpreter_entry::View view;  // opened by the creating thread; the new thread enters through it
 };
 
 struct NativeThread {
@@ -58,8 +58,8 @@ void* native_thread_main(void* arg) {
     NativeRun* run;
     ~MarkDone() { mark_done(run); }
   } mark_done{run.get()};
-  interpreter_attach::NativeAttach attached;
-  if (!attached.ensure(start->view)) {
+  interpreter_entry::NativeEntry entered;
+  if (!entered.ensure(start->view)) {
     // 3.15+: the interpreter is finalizing; nothing of Python may be touched, not even the target's
     // reference (leaked, like everything still alive then).
     start->target = nullptr;
@@ -72,7 +72,7 @@ void* native_thread_main(void* arg) {
     Py_DECREF(result);
   }
   Py_CLEAR(start->target);
-  attached.release();
+  entered.release();
   return nullptr;
 }
 
@@ -190,7 +190,7 @@ PyType_Slot kNativeThreadSlots[] = {
     {Py_tp_methods, kNativeThreadMethods},
     {Py_tp_getset, kNativeThreadGetSet},
     {Py_tp_doc, const_cast<char*>("_NativeThread(target)\n--\n\n"
-                                  "Call target() on a new native thread that attaches by itself\n"
+                                  "Call target() on a new native thread that enters the interpreter by itself\n"
                                   "(PyThreadState_EnsureFromView on 3.15+, where it calls nothing once the\n"
                                   "interpreter is finalizing; PyGILState_Ensure before).\n"
                                   "Any thread, GIL held; never blocks (the thread waits for the GIL).")},

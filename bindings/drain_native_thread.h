@@ -2,10 +2,10 @@
 // when threading refuses to start one at exit.
 //
 // CPython 3.12 refuses new threading threads from the start of Py_FinalizeEx (while non-daemon threads are
-// joined, and in the atexit hooks), although a thread may still attach then: PyGILState_Ensure works until
+// joined, and in the atexit hooks), although a thread may still enter then: PyGILState_Ensure works until
 // runtime finalization begins, after the atexit hooks. cuda_reclaim._auto runs its drain loop on such a
 // thread then, so that a first hand-over at exit still has a drain thread, and its atexit hook joins it.
-// On 3.15+ the thread attaches with PyThreadState_EnsureFromView (interpreter_attach.h): once finalization
+// On 3.15+ the thread enters with PyThreadState_EnsureFromView (interpreter_entry.h): once finalization
 // is past its wait for guards it calls nothing and ends; otherwise its guard makes Py_FinalizeEx wait
 // until the target returned (the drain loop returns once stopped or once the queue is closed, both of
 // which the atexit hook does before that wait).

@@ -16,7 +16,7 @@ namespace reclaim::bindings {
 
 // Takes the GIL back for `state` (PyEval_RestoreThread) after asking a busy main thread to step aside (one
 // call outstanding at a time), and returns how long that took. On 3.15+ the caller holds a PEP 788 guard
-// across this call (interpreter_attach.h), so finalization has not begun and cannot meanwhile. On
+// across this call (interpreter_entry.h), so finalization has not begun and cannot meanwhile. On
 // 3.10-3.13 a thread that takes the GIL once the interpreter is finalizing is ended here by a forced
 // unwind; the count of waiting drain threads is kept right on that way out too.
 // A drain thread, GIL released by it; blocks until it holds the GIL; never allocates.

@@ -9,7 +9,7 @@
 //            waits on deadlocks it. The pending calls are the step-aside, drain_step_aside.h, and the
 //            restart of the parent's drain thread once os.fork() has returned, drain_fork_return.h.)
 //   drain  — take the GIL (3.15+: under a PEP 788 guard, refused once finalization is under way; see
-//            interpreter_attach.h), release everything queued, keeping the wake-up signal set (linger) when it
+//            interpreter_entry.h), release everything queued, keeping the wake-up signal set (linger) when it
 //            found work, so producers on CUDA's thread skip the eventfd write while traffic continues.
 //            When taking the GIL was contended, the linger ends at once and the loop waits.
 //   linger — GIL released: sleep kLingerMilliseconds on the stop fd, then look at the queue without the
@@ -42,7 +42,7 @@
 #include "bindings/drain_native_thread.h"
 #include "bindings/drain_step_aside.h"
 #include "bindings/drain_worker.h"
-#include "bindings/interpreter_attach.h"
+#include "bindings/interpreter_entry.h"
 
 namespace reclaim::bindings {
 namespace {
@@ -64,13 +64,13 @@ std::atomic<int> g_trim_delay_ms{kTrimAfterMilliseconds};
 // twice what lingering is for, and the wait on the eventfd batches the producers' writes as well.
 constexpr auto kContendedAcquisition = std::chrono::milliseconds(kLingerMilliseconds);
 
-namespace attach = interpreter_attach;
+namespace entry = interpreter_entry;
 
 struct DrainWorker {
   PyObject_HEAD
   int stop_fd;            // eventfd, readable once stop() was called (in the process that made it)
-  attach::View* view;     // the interpreter run() attaches back to; opened and closed by run()
-  pid_t owner_pid;        // the process that made stop_fd; a fork child never writes to it (shared)
+  entry::View* view;      // the interpreter run() enters again; opened and closed by run()
+  pid_t creator_pid;      // the process that made stop_fd; a fork child never writes to it (shared)
   std::atomic<bool> stop_requested;  // set (seq_cst) by stop() before the write; read by the loop
   std::atomic<bool> started;         // exchange by run(): a worker runs once
 };
@@ -95,7 +95,7 @@ PyObject* worker_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     return nullptr;
   }
   self->stop_fd = fd;
-  self->owner_pid = ::getpid();
+  self->creator_pid = ::getpid();
   new (&self->stop_requested) std::atomic<bool>(false);
   new (&self->started) std::atomic<bool>(false);
   self->view = nullptr;
@@ -120,15 +120,15 @@ void sleep_unless_stopped(const DrainWorker* self, int milliseconds) {
 // Takes the GIL back for `state` unless the interpreter's finalization is under way, and says whether
 // that had to wait for another thread (see kContendedAcquisition). A drain thread, GIL released; blocks
 // until it holds the GIL. Returns false, GIL still released, when a PEP 788 guard could not be had (3.15+:
-// finalization went past its wait for guards; taking the GIL would park the thread for good). The guard
+// finalization went past its wait for guards; taking the GIL would hang the thread for good). The guard
 // covers the wait for the GIL only: Py_FinalizeEx waits for guards with the GIL released, so that wait
 // ends. Before 3.15 there is no guard: on 3.10-3.13 a thread that takes the GIL once the interpreter is
 // finalizing is ended here by a forced unwind; SettleSignalOnExit covers that way out.
 bool take_gil_unless_finalizing(const DrainWorker* self, PyThreadState* state, bool* contended) {
-  attach::AttachGuard guard;
+  entry::EntryGuard guard;
   if (!guard.acquire(*self->view)) return false;
   *contended = take_gil_asking_main_thread_to_step_aside(state) > kContendedAcquisition;
-  guard.attached();
+  guard.entered();
   return true;
 }
 
@@ -207,8 +207,8 @@ PyObject* worker_run(PyObject* object, PyObject*) {
   }
   SettleSignalOnExit settle;
   if (interpreter_finalizing()) Py_RETURN_NONE;
-  // Opened here, on the thread that attaches back to it; leaked if the thread is parked at the end.
-  self->view = new (std::nothrow) attach::View();
+  // Opened here, on the thread that enters it again; leaked if the thread hangs at the end.
+  self->view = new (std::nothrow) entry::View();
   if (self->view == nullptr) return PyErr_NoMemory();
   if (!self->view->open()) return nullptr;
   // From here on the loop holds the GIL only to drain.
@@ -236,7 +236,7 @@ PyObject* worker_stop(PyObject* object, PyObject*) {
   self->stop_requested.store(true, std::memory_order_seq_cst);
   // In a fork child the eventfd is the parent's too: only the flag, which the child's copy of the loop
   // (the forking thread, if it was this worker's) reads before it waits again.
-  if (self->owner_pid == ::getpid()) {
+  if (self->creator_pid == ::getpid()) {
     const std::uint64_t one = 1;
     (void)!::write(self->stop_fd, &one, sizeof one);
   }
@@ -247,12 +247,12 @@ PyObject* worker_stopped(PyObject* object, void*) {
   return PyBool_FromLong(stopping(reinterpret_cast<DrainWorker*>(object)));
 }
 
-// The PEP 788 branch's counts (interpreter_attach.h), for the drain threads and _NativeThread alike. A static
+// The PEP 788 branch's counts (interpreter_entry.h), for the drain threads and _NativeThread alike. A static
 // method of the type, not a module function: it belongs to the drain threads and serves tests only.
-PyObject* worker_attach_stats(PyObject*, PyObject*) {
-  const auto guarded = attach::g_guarded_attaches.load(std::memory_order_relaxed);
-  const auto refused = attach::g_refused_attaches.load(std::memory_order_relaxed);
-  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", attach::kPep788 ? Py_True : Py_False, "guarded_attaches",
+PyObject* worker_entry_stats(PyObject*, PyObject*) {
+  const auto guarded = entry::g_guarded_entries.load(std::memory_order_relaxed);
+  const auto refused = entry::g_refused_entries.load(std::memory_order_relaxed);
+  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", entry::kPep788 ? Py_True : Py_False, "guarded_attaches",
                        static_cast<unsigned long long>(guarded), "refused_attaches",
                        static_cast<unsigned long long>(refused));
 }
@@ -266,9 +266,9 @@ PyMethodDef kWorkerMethods[] = {
      "stop($self, /)\n--\n\n"
      "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
      "blocks; safe from a finalizer that the loop itself is running."},
-    {"_attach_stats", worker_attach_stats, METH_NOARGS | METH_STATIC,
-     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads attach through PEP 788\n"
-     "(CPython 3.15+), 'guarded_attaches': attaches made that way, 'refused_attaches': attaches it refused\n"
+    {"_attach_stats", worker_entry_stats, METH_NOARGS | METH_STATIC,
+     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads enter through PEP 788\n"
+     "(CPython 3.15+), 'guarded_attaches': entries made that way, 'refused_attaches': entries it refused\n"
      "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
     {"_call_once_fork_returned", drain_worker_call_once_fork_returned, METH_O | METH_STATIC,
      "_call_once_fork_returned(callback, /)\n--\n\nInternal (cuda_reclaim._auto_fork's after-fork hook in the\n"

@@ -1,7 +1,7 @@
 // bindings/python_compat.h — the CPython C API calls whose spelling depends on the version, 3.10–3.15.
 //
-// Every PY_VERSION_HEX test of our C++ code about which C API to call lives here (except the PEP 788 attach
-// of 3.15+, in interpreter_attach.h), so that moving the oldest supported version or adding a new one is
+// Every PY_VERSION_HEX test of our C++ code about which C API to call lives here (except the PEP 788 entry
+// of 3.15+, in interpreter_entry.h), so that moving the oldest supported version or adding a new one is
 // one edit. (The capsule's public C header, cuda_reclaim/cuda_reclaim.h, stays self-contained for other
 // projects and keeps its own test; module slots that exist only on newer versions stay next to the slot
 // table.)

@@ -57,7 +57,7 @@ _fork_depth = 0  # os.fork() calls between their before- and after-hooks: no thr
 _starting = False  # a thread is being started (a re-entrant call during Thread.start() must not start one)
 _worker = None  # the DrainWorker that should be running, or None
 _thread = None  # its thread
-_retired: list = []  # drain threads told to stop that may still be running: no successor starts meanwhile
+_stopping_threads: list = []  # drain threads told to stop that may still be running: no successor starts meanwhile
 _gc_installed = False
 _start_failure = None  # why the last start of a drain thread failed (text), None once one started
 
@@ -79,12 +79,12 @@ def _running_mode():
 # Called with the new mode after every set_auto_drain(), outside _lock, on the switching thread (which may
 # be in a finalizer): cuda_reclaim.asyncio's, so that awaits pending under the drain thread get their
 # loop's reader when it stops. Appended to at import time only.
-_mode_listeners: "list[Callable[[str], None]]" = []
+_mode_subscribers: "list[Callable[[str], None]]" = []
 
 
-def add_mode_listener(listener):
-    """Call ``listener(mode)`` after every mode switch (for the package's own modules)."""
-    _mode_listeners.append(listener)
+def add_mode_listener(subscriber):
+    """Call ``subscriber(mode)`` after every mode switch (for the package's own modules)."""
+    _mode_subscribers.append(subscriber)
 
 
 def set_auto_drain(mode):
@@ -121,16 +121,16 @@ def set_auto_drain(mode):
         failure = _start_locked()
     try:
         _warn_start_failure(failure)
-        _join_retired()
-    finally:  # a Ctrl-C in the wait: the switch is made, so the listeners must still hear of it
-        _tell_listeners()
+        _join_stopping_threads()
+    finally:  # a Ctrl-C in the wait: the switch is made, so the subscribers must still hear of it
+        _tell_subscribers()
     return previous
 
 
-def _tell_listeners():
+def _tell_subscribers():
     mode = get_auto_drain()
-    for listener in tuple(_mode_listeners):
-        listener(mode)
+    for subscriber in tuple(_mode_subscribers):
+        subscriber(mode)
 
 
 def note_handover():
@@ -154,7 +154,7 @@ def note_announce():
 def is_thread_running():
     """True while a drain thread is alive (for tests and diagnostics), stopping ones included."""
     with _lock.held():
-        threads = [_thread, *_retired]
+        threads = [_thread, *_stopping_threads]
     return any(thread is not None and thread.is_alive() for thread in threads)
 
 
@@ -164,7 +164,7 @@ def _start_locked():
     Returns the text of a RuntimeWarning for the caller to issue once it has let go of _lock (a warning
     runs user code: filters, showwarning), or None."""
     global _worker, _thread, _starting, _start_failure
-    _retired[:] = [thread for thread in _retired if thread.is_alive()]
+    _stopping_threads[:] = [thread for thread in _stopping_threads if thread.is_alive()]
     if (
         _mode != "thread"
         or not _used
@@ -173,7 +173,7 @@ def _start_locked():
         or _starting
         or _worker is not None
         # A stopped thread may still be inside a release: it starts the successor itself when it leaves.
-        or _retired
+        or _stopping_threads
         or _reclaim.is_closed()
         # A thread started now would never run (it ends at its first take of the GIL), and before 3.12
         # Thread.start() waits for it for ever: e.g. a fork child made by a finalizer during finalization.
@@ -213,7 +213,7 @@ def _warn_start_failure(failure):
         RuntimeWarning,
         stacklevel=3,
     )
-    _tell_listeners()
+    _tell_subscribers()
 
 
 def _drain_thread_leaves(thread):
@@ -222,12 +222,12 @@ def _drain_thread_leaves(thread):
     will touch the queue no more."""
     global _worker, _thread
     with _lock.held():
-        was_retired = thread in _retired
-        if was_retired:
-            _retired.remove(thread)
+        was_stopping = thread in _stopping_threads
+        if was_stopping:
+            _stopping_threads.remove(thread)
         if _thread is thread:  # it left by itself (the queue closed, or finalization began)
             _worker = _thread = None
-        failure = _start_locked() if was_retired else None
+        failure = _start_locked() if was_stopping else None
     _warn_start_failure(failure)
 
 
@@ -237,8 +237,8 @@ def _retire_locked():
     if _worker is None:
         return
     _worker.stop()
-    _retired[:] = [thread for thread in _retired if thread.is_alive()]
-    _retired.append(_thread)
+    _stopping_threads[:] = [thread for thread in _stopping_threads if thread.is_alive()]
+    _stopping_threads.append(_thread)
     _worker = _thread = None
 
 
@@ -250,7 +250,7 @@ def _retire_locked():
 _JOIN_LIMIT_SECONDS = 2.0
 
 
-def _join_retired(limit=_JOIN_LIMIT_SECONDS):
+def _join_stopping_threads(limit=_JOIN_LIMIT_SECONDS):
     """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
     neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
     garbage collector runs finalizers at any allocation, e.g. inside note_handover()), and the thread it
@@ -258,19 +258,19 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
     a thread once: one they gave up on (it may wait for what their caller holds) they leave alone.
 
     Gives up after `limit` seconds (see _JOIN_LIMIT_SECONDS): a thread still inside a finalizer stays
-    retired and is joined by a later call. Returns True when none is left.
+    among the stopping threads and is joined by a later call. Returns True when none is left.
     """
     if current_drain_thread() is not None:
         return True
     if sys.is_finalizing() or _lock.is_owned():
-        return not _retired  # finalizing: no other thread runs Python again, waiting could only time out
+        return not _stopping_threads  # finalizing: no other thread runs Python again, waiting could only time out
     in_drain = _reclaim._releasing_on_this_thread()
     deadline = None if limit is None else time.monotonic() + limit
     while True:
         with _lock.held():
-            waiting = [thread for thread in _retired if not (in_drain and thread.given_up)]
+            waiting = [thread for thread in _stopping_threads if not (in_drain and thread.given_up)]
         if not waiting:
-            return not _retired
+            return not _stopping_threads
         for thread in waiting:
             thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
             if thread.is_alive():
@@ -278,7 +278,7 @@ def _join_retired(limit=_JOIN_LIMIT_SECONDS):
                 return False
             wait_for_os_thread_exit(thread)
         with _lock.held():
-            _retired[:] = [thread for thread in _retired if thread not in waiting]
+            _stopping_threads[:] = [thread for thread in _stopping_threads if thread not in waiting]
 
 
 def _set_gc_callback(installed):
@@ -301,7 +301,7 @@ def stop_for_good():
         _closed = True
         _retire_locked()
         _set_gc_callback(False)
-    _join_retired()
+    _join_stopping_threads()
 
 
 def close_at_exit():

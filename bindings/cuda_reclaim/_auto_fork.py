@@ -2,7 +2,7 @@
 
 ``_auto`` owns the state and registers these hooks (``_auto._install_process_hooks``, in the order its comments
 give). The hooks read and write that state through the module (``_auto._fork_depth``, never a copy made at
-import): the child's hook rebinds ``_auto._lock`` and ``_auto._retired``, and every reader looks them up in
+import): the child's hook rebinds ``_auto._lock`` and ``_auto._stopping_threads``, and every reader looks them up in
 ``_auto`` when it runs. States and transitions: docs/design.md ("The lifecycle", "Fork").
 """
 
@@ -29,7 +29,7 @@ def _before_fork():
         _auto._fork_depth += 1
         _auto._retire_locked()
         drain_now = _auto._mode != "off" and not _auto._closed
-    _auto._join_retired(_FORK_JOIN_LIMIT_SECONDS)
+    _auto._join_stopping_threads(_FORK_JOIN_LIMIT_SECONDS)
     if drain_now:
         _reclaim.drain()
 
@@ -84,7 +84,7 @@ def _after_fork_in_child():
     _auto._worker = _auto._thread = None
     # Not the forking drain thread: its drain stops taking from the parent's storage after the reset, so a
     # new drain thread may serve the child's hand-overs while the finalizer that forked still runs.
-    _auto._retired = []
+    _auto._stopping_threads = []
     _auto._closed = False
     _auto._fork_depth = 0
     _auto._starting = False

@@ -15,7 +15,7 @@ from . import _python_compat, _reclaim
 class _StateLock:
     """A re-entrant lock that, once the interpreter is finalizing, waits for nobody.
 
-    From then on CPython ends (3.10-3.13) or parks (3.14) every other thread that tries to take the GIL
+    From then on CPython ends (3.10-3.13) or hangs (3.14) every other thread that tries to take the GIL
     back, so a thread that holds this lock at that point never runs again and never releases it: a
     finalizer that the garbage collector runs during finalization (and that toggles the drain, say) would
     wait for it forever. The one thread still running Python takes the lock if it is free, and otherwise

@@ -149,7 +149,7 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
 
     def main_thread_waits_in_close():
         # close()'s wait, not set_auto_drain()'s
-        return {"stop_for_good", "_join_retired"} <= scenario.frame_names(main_ident)
+        return {"stop_for_good", "_join_stopping_threads"} <= scenario.frame_names(main_ident)
 
     entered = threading.Event()
 

@@ -15,7 +15,7 @@ import scenario
 
 def main_thread_waits_in_the_exit_hook():
     # the exit hook's wait, not set_auto_drain()'s
-    return {"close_at_exit", "_join_retired"} <= scenario.frame_names(main_ident)
+    return {"close_at_exit", "_join_stopping_threads"} <= scenario.frame_names(main_ident)
 
 
 class Slow:

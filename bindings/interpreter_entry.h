@@ -1,12 +1,12 @@
-// bindings/interpreter_attach.h — how a thread with no attached thread state attaches to the interpreter
+// bindings/interpreter_entry.h — how a thread with no attached thread state enters the interpreter
 // without racing its finalization: PEP 788 (interpreter views and guards) where CPython has it (3.15+),
 // the older calls before, chosen at compile time so that the call sites read the same.
 //
-// With PEP 788, "not finalizing → attach" is one step: a guard taken from a view keeps Py_FinalizeEx
+// With PEP 788, "not finalizing → enter" is one step: a guard taken from a view keeps Py_FinalizeEx
 // from going past the point where it waits for guards (after threading's shutdown and the atexit hooks,
-// with the GIL released), and a guard cannot be had once it went past it. Before 3.15 the attach is
+// with the GIL released), and a guard cannot be had once it went past it. Before 3.15 the entry is
 // unconditional: on 3.10–3.13 a thread that takes the GIL once finalizing is ended by a forced unwind,
-// on 3.14 it may be parked or let in; the callers check interpreter_finalizing() once attached, as they
+// on 3.14 it may hang or be let in; the callers check interpreter_finalizing() once inside, as they
 // always did.
 //
 // Header-only, C++.
@@ -24,18 +24,18 @@
 #define CUDA_RECLAIM_HAVE_PEP788 0
 #endif
 
-namespace reclaim::bindings::interpreter_attach {
+namespace reclaim::bindings::interpreter_entry {
 
 // Whether the PEP 788 branch is compiled in.
 inline constexpr bool kPep788 = CUDA_RECLAIM_HAVE_PEP788 != 0;
 
-// Process-wide counts of the PEP 788 branch (always 0 without it): attaches it made (a guard or an
-// ensure that succeeded, then the attach), and attaches it refused (finalization under way, or no memory).
+// Process-wide counts of the PEP 788 branch (always 0 without it): entries it made (a guard or an
+// ensure that succeeded, then the entry), and entries it refused (finalization under way, or no memory).
 // Any thread; relaxed atomics; never reset (a fork child keeps the parent's counts).
-inline std::atomic<std::uint64_t> g_guarded_attaches{0};
-inline std::atomic<std::uint64_t> g_refused_attaches{0};
+inline std::atomic<std::uint64_t> g_guarded_entries{0};
+inline std::atomic<std::uint64_t> g_refused_entries{0};
 
-// A view of the interpreter it was opened in, for a thread that attaches later. Empty before 3.15.
+// A view of the interpreter it was opened in, for a thread that enters later. Empty before 3.15.
 // Owns its PEP 788 view; not copyable; close() before it goes (or let the destructor do it).
 class View {
  public:
@@ -73,16 +73,16 @@ class View {
 };
 
 // Keeps finalization from starting while a thread that has a thread state of its own (a drain thread)
-// takes the GIL back: acquire() before PyEval_RestoreThread, attached() once it returned. Closed as soon
-// as the thread is attached, never held across what the thread runs then: a finalizer may wait for
+// takes the GIL back: acquire() before PyEval_RestoreThread, entered() once it returned. Closed as soon
+// as the thread is inside, never held across what the thread runs then: a finalizer may wait for
 // something the exiting main thread holds, and Py_FinalizeEx would wait for the guard for ever. Once
-// attached, the GIL the thread holds is what keeps finalization from starting (Py_FinalizeEx needs it).
-class AttachGuard {
+// inside, the GIL the thread holds is what keeps finalization from starting (Py_FinalizeEx needs it).
+class EntryGuard {
  public:
-  AttachGuard() = default;
-  AttachGuard(const AttachGuard&) = delete;
-  AttachGuard& operator=(const AttachGuard&) = delete;
-  ~AttachGuard() { close(); }
+  EntryGuard() = default;
+  EntryGuard(const EntryGuard&) = delete;
+  EntryGuard& operator=(const EntryGuard&) = delete;
+  ~EntryGuard() { close(); }
 
   // True when the thread may take the GIL back: 3.15+, a guard from `view` was had (false: finalization
   // is past its wait for guards; counted as refused); before, always true.
@@ -91,7 +91,7 @@ class AttachGuard {
 #if CUDA_RECLAIM_HAVE_PEP788
     guard_ = PyInterpreterGuard_FromView(view.get());
     if (guard_ == nullptr) {
-      g_refused_attaches.fetch_add(1, std::memory_order_relaxed);
+      g_refused_entries.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
 #else
@@ -100,11 +100,11 @@ class AttachGuard {
     return true;
   }
 
-  // The thread is attached again (GIL held): counts the guarded attach and closes the guard.
+  // The thread is inside again (GIL held): counts the guarded entry and closes the guard.
   // Requires the GIL taken back after a successful acquire(); never blocks.
-  void attached() noexcept {
+  void entered() noexcept {
 #if CUDA_RECLAIM_HAVE_PEP788
-    if (guard_ != nullptr) g_guarded_attaches.fetch_add(1, std::memory_order_relaxed);
+    if (guard_ != nullptr) g_guarded_entries.fetch_add(1, std::memory_order_relaxed);
 #endif
     close();
   }
@@ -126,25 +126,26 @@ class AttachGuard {
 // A thread state for a native thread that has none: 3.15+, PyThreadState_EnsureFromView (which holds a
 // guard of its own until release(), so Py_FinalizeEx waits for the thread to let go); before,
 // PyGILState_Ensure. Not copyable; release() exactly once after a successful ensure().
-class NativeAttach {
+class NativeEntry {
  public:
-  NativeAttach() = default;
-  NativeAttach(const NativeAttach&) = delete;
-  NativeAttach& operator=(const NativeAttach&) = delete;
+  NativeEntry() = default;
+  NativeEntry(const NativeEntry&) = delete;
+  NativeEntry& operator=(const NativeEntry&) = delete;
 
-  // Attaches the calling thread (blocks for the GIL). 3.15+: false when refused (finalization under way
-  // or no memory; counted), the thread is then not attached and must not call Python. Before: true (on
-  // 3.10-3.13 the thread may be ended here by a forced unwind once the runtime finalizes).
+  // Enters the interpreter on the calling thread (blocks for the GIL). 3.15+: false when refused
+  // (finalization under way or no memory; counted), the thread is then not inside and must not call
+  // Python. Before: true (on 3.10-3.13 the thread may be ended here by a forced unwind once the runtime
+  // finalizes).
   // A thread without an attached thread state; `view` must be open (3.15+). Not noexcept: the forced
   // unwind must pass through.
   bool ensure(const View& view) {
 #if CUDA_RECLAIM_HAVE_PEP788
     token_ = PyThreadState_EnsureFromView(view.get());
     if (token_ == nullptr) {
-      g_refused_attaches.fetch_add(1, std::memory_order_relaxed);
+      g_refused_entries.fetch_add(1, std::memory_order_relaxed);
       return false;
     }
-    g_guarded_attaches.fetch_add(1, std::memory_order_relaxed);
+    g_guarded_entries.fetch_add(1, std::memory_order_relaxed);
 #else
     (void)view;
     state_ = PyGILState_Ensure();
@@ -153,7 +154,7 @@ class NativeAttach {
   }
 
   // Lets go of the thread state ensure() gave (and, 3.15+, of its guard).
-  // The thread that called ensure(), attached; never blocks.
+  // The thread that called ensure(), inside; never blocks.
   void release() noexcept {
 #if CUDA_RECLAIM_HAVE_PEP788
     PyThreadState_Release(token_);
@@ -171,4 +172,4 @@ class NativeAttach {
 #endif
 };
 
-}  // namespace reclaim::bindings::interpreter_attach
+}  // namespace reclaim::bindings::interpreter_entry
