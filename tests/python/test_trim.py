@@ -1,4 +1,4 @@
-"""trim(): the memory a burst left behind is given back; nothing queued is lost or released by it."""
+"""trim(): the memory a burst left behind is freed; nothing queued is lost or released by it."""
 
 import threading
 import time
@@ -21,7 +21,7 @@ def _counters():
     return {key: stats[key] for key in ("handed_over", "released", "pending", "leaked_after_close")}
 
 
-def test_nothing_to_give_back_without_a_burst(drained):
+def test_nothing_to_free_without_a_burst(drained):
     cuda_reclaim.trim()  # whatever earlier tests left behind
     cuda_reclaim.defer_release(Item())
     assert cuda_reclaim.drain() == 1
@@ -36,7 +36,7 @@ def test_after_a_burst_pending_references_move_and_later_drains_release_them(dra
     before = _counters()
     assert cuda_reclaim.trim() is True
     assert _counters() == before  # a trim releases nothing and counts nothing
-    assert cuda_reclaim.trim() is False  # given back already
+    assert cuda_reclaim.trim() is False  # freed already
     last = Item()
     alive = weakref.ref(last)
     cuda_reclaim.defer_release(last)
@@ -71,7 +71,7 @@ def _wait_until(condition, what, deadline_s=60.0):
         time.sleep(0.01)
 
 
-def test_the_drain_thread_gives_a_burst_back_once_the_queue_is_quiet():
+def test_the_drain_thread_frees_a_burst_once_the_queue_is_quiet():
     previous = cuda_reclaim.set_auto_drain("off")
     try:
         cuda_reclaim.drain()
@@ -83,7 +83,7 @@ def test_the_drain_thread_gives_a_burst_back_once_the_queue_is_quiet():
         cuda_reclaim.set_auto_drain("thread")
         _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
         _wait_until(lambda: not _reclaim._trim_would_help(), "the drain thread trimmed")
-        assert cuda_reclaim.trim() is False  # nothing left to give back
+        assert cuda_reclaim.trim() is False  # nothing left to free
         assert cuda_reclaim.conserved()
     finally:
         cuda_reclaim.set_auto_drain(previous)
@@ -101,7 +101,7 @@ def test_trim_from_a_finalizer_on_the_drain_thread_returns_false():
     try:
         cuda_reclaim.drain()
         shared = Item()
-        for _ in range(BURST):  # something to give back, so only the drain in progress can refuse
+        for _ in range(BURST):  # something to free, so only the drain in progress can refuse
             cuda_reclaim.defer_release(shared)
         TrimsOnItsThread.calls = []
         cuda_reclaim.defer_release(TrimsOnItsThread())
