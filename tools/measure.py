@@ -255,27 +255,13 @@ def x_macro_names(text, macro):
 
 
 def stats_rows(tree):
-    """[(key, group, kind)] of kStats in bindings/stats_table.cc, in table order."""
-    table_path = "bindings/stats_table.cc"
-    if table_path not in tree.files:
+    """[(key, source, kind)] of RECLAIM_COUNTER_TABLE's rows in include/cuda_reclaim/reclaim_abi.h, in order."""
+    header = "include/cuda_reclaim/reclaim_abi.h"
+    if header not in tree.files:
         return []
-    text = c_code(tree.text(table_path))
-    abi = c_code(tree.text("include/cuda_reclaim/reclaim_abi.h"))
-    queue_kinds = dict(re.findall(r'\{\s*"(\w+)"\s*,\s*Kind::k(\w+)\s*,', text))
-    body = re.search(r"\bkStats\[\]\s*=\s*\{(.*?)\n\};", text, re.S)
-    rows = []
-    if not body:
-        return rows
-    entry = re.compile(r'RECLAIM_COUNTERS\(\w+\)|\{\s*"(\w+)"\s*,\s*Group::k(\w+)\s*,\s*Kind::k(\w+)'
-                       r'|RECLAIM_GRAPH_STAT_\(\s*(\w+)\s*,\s*Group::k(\w+)\s*,\s*Kind::k(\w+)')
-    for match in entry.finditer(body.group(1)):
-        if match.group(0).startswith("RECLAIM_COUNTERS"):
-            rows += [(name, "Queue", queue_kinds.get(name, "?")) for name in x_macro_names(abi, "RECLAIM_COUNTERS")]
-        elif match.group(1):
-            rows.append(match.group(1, 2, 3))
-        else:
-            rows.append(match.group(4, 5, 6))
-    return rows
+    text = c_code(tree.text(header))
+    return [(key, source, kind) for key, kind, source in
+            re.findall(r"\bR\(\s*X\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,", text)]
 
 
 def measure_stats_keys(tree):

@@ -219,14 +219,18 @@ def test_graph_host_node_fires_on_every_launch(device, spin, threaded):
 def test_an_ordered_call_has_run_before_the_stream_goes_past_it(device, spin, threaded):
     stream = device.create_stream()
     launch_spin(stream, spin, device, 0.05)
-    ran = []
+    started, release, ran = threading.Event(), threading.Event(), []
 
-    def slow_call():
-        time.sleep(0.1)  # the stream's next work would otherwise be done long before the call
+    def held_call():
+        started.set()
+        release.wait(60)
         ran.append(threading.get_ident())
 
-    future = cuda_reclaim.launch_host_func_ordered(stream, slow_call)
+    future = cuda_reclaim.launch_host_func_ordered(stream, held_call)
     after = stream.record()
+    assert started.wait(60), "no drain ran the call"
+    assert not after.is_done, "the stream went past a call that has not returned"
+    release.set()
     assert wait_for(lambda: after.is_done, timeout=60), "the stream never went past the ordered call"
     assert ran and future.done(), "the stream's later work waited until the call had run"
     cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
@@ -238,15 +242,25 @@ def test_an_ordered_host_node_holds_each_launch_until_its_call_has_run(device, s
     from cuda.core.graph import GraphDefinition
 
     stream = device.create_stream()
-    fired = []
+    started, release, fired = threading.Event(), threading.Event(), []
+
+    def held_call():
+        started.set()
+        release.wait(60)
+        fired.append(len(fired))
+
     definition = GraphDefinition()
     kernel_node = definition.launch(LaunchConfig(grid=1, block=1), spin, cycles_for(device, 0.0005))
-    cuda_reclaim.add_host_node_ordered(definition, lambda: (time.sleep(0.01), fired.append(len(fired))),
-                                       dependencies=[kernel_node])
+    cuda_reclaim.add_host_node_ordered(definition, held_call, dependencies=[kernel_node])
     executable = definition.instantiate()
-    for launch_number in range(20):
+    for launch_number in range(5):
+        started.clear()
+        release.clear()
         executable.launch(stream)
         done = stream.record()
+        assert started.wait(60), "no drain ran the node's call"
+        assert not done.is_done, "the stream went past a node whose call has not returned"
+        release.set()
         assert wait_for(lambda: done.is_done, timeout=60), "the stream never went past the ordered node"
         assert fired == list(range(launch_number + 1)), "each launch waited for its own call"
     executable.close()

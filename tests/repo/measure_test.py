@@ -139,16 +139,12 @@ class MeasuresTest(unittest.TestCase):
         self.assertEqual(details["public_names"], {"cuda_reclaim": 3, "cuda_reclaim.metrics": 1})
 
     def test_stats_keys_are_read_from_the_table(self):
-        abi = "#define RECLAIM_COUNTERS(X) \\\n  X(handed_over, \"a\") \\\n  X(pending, \"b\")\n"
-        table = ("constexpr QueueMetric kQueueMetrics[] = {\n {\"handed_over\", Kind::kCounter, \"h\"},\n"
-                 " {\"pending\", Kind::kGauge, \"h\"},\n};\n"
-                 "constexpr Stat kStats[] = {\n    RECLAIM_COUNTERS(RECLAIM_QUEUE_STAT_)\n"
-                 "    {\"direct_pushes\", Group::kSource, Kind::kCounter, \"d\", \"h\", read},\n"
-                 "    RECLAIM_GRAPH_STAT_(held_by_cuda, Group::kHold, Kind::kGauge, \"h\"),\n};\n")
-        tree = self.tree({"include/cuda_reclaim/reclaim_abi.h": abi, "bindings/stats_table.cc": table})
-        self.assertEqual(measure.stats_rows(tree), [("handed_over", "Queue", "Counter"), ("pending", "Queue", "Gauge"),
-                                                    ("direct_pushes", "Source", "Counter"),
-                                                    ("held_by_cuda", "Hold", "Gauge")])
+        abi = ("#define RECLAIM_QUEUE_ROWS_(R, X) \\\n  R(X, handed_over, counter, queue, \"h\", \"d\") \\\n"
+               "  R(X, pending, gauge, queue, \"h\", \"d\")\n"
+               "#define RECLAIM_CUDA_ROWS_(R, X) \\\n  R(X, held_by_cuda, gauge, cuda, \"h\", \"d\")\n")
+        tree = self.tree({"include/cuda_reclaim/reclaim_abi.h": abi})
+        self.assertEqual(measure.stats_rows(tree), [("handed_over", "queue", "counter"), ("pending", "queue", "gauge"),
+                                                    ("held_by_cuda", "cuda", "gauge")])
 
     def test_environment_variables_by_kind_without_macros_and_markdown(self):
         tree = self.tree({
