@@ -327,7 +327,7 @@ Attachment* new_attachment(const char* kind, PyObject* objects) {
   return attachment;
 }
 
-Py_ssize_t close_after_the_barrier() {
+Py_ssize_t close_after_the_shut() {
   reclaim::handback::shut_process_barrier();
   return close_safely();
 }

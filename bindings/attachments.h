@@ -38,7 +38,7 @@ int add_attachment_functions(PyObject* module);
 // The module's close(): shuts the process's hand-back barrier for good (every wait_handed_back,
 // Attachment.wait and asyncio.handed_back that is not over returns False, now and later), then closes the
 // queue with close_safely() (bindings/drain.h) and returns what it returns. The barrier first, so that a
-// waiter learns of the close before the final drain. Requires the GIL (close_safely's contract).
-Py_ssize_t close_after_the_barrier();
+// waiter learns of the shut before the final drain. Requires the GIL (close_safely's contract).
+Py_ssize_t close_after_the_shut();
 
 }  // namespace reclaim::bindings

@@ -85,7 +85,7 @@ struct QuietDecref {
 };
 
 // The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
-// runs with an exception set) and put back afterwards. Deliberately not RAII: CPython ends a daemon
+// runs with an exception set) and restored afterwards. Deliberately not RAII: CPython ends a daemon
 // thread that takes the GIL during finalization with a forced unwind (pthread_exit), which must not run
 // Python code (PyErr_Restore) on its way out, without the GIL.
 using python_compat::restore_exception;

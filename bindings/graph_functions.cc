@@ -1,8 +1,8 @@
 // bindings/graph_functions.cc — Python entry points for graph/'s keep-alive: attach a payload (one
 // object, or a tuple of them) to a CUDA graph or stream.
 //
-// The caller's reference is handed to graph/ and comes back only when graph/ says so (AttachOutcome::kReturned):
-// then it is given back here, at once, with the GIL. Driver calls run with the GIL released: they may
+// The caller's reference goes to graph/ and comes back only when graph/ says so (AttachOutcome::kReturned):
+// then it is released here, at once, with the GIL. Driver calls run with the GIL released: they may
 // block (a full stream queue), and other libraries' host callbacks on CUDA's thread may need the GIL.
 // Handles are plain ints here; bindings/cuda_reclaim/_graph.py turns cuda.core / cuda.bindings objects
 // into them and checks them.
@@ -26,7 +26,7 @@ namespace {
 enum class Target { kGraph, kCapture, kStream };
 
 // Wraps `payload` in an Attachment and hands a reference to it to graph/ for `target`. Returns the
-// Attachment, or null with DriverError set; on every failure the reference is given back here or, if CUDA
+// Attachment, or null with DriverError set; on every failure the reference is released here or, if CUDA
 // still holds it, left to CUDA's push.
 PyObject* attach(PyObject* module, Target target, const char* name, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs != 2) {
@@ -63,7 +63,7 @@ PyObject* attach(PyObject* module, Target target, const char* name, PyObject* co
       attachment->attached = true;
       return reinterpret_cast<PyObject*>(attachment);  // the caller's reference
     case graph::AttachOutcome::kReturned:
-      Py_DECREF(attachment);  // given back at once: the objects are not kept alive by CUDA
+      Py_DECREF(attachment);  // released at once: the objects are not kept alive by CUDA
       Py_DECREF(attachment);
       PyErr_Format(driver_error(module), "%s failed with %s; nothing was attached", result.call,
                    graph::error_name(*driver, result.error));

@@ -123,7 +123,7 @@ PyObject* py_trim(PyObject*, PyObject*) {
   return PyBool_FromLong(status == reclaim::TrimStatus::kTrimmed);
 }
 
-PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim::bindings::close_after_the_barrier()); }
+PyObject* py_close(PyObject*, PyObject*) { return PyLong_FromSsize_t(reclaim::bindings::close_after_the_shut()); }
 
 PyObject* py_defer_release(PyObject*, PyObject* object) {
   Py_INCREF(object);

@@ -46,7 +46,7 @@ struct alignas(64) ProducerLane {
   // single-threaded). The exchange is also the push's one full barrier: close(), trim() and the drain
   // that clears the wake-up signal read `taken` after their own seq_cst store, so either they see the
   // lane taken (and wait for it, or re-arm) or the pushing thread sees their store (see ReclaimQueue::push).
-  // 1 while held. A 32-bit word, not a bool: a locked exchange on a byte is slower on x86-64, and this
+  // 1 while taken. A 32-bit word, not a bool: a locked exchange on a byte is slower on x86-64, and this
   // exchange is most of a push (see docs/benchmarks.md).
   std::atomic<std::uint32_t> taken{0};
   // Pushes through this lane admitted while the queue was open (queued or rejected), counted before

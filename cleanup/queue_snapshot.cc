@@ -24,7 +24,7 @@ CounterSnapshot ReclaimQueue::snapshot() const noexcept {
   // taken while CUDA's thread may still be pushing). What can is something in flight between two of its
   // steps: a push admitted while open, between its count and its enqueue (on an open queue, or one whose
   // close() still waits for it); a drain between its dequeue and its count of what it took; a trim moving
-  // pointers between storages. Each only ever leaves items in no bucket, never in two (a put-back after
+  // pointers between storages. Each only ever leaves items in no bucket, never in two (a requeue after
   // an unwind uncounts before it enqueues), so a read that conserves is exact. Re-read until no push was
   // in flight across the reads (open queue) and the law holds, yielding after a few attempts (a pusher or
   // drainer may have been preempted in the middle). Bounded, so it never blocks: if one of them stalls

@@ -84,12 +84,12 @@ struct CounterSnapshot {
   reclaim_stats as_c() const noexcept;
 };
 
-// Largest reserved capacity accepted (pointers): 2^24, 128 MiB of slots. Larger requests are refused
+// Largest reserved capacity accepted (pointers): 2^24, 128 MiB of them. Larger requests are refused
 // (parse_reserved_capacity) rather than letting the block arithmetic overflow.
 constexpr std::size_t kMaxReservedCapacity = std::size_t{1} << 24;
 
 struct QueueOptions {
-  // Pointer slots reserved up front, so that pushes do not allocate until this many are pending.
+  // Pointers reserved up front, so that pushes do not allocate until this many are pending.
   // Rounded up to whole blocks of the underlying queue. 1 to kMaxReservedCapacity.
   std::size_t reserved_capacity = 64 * 1024;
   // Producer lanes (see the header comment): how many threads can be inside push() at once before a push
@@ -293,7 +293,7 @@ class ReclaimQueue {
   // Takes `count` items that a drain made after `forks` fork resets had taken out of in_drain, as
   // released (`released` true) or returned unreleased; out of abandoned_after_fork after a fork reset.
   void settle_taken(std::size_t count, std::uint64_t forks, bool released) noexcept;
-  // Puts items back at the front (pending again; counted as rejected if they cannot be stored) and
+  // Requeues items at the front (pending again; counted as rejected if they cannot be stored) and
   // raises the signal: ahead of what is there (`first`: the rest of a dequeue) or behind it (one item
   // requeued). The caller has uncounted them. Owner threads; may allocate.
   void requeue_items(void* const* items, std::size_t count, bool first) noexcept;

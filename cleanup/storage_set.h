@@ -1,5 +1,5 @@
-// cleanup/storage_set.h — the storages a ReclaimQueue's drains read (the current one, one a failed trim
-// retired, the front of what drains requeued) and the guard that keeps trim() from freeing one that is
+// cleanup/storage_set.h — the storages a ReclaimQueue's drains read (the current one, the previous one a
+// failed trim left, the front of what drains requeued) and the guard that keeps trim() from freeing one that is
 // being read (StorageReader). Internal to cleanup/ (a member of ReclaimQueue).
 #pragma once
 

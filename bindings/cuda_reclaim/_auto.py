@@ -26,7 +26,7 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
   get_auto_drain() says "off" (what runs), and the next hand-over tries again.
 - The thread is a daemon that keeps draining through interpreter shutdown until the atexit hook
   (``cuda_reclaim.close``), so releases keep happening while non-daemon threads are joined (a worker
-  bounded by finalizer-released slots can finish); the hook stops and joins it, then closes the queue.
+  bounded by what finalizers release can finish); the hook stops and joins it, then closes the queue.
 """
 
 import gc

@@ -208,8 +208,8 @@ TEST(ReclaimQueue, UnwindingReleaseKeepsTheRestOfTheBatchPending) {
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
-TEST(ReclaimQueue, AnUnwindWhosePutBackRunsOutOfMemoryCountsTheRestAsRejected) {
-  // The put-back goes through the draining thread's own producer, which needs memory the first time: when
+TEST(ReclaimQueue, AnUnwindWhoseRequeueRunsOutOfMemoryCountsTheRestAsRejected) {
+  // The requeue goes through the draining thread's own producer, which needs memory the first time: when
   // there is none at that moment, the rest of the batch can be stored nowhere. It must not stay counted
   // as released: it is counted as a push that could not be stored (rejected, leaked).
   static std::atomic<bool> out_of_memory{false};

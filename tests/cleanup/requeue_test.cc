@@ -78,7 +78,7 @@ TEST(Requeue, AnActionThatHaltsRequeuesTheRestAndTheNextDrainTakesItFirstInOrder
   EXPECT_EQ(counters.in_drain, 0u);
   EXPECT_EQ(counters.pending, 900u);
   EXPECT_TRUE(counters.conserved());
-  push_ids(queue, 1000, 1100);  // arrives after the put-back: must come after it
+  push_ids(queue, 1000, 1100);  // arrives after the requeue: must come after it
   script.halt_before = SIZE_MAX;
   EXPECT_EQ(queue.drain(Scripted::action, &script), 1000u);
   ASSERT_EQ(script.released.size(), 1100u);
@@ -98,7 +98,7 @@ TEST(Requeue, RequeuedItemsArePendingNotTakenAgainByTheSameDrainAndReleasedByThe
   EXPECT_EQ(counters.in_drain, 0u);
   EXPECT_TRUE(counters.conserved());
   EXPECT_TRUE(queue.maybe_pending()) << "requeued without a wake-up";
-  // Given back again: the next drain takes them first, once each, and stops there.
+  // Requeued again: the next drain takes them first, once each, and stops there.
   EXPECT_EQ(queue.drain(Scripted::action, &script), 0u);
   EXPECT_EQ(queue.snapshot().pending, 10u);
   script.requeue_every = 0;

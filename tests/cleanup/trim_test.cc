@@ -243,7 +243,7 @@ TEST(Trim, WaitsForALanelessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst)
 }
 
 // A close() that comes in while a trim makes its new storage, and a push after it that finds every lane
-// held (CUDA's thread at exit): that push is a leak, which never completes, and the trim must not wait for
+// taken (CUDA's thread at exit): that push is a leak, which never completes, and the trim must not wait for
 // it (it would wait for ever, and every drain, close and counter read with it).
 TEST(Trim, ACloseAndALateLanelessPushDuringATrimDoNotHoldItUp) {
   ReclaimQueue queue(one_lane_one_block());

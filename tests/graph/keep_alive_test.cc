@@ -104,7 +104,7 @@ TEST_F(KeepAliveTest, FailedRetainWithImmediateDestructorReturnsThePayloadUnpush
   EXPECT_EQ(delta().withdrawn, 1u);
   EXPECT_EQ(delta().graph_user_objects, 0u);
   const GraphCounters held = held_delta();
-  EXPECT_EQ(held.attached_to_cuda, 0u) << "given back: never CUDA's";
+  EXPECT_EQ(held.attached_to_cuda, 0u) << "returned: never CUDA's";
   EXPECT_EQ(held.held_by_cuda, 0u);
   EXPECT_EQ(held.handed_back_by_cuda, 0u);
 }

@@ -1,5 +1,5 @@
 // tests/handback/barrier_test.cc — reclaim::handback::HandBackBarrier: epochs counted in counts, tickets taken
-// with begin() and given back with end() in any order, spans from request() and mark(), the waits on them
+// with begin() and ended with end() in any order, spans from request() and mark(), the waits on them
 // (futex), which end() wakes whom, the count table's growth and the counts shared past its bound, the
 // occupied counts that a switch vacates once they empty, the done cells and their buckets, the listener
 // eventfd, shut() and the fork reset, and stress runs that check the barrier's promises under concurrency.
@@ -565,7 +565,7 @@ TEST(HandBackBarrier, StressEveryReachedWaitFollowsTheEndsBeforeItsRequest) {
         const int number = numbered.fetch_add(1);
         marks_seen[number].store(seen);
         held.push_back({ticket, number});
-        // Give back a random held ticket now and then, so that ends come in any order.
+        // End a random held ticket now and then, so that ends come in any order.
         while (!held.empty() && random() % 3 != 0) {
           const std::size_t pick = random() % held.size();
           const Held back = held[pick];
