@@ -4,10 +4,11 @@ signatures, and runners for child interpreters that use it as their driver."""
 import ctypes
 import os
 import subprocess
+import sys
 
 import pytest
 
-from conftest import run_child, run_child_script
+from conftest import CHILDREN, run_child, run_child_script
 
 PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph", "fake_libcuda.so")
 
@@ -44,22 +45,14 @@ def load(path=PATH):
     return fake
 
 
-# Run at the start of every child: the package, the fake's controls as `fake`, a payload class `P`, the
-# automatic drain off unless the test turns it on.
-PRELUDE = f"""
-import sys, threading, time, weakref
-sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
-import fake_cuda
-import cuda_reclaim
+# Run at the start of every child of run(code): the prelude of the children of run_script,
+# children/fake_driver_child.py (the package with the automatic drain off unless the test turns it on, the fake's
+# controls as `fake`, a payload class `P`, `wait_until`; also sys, time and fake_cuda), and threading, weakref
+# and the extension module `_reclaim`.
+PRELUDE = """
+from fake_driver_child import *
+import threading, weakref
 from cuda_reclaim import _reclaim
-fake = fake_cuda.load({PATH!r})
-cuda_reclaim.set_auto_drain("off")
-class P: pass
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)
 """
 
 HANG_LIMIT = 120
@@ -68,7 +61,10 @@ HANG_LIMIT = 120
 def run(code, *, expect_ok=True, timeout=HANG_LIMIT, **env):
     """Run PRELUDE + code in a child whose driver is the fake; fail on a hang (and, by default, on a non-zero
     exit). Returns the CompletedProcess."""
-    return _run_with_the_fake(run_child, PRELUDE + code, expect_ok=expect_ok, timeout=timeout, env=env)
+    path = os.pathsep.join([CHILDREN, *(p for p in sys.path if p)])  # children/ first, for fake_driver_child
+    return _run_with_the_fake(
+        run_child, PRELUDE + code, expect_ok=expect_ok, timeout=timeout, env={"PYTHONPATH": path, **env}
+    )
 
 
 def run_script(name, *script_args, expect_ok=True, timeout=HANG_LIMIT, **env):
