@@ -256,7 +256,7 @@ PyObject* py_hand_back_consume(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
-PyObject* py_hand_back_shut_already(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_shut()); }
+PyObject* py_hand_back_is_shut(PyObject*, PyObject*) { return PyBool_FromLong(barrier().is_shut()); }
 
 PyObject* py_hand_back_shut(PyObject*, PyObject*) {
   reclaim::handback::shut_process_barrier();
@@ -266,14 +266,14 @@ PyObject* py_hand_back_shut(PyObject*, PyObject*) {
 PyObject* py_hand_back_stats(PyObject*, PyObject*) {
   const HandBackBarrier::Stats stats = barrier().stats();
   return Py_BuildValue("{sKsKsisisKsIsKsKsKsKsKsO}", "epoch", static_cast<unsigned long long>(stats.epoch),
-                       "held", static_cast<unsigned long long>(stats.held), "slots_in_use", stats.counts_in_use,
-                       "slots_used", stats.counts_used, "shared_slots",
+                       "held", static_cast<unsigned long long>(stats.held), "counts_in_use", stats.counts_in_use,
+                       "counts_used", stats.counts_used, "shared_counts",
                        static_cast<unsigned long long>(stats.shared_counts), "sleepers", stats.sleepers,
                        "futex_wakes", static_cast<unsigned long long>(stats.futex_wakes), "listener_writes",
-                       static_cast<unsigned long long>(stats.listener_writes), "grace_wakeups",
+                       static_cast<unsigned long long>(stats.listener_writes), "epoch_wakeups",
                        static_cast<unsigned long long>(stats.epoch_wakeups), "cell_wakeups",
                        static_cast<unsigned long long>(stats.cell_wakeups), "forks",
-                       static_cast<unsigned long long>(barrier().forks()), "closed",
+                       static_cast<unsigned long long>(barrier().forks()), "shut",
                        barrier().is_shut() ? Py_True : Py_False);
 }
 
@@ -302,10 +302,10 @@ PyMethodDef kBarrierMethods[] = {
      "_hand_back_listen($module, on, /)\n--\n\nRegister (True) or unregister (False) one listener (private)."},
     {"_hand_back_consume", py_hand_back_consume, METH_NOARGS,
      "_hand_back_consume($module, /)\n--\n\nEmpty the listener eventfd (private)."},
-    {"_hand_back_closed", py_hand_back_shut_already, METH_NOARGS,
-     "_hand_back_closed($module, /)\n--\n\nTrue once the barrier is shut (close(), exit) (private)."},
-    {"_hand_back_close", py_hand_back_shut, METH_NOARGS,
-     "_hand_back_close($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
+    {"_hand_back_is_shut", py_hand_back_is_shut, METH_NOARGS,
+     "_hand_back_is_shut($module, /)\n--\n\nTrue once the barrier is shut (close(), exit) (private)."},
+    {"_hand_back_shut", py_hand_back_shut, METH_NOARGS,
+     "_hand_back_shut($module, /)\n--\n\nEnd every wait with False, now and later (private: exit)."},
     {"_hand_back_stats", py_hand_back_stats, METH_NOARGS,
      "_hand_back_stats($module, /)\n--\n\nThe barrier's tickets, epoch counts, epochs and wake-ups (private)."},
     {nullptr, nullptr, 0, nullptr},

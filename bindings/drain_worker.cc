@@ -252,8 +252,8 @@ PyObject* worker_stopped(PyObject* object, void*) {
 PyObject* worker_entry_stats(PyObject*, PyObject*) {
   const auto guarded = entry::g_guarded_entries.load(std::memory_order_relaxed);
   const auto refused = entry::g_refused_entries.load(std::memory_order_relaxed);
-  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", entry::kPep788 ? Py_True : Py_False, "guarded_attaches",
-                       static_cast<unsigned long long>(guarded), "refused_attaches",
+  return Py_BuildValue("{s:O,s:K,s:K}", "pep788", entry::kPep788 ? Py_True : Py_False, "guarded_entries",
+                       static_cast<unsigned long long>(guarded), "refused_entries",
                        static_cast<unsigned long long>(refused));
 }
 
@@ -266,9 +266,9 @@ PyMethodDef kWorkerMethods[] = {
      "stop($self, /)\n--\n\n"
      "Ask the loop to leave: it returns after the release in progress, if any. Any thread; never\n"
      "blocks; safe from a finalizer that the loop itself is running."},
-    {"_attach_stats", worker_entry_stats, METH_NOARGS | METH_STATIC,
-     "_attach_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads enter through PEP 788\n"
-     "(CPython 3.15+), 'guarded_attaches': entries made that way, 'refused_attaches': entries it refused\n"
+    {"_entry_stats", worker_entry_stats, METH_NOARGS | METH_STATIC,
+     "_entry_stats()\n--\n\nInternal (tests): {'pep788': whether the drain threads enter through PEP 788\n"
+     "(CPython 3.15+), 'guarded_entries': entries made that way, 'refused_entries': entries it refused\n"
      "because finalization was under way}. Process-wide counts, 0 where the branch is compiled out."},
     {"_call_once_fork_returned", drain_worker_call_once_fork_returned, METH_O | METH_STATIC,
      "_call_once_fork_returned(callback, /)\n--\n\nInternal (cuda_reclaim._auto_fork's after-fork hook in the\n"

@@ -44,7 +44,7 @@ using reclaim::bindings::queue;
 // --- the owner's side of the table -------------------------------------------------------------------
 
 // The package's function to call when a C API user announces itself (cuda_reclaim._auto.note_announce), set
-// by _set_attach_hook(). A strong reference kept for the life of the process (main interpreter only): a
+// by _set_announce_hook(). A strong reference kept for the life of the process (main interpreter only): a
 // process global, not module state, since the capsule's announce() that calls it is given no module.
 PyObject* g_announce_hook = nullptr;
 
@@ -170,7 +170,7 @@ PyObject* py_releasing_on_this_thread(PyObject*, PyObject*) {
 }
 
 PyObject* py_set_announce_hook(PyObject*, PyObject* hook) {
-  if (!check_callable("_set_attach_hook", "hook", hook)) return nullptr;
+  if (!check_callable("_set_announce_hook", "hook", hook)) return nullptr;
   Py_XSETREF(g_announce_hook, Py_NewRef(hook));
   Py_RETURN_NONE;
 }
@@ -232,8 +232,8 @@ PyMethodDef kMethods[] = {
     {"_releasing_on_this_thread", py_releasing_on_this_thread, METH_NOARGS,
      "_releasing_on_this_thread($module, /)\n--\n\n"
      "Internal (the package): True inside a finalizer or call that a drain on this thread runs."},
-    {"_set_attach_hook", py_set_announce_hook, METH_O,
-     "_set_attach_hook($module, hook, /)\n--\n\n"
+    {"_set_announce_hook", py_set_announce_hook, METH_O,
+     "_set_announce_hook($module, hook, /)\n--\n\n"
      "Internal (the package, at import): what to call when a C API user announces itself."},
     {nullptr, nullptr, 0, nullptr},
 };

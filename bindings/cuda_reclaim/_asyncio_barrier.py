@@ -33,7 +33,7 @@ def _complete_waiters(loop):
     finished = []
     with _lock:
         waiting = _waiters.get(loop, [])
-        shut = _reclaim._hand_back_closed()
+        shut = _reclaim._hand_back_is_shut()
         for entry in list(waiting):
             (since, until), future, _ = entry
             if future.done():
@@ -113,7 +113,7 @@ def _unregister(loop, entry):
 async def _wait(function, since):
     loop = _asyncio.get_running_loop()
     check_loop(function, loop)
-    if _reclaim._hand_back_closed():
+    if _reclaim._hand_back_is_shut():
         return False
     entry = [_reclaim._hand_back_request(since), loop.create_future(), function]
     try:

@@ -168,7 +168,7 @@ def _mode_changed(mode):
             pass
 
 
-_auto.add_mode_listener(_mode_changed)
+_auto.add_mode_subscriber(_mode_changed)
 
 
 def _after_fork_in_child():

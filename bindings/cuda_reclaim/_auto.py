@@ -82,7 +82,7 @@ def _running_mode():
 _mode_subscribers: "list[Callable[[str], None]]" = []
 
 
-def add_mode_listener(subscriber):
+def add_mode_subscriber(subscriber):
     """Call ``subscriber(mode)`` after every mode switch (for the package's own modules)."""
     _mode_subscribers.append(subscriber)
 
@@ -338,7 +338,7 @@ def _install_process_hooks():
         after_in_child=_auto_fork._after_fork_in_child,
     )
     # The C API's announce (cuda_reclaim_import() in other extensions): they will hand references over.
-    _reclaim._set_attach_hook(note_announce)
+    _reclaim._set_announce_hook(note_announce)
     _reclaim._process_hooks_installed = True
 
 

@@ -19,7 +19,7 @@ except RuntimeError:  # imported while threading shuts down: it cannot register 
 
 
 def _shut_at_threading_exit():
-    _reclaim._hand_back_close()
+    _reclaim._hand_back_shut()
 
 
 def _install():
@@ -30,7 +30,7 @@ def _install():
     try:
         _python_compat.register_threading_exit_hook(_shut_at_threading_exit)
     except RuntimeError:  # imported while threading shuts down: the exit is under way
-        _reclaim._hand_back_close()
+        _reclaim._hand_back_shut()
     _reclaim._threading_exit_hook_installed = True
 
 

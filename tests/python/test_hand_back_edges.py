@@ -41,7 +41,7 @@ def test_an_asyncio_await_after_the_barrier_was_shut_ends_at_once():
 import asyncio, cuda_reclaim.asyncio
 graph = fake.fake_cuda_graph_create()
 cuda_reclaim.keep_alive(graph, P())
-_reclaim._hand_back_close()          # what threading's exit hook does (cuda_reclaim/_hand_back.py)
+_reclaim._hand_back_shut()          # what threading's exit hook does (cuda_reclaim/_hand_back.py)
 assert cuda_reclaim.wait_handed_back() is False   # the thread form sees the shut
 async def main():
     return await asyncio.wait_for(cuda_reclaim.asyncio.handed_back(), 3)

@@ -1,6 +1,6 @@
-"""PEP 788 (CPython 3.15+): the drain threads attach through interpreter guards and views, and refuse to
-attach once finalization is under way; before 3.15 that branch is compiled out (bindings/
-interpreter_attach.h). Each test fails when a 3.15 build falls back to the older attach."""
+"""PEP 788 (CPython 3.15+): the drain threads enter the interpreter through interpreter guards and views, and
+refuse to enter once finalization is under way; before 3.15 that branch is compiled out (bindings/
+interpreter_entry.h). Each test fails when a 3.15 build falls back to the older entry."""
 
 import ast
 import sys
@@ -31,17 +31,17 @@ def child_result(name):
 
 
 def test_the_pep788_branch_is_compiled_in_exactly_from_3_15():
-    stats = _reclaim._DrainWorker._attach_stats()
+    stats = _reclaim._DrainWorker._entry_stats()
     assert stats["pep788"] is PEP788
     if not PEP788:
-        assert stats["guarded_attaches"] == 0
-        assert stats["refused_attaches"] == 0
+        assert stats["guarded_entries"] == 0
+        assert stats["refused_entries"] == 0
 
 
-def test_drain_thread_drains_are_guarded_attaches():
+def test_drain_thread_drains_are_guarded_entries():
     previous = cuda_reclaim.set_auto_drain("thread")
     try:
-        before = _reclaim._DrainWorker._attach_stats()
+        before = _reclaim._DrainWorker._entry_stats()
         refs = []
         for _ in range(3):
             obj = Payload()
@@ -52,24 +52,24 @@ def test_drain_thread_drains_are_guarded_attaches():
             while refs[-1]() is not None and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert refs[-1]() is None, "the drain thread released it"
-        after = _reclaim._DrainWorker._attach_stats()
+        after = _reclaim._DrainWorker._entry_stats()
     finally:
         cuda_reclaim.set_auto_drain(previous)
     if PEP788:
-        # One guarded attach per drain at least (a drain may release more than one hand-over).
-        assert after["guarded_attaches"] > before["guarded_attaches"]
-        assert after["refused_attaches"] == before["refused_attaches"]
+        # One guarded entry per drain at least (a drain may release more than one hand-over).
+        assert after["guarded_entries"] > before["guarded_entries"]
+        assert after["refused_entries"] == before["refused_entries"]
     else:
-        assert after == {"pep788": False, "guarded_attaches": 0, "refused_attaches": 0}
+        assert after == {"pep788": False, "guarded_entries": 0, "refused_entries": 0}
 
 
-@pytest.mark.parametrize("name", ["native_thread_attaches", "native_thread_started_in_an_atexit_hook"])
-def test_native_thread_attaches_through_a_view_while_the_interpreter_runs(name):
+@pytest.mark.parametrize("name", ["native_thread_enters", "native_thread_started_in_an_atexit_hook"])
+def test_native_thread_enters_through_a_view_while_the_interpreter_runs(name):
     result = child_result(name)
     assert result["ran"]
     assert result["pep788"] is PEP788
-    assert result["guarded_attaches"] == (1 if PEP788 else 0)
-    assert result["refused_attaches"] == 0
+    assert result["guarded_entries"] == (1 if PEP788 else 0)
+    assert result["refused_entries"] == 0
 
 
 def test_native_thread_started_while_finalizing_calls_nothing():
@@ -80,23 +80,23 @@ def test_native_thread_started_while_finalizing_calls_nothing():
         # Refused at once: the target never runs, no forced unwind, no parked thread; the join returns.
         assert not result["ran"]
         assert result["joined"]
-        assert (result["guarded_attaches"], result["refused_attaches"]) == (0, 1)
+        assert (result["guarded_entries"], result["refused_entries"]) == (0, 1)
     else:
         # PyGILState_Ensure: ended by a forced unwind on 3.10-3.13, let in on 3.14 (then the drain loop's
         # own check of finalization is what keeps it from releasing anything).
-        assert (result["guarded_attaches"], result["refused_attaches"]) == (0, 0)
+        assert (result["guarded_entries"], result["refused_entries"]) == (0, 0)
 
 
-def test_drain_thread_woken_while_finalizing_refuses_to_attach():
+def test_drain_thread_woken_while_finalizing_refuses_to_enter():
     result = child_result("drain_thread_woken_while_finalizing")
     assert result["finalizing"]
     before, after = result["before"], result["after"]
     if PEP788:
-        assert before["guarded_attaches"] >= 1  # the drain that released the payload
-        assert after["refused_attaches"] == before["refused_attaches"] + 1
-        assert after["guarded_attaches"] == before["guarded_attaches"]
+        assert before["guarded_entries"] >= 1  # the drain that released the payload
+        assert after["refused_entries"] == before["refused_entries"] + 1
+        assert after["guarded_entries"] == before["guarded_entries"]
     else:
-        assert before == after == {"pep788": False, "guarded_attaches": 0, "refused_attaches": 0}
+        assert before == after == {"pep788": False, "guarded_entries": 0, "refused_entries": 0}
 
 
 def test_exit_goes_on_while_a_finalizer_on_the_drain_thread_waits_for_the_main_thread():

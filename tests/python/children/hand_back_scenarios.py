@@ -130,7 +130,7 @@ def nine_epochs_held_at_once_each_keep_a_slot_and_every_wait_still_ends():
         graph = fake.fake_cuda_graph_create()
         cuda_reclaim.keep_alive(graph, P())
         graphs.append((graph, cuda_reclaim.hand_back_mark()))
-    assert _reclaim._hand_back_stats()["shared_slots"] == 0, _reclaim._hand_back_stats()
+    assert _reclaim._hand_back_stats()["shared_counts"] == 0, _reclaim._hand_back_stats()
     assert cuda_reclaim.wait_handed_back(0.01, since=graphs[4][1]) is False, "graphs 5.. came after it"
     assert cuda_reclaim.wait_handed_back(0.01, since=graphs[8][1]) is True, "nothing came after the last mark"
     assert cuda_reclaim.wait_handed_back(0.01) is False

@@ -27,8 +27,8 @@ def a_wait_since_a_mark_never_waits_for_graphs_held_in_older_epochs():
         assert cuda_reclaim.flush(since=mark) == 1      # no limit: a wait for the older graphs would hang here
         assert cuda_reclaim.wait_handed_back(0) is False, "the older graphs are still held"
         stats = _reclaim._hand_back_stats()
-        assert stats["shared_slots"] == 0, stats
-        assert stats["held"] == held_epochs and stats["slots_in_use"] == held_epochs, stats
+        assert stats["shared_counts"] == 0, stats
+        assert stats["held"] == held_epochs and stats["counts_in_use"] == held_epochs, stats
         for graph in held:
             fake.fake_cuda_graph_destroy(graph)
         assert cuda_reclaim.flush() == held_epochs

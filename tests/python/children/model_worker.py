@@ -727,9 +727,9 @@ class Model:
         ended, foreign = len(self.ended), len(self.foreign)
         wait.covered = [wait.one] if wait.one is not None else self.kept[mark.tracked:]
         wait.clean = wait.one is not None or (mark.clean and wait.begun == ended and foreign == mark.foreign)
-        wait.closed_before = _reclaim._hand_back_closed()
+        wait.shut_before = _reclaim._hand_back_is_shut()
         wait.prompt = wait.clean and all(kept.handle.done() for kept in wait.covered) and (
-            wait.one is not None or not wait.closed_before
+            wait.one is not None or not wait.shut_before
         )
         if wait.site == "main" and (wait.timeout is None or wait.timeout > TIMEOUTS["short"]):
             # No wait for ever on the thread that answers: a long one only where it must return at once.
@@ -811,16 +811,16 @@ class Model:
     def check_result(self, wait, result, elapsed):
         wait.result = result
         concurrent_attach = len(self.begun) != wait.begun
-        closed = _reclaim._hand_back_closed()
+        shut = _reclaim._hand_back_is_shut()
         reached = result is True or (
-            wait.entry in FLUSHES and isinstance(result, int) and wait.timeout is None and not closed
+            wait.entry in FLUSHES and isinstance(result, int) and wait.timeout is None and not shut
         )
         if reached:
             late = [kept for kept in wait.covered if not kept.handle.done()]
             if late:
                 wait.problems.append((TRUE_MEANS_DONE, f"{wait} returned {result!r}; not done(): {late}"))
         if wait.prompt and not concurrent_attach and wait.entry not in FLUSHES and result is not True:
-            if wait.one is not None or not closed:
+            if wait.one is not None or not shut:
                 wait.problems.append((wait.promise(), f"{wait} returned {result!r} with all it covers done()"))
         if wait.in_drain and wait.timeout >= LOOK_LIMIT and elapsed >= LOOK_LIMIT:
             wait.problems.append((LOOKS_ONLY, f"{wait} waited {elapsed:.1f} s"))
@@ -840,17 +840,17 @@ class Model:
     def check_waits(self):
         """After every step: report what the finished waits saw; a pending wait whose attachments are all
         handed back must return True, and once the queue is closed every pending wait must return."""
-        closed = _reclaim._hand_back_closed() or self.close_returned
+        shut = _reclaim._hand_back_is_shut() or self.close_returned
         for wait in list(self.waits):
             if not wait.finished.is_set() and wait.started.is_set() and wait.site in BACKGROUND_SITES:
-                if closed:
+                if shut:
                     if not self.finish_wait(wait, PROMPT_LIMIT):
                         self.broke(NO_WAIT_OUTLIVES_CLOSE, f"{wait} still waits {PROMPT_LIMIT:.0f} s after the close")
                 elif not wait.uncertain and wait.clean and all(kept.handle.done() for kept in wait.covered):
                     if not self.finish_wait(wait, PROMPT_LIMIT):
                         detail = f"{wait} still waits {PROMPT_LIMIT:.0f} s after all it covers is done()"
                         self.broke(wait.promise(), detail)
-                    elif wait.entry not in FLUSHES and wait.result is not True and not _reclaim._hand_back_closed():
+                    elif wait.entry not in FLUSHES and wait.result is not True and not _reclaim._hand_back_is_shut():
                         self.broke(wait.promise(), f"{wait} returned {wait.result!r} once all it covers was done()")
             if wait.finished.is_set():
                 self.violations.extend(wait.problems)
@@ -1134,7 +1134,7 @@ class Wait:
         self.entry, self.site, self.since, self.timeout, self.one = entry, site, since, timeout, one
         self.mark = None  # resolved where it is issued, or (finalizer, callback) where it runs
         self.covered, self.clean, self.prompt, self.begun = [], False, False, 0
-        self.closed_before = self.in_drain = self.uncertain = False
+        self.shut_before = self.in_drain = self.uncertain = False
         self.task = None
         self.result = None
         self.problems = []  # (promise, detail), moved to the model's violations by the main thread

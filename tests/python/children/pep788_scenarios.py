@@ -4,19 +4,19 @@
 import scenario
 
 
-def native_thread_attaches():
-    # A native thread started while the interpreter runs attaches and calls its target.
+def native_thread_enters():
+    # A native thread started while the interpreter runs enters the interpreter and calls its target.
     from cuda_reclaim import _reclaim
 
     ran = []
     thread = _reclaim._NativeThread(lambda: ran.append(True))
     assert thread.join(30)
-    print("result", {"ran": bool(ran), **_reclaim._DrainWorker._attach_stats()}, flush=True)
+    print("result", {"ran": bool(ran), **_reclaim._DrainWorker._entry_stats()}, flush=True)
 
 
 def native_thread_started_in_an_atexit_hook():
     # Started from an atexit hook (where threading refuses new threads): the interpreter is not finalizing
-    # yet, so the thread attaches and its target runs; the hook joins it.
+    # yet, so the thread enters and its target runs; the hook joins it.
     import atexit
 
     from cuda_reclaim import _reclaim
@@ -25,7 +25,7 @@ def native_thread_started_in_an_atexit_hook():
         ran = []
         thread = _reclaim._NativeThread(lambda: ran.append(True))
         assert thread.join(30)
-        print("result", {"ran": bool(ran), **_reclaim._DrainWorker._attach_stats()}, flush=True)
+        print("result", {"ran": bool(ran), **_reclaim._DrainWorker._entry_stats()}, flush=True)
 
     atexit.register(hook)
 
@@ -44,11 +44,11 @@ class _StartsANativeThreadWhenFinalized:
         except Exception as error:  # noqa: BLE001 - reported to the test, which decides
             started, joined = repr(error), False
         else:
-            # Before 3.15 what the thread does depends on the version (3.10-3.13 end it inside its attach;
-            # 3.14.10 was measured letting it attach and run): bounded, whatever it does.
+            # Before 3.15 what the thread does depends on the version (3.10-3.13 end it inside its entry;
+            # 3.14.10 lets it enter and run): bounded, whatever it does.
             started, joined = True, thread.join(2)
         result = {"finalizing": finalizing, "started": started, "joined": joined, "ran": bool(ran)}
-        result.update(self._reclaim._DrainWorker._attach_stats())
+        result.update(self._reclaim._DrainWorker._entry_stats())
         self.os.write(1, f"result {result!r}\n".encode())
 
 
@@ -67,13 +67,13 @@ class _WakesAWorkerWhenFinalized:
 
     def __del__(self):
         finalizing = self.sys.is_finalizing()
-        before = self._reclaim._DrainWorker._attach_stats()
-        self.cuda_reclaim.defer_release(object())  # wakes the worker, which must not attach now
+        before = self._reclaim._DrainWorker._entry_stats()
+        self.cuda_reclaim.defer_release(object())  # wakes the worker, which must not enter now
         deadline = self.time.monotonic() + 5
         after = before
-        while after["refused_attaches"] == before["refused_attaches"] and self.time.monotonic() < deadline:
+        while after["refused_entries"] == before["refused_entries"] and self.time.monotonic() < deadline:
             self.time.sleep(0.01)
-            after = self._reclaim._DrainWorker._attach_stats()
+            after = self._reclaim._DrainWorker._entry_stats()
         result = {"finalizing": finalizing, "before": before, "after": after}
         self.os.write(1, f"result {result!r}\n".encode())
 
@@ -136,7 +136,7 @@ def exit_while_a_finalizer_on_the_drain_thread_waits_for_the_main_thread():
 
 if __name__ == "__main__":
     scenario.run(
-        native_thread_attaches,
+        native_thread_enters,
         native_thread_started_in_an_atexit_hook,
         native_thread_started_while_finalizing,
         drain_thread_woken_while_finalizing,
