@@ -80,8 +80,8 @@ extern "C" {
   R(X, in_drain, gauge, queue, "references a drain took and has not finished releasing",                      \
     "taken off the queue by a drain that has not finished releasing them (a gauge, like pending; at exit: "  \
     "what a drain took and never finished)")                                                                 \
-  R(X, trims, counter, queue, "times trim() gave a burst's memory back",                                      \
-    "times trim() gave a burst's memory back (by hand, or the drain thread's own)")
+  R(X, trims, counter, queue, "times trim() freed a burst's memory",                                          \
+    "times trim() freed a burst's memory (by hand, or the drain thread's own)")
 /* Each count by origin only grows (direct_pushes too: each read reports at least the one before). */
 #define RECLAIM_ORIGIN_ROWS_(R, X)                                                                            \
   R(X, graph_user_objects, counter, origin, "references handed over by graph user objects' destructors",      \
