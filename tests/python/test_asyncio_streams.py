@@ -75,7 +75,7 @@ def test_an_await_pending_when_the_drain_thread_stops_is_served_by_its_loop(new_
 
 def test_an_await_pending_when_a_finalizer_on_the_drain_thread_stops_it_is_served_by_its_loop():
     # The switch comes from a finalizer that the drain thread itself runs (it stops its own thread): the
-    # mode listener runs there, inside the drain, and must still hand the await to the loop's reader.
+    # mode subscriber runs there, inside the drain, and must still hand the await to the loop's reader.
     fake_cuda.run_script(
         SCENARIOS, "an_await_pending_when_a_finalizer_on_the_drain_thread_stops_it_is_served_by_its_loop"
     )

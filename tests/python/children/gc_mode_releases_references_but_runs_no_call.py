@@ -1,4 +1,4 @@
-"""The gc mode's drain releases references but gives calls back (they wait for a drain that may run user
+"""The gc mode's drain releases references but requeues calls (they wait for a drain that may run user
 code): the wake-up fd stays readable, and an explicit drain runs them."""
 
 import gc
@@ -21,9 +21,9 @@ assert ref() is None, "the gc hook releases references"
 assert ran == [] and not future.done(), "the gc hook ran a user's call"
 s = cuda_reclaim.stats()
 assert s["pending"] == 1 and s["in_drain"] == 0, s
-assert select.select([cuda_reclaim.fileno()], [], [], 0)[0], "the call went back without a wake-up"
+assert select.select([cuda_reclaim.fileno()], [], [], 0)[0], "the call was requeued without a wake-up"
 gc.collect()
-assert ran == [] and cuda_reclaim.stats()["pending"] == 1, "a second collection gives it back again"
+assert ran == [] and cuda_reclaim.stats()["pending"] == 1, "a second collection requeues it again"
 assert cuda_reclaim.drain() == 1 and ran == [threading.get_ident()] and future.result() is None
 assert cuda_reclaim.conserved()
 print("done")

@@ -1,5 +1,5 @@
 """After a burst beyond the reserved capacity (CUDA_RECLAIM_RESERVED_CAPACITY, set by the test), the drain thread
-gives the memory back once the queue stayed low for the trim delay, also while a trickle of hand-overs goes on."""
+frees the memory once the queue stayed low for the trim delay, also while a trickle of hand-overs goes on."""
 
 import time
 
