@@ -199,8 +199,8 @@ def push_parts_table(r):
     ours = r.bench(r"BM_Push/cuda_reclaim/iterations:\d+/real_time/threads:1")
     cas = r.bench(r"BM_Push/cas_stack/iterations:\d+/real_time/threads:1")
     if ours is not None:
-        rows.append(["**cuda-reclaim** push: slot exchange, closed and signal checks, count, enqueue, "
-                     "give the slot back", fmt_ns(ours["cpu_time"])])
+        rows.append(["**cuda-reclaim** push: lane exchange, closed and signal checks, count, enqueue, "
+                     "free the lane", fmt_ns(ours["cpu_time"])])
     if cas is not None:
         rows.append([ANCHORS["cas_stack"] + " push: link the node, one compare-exchange, check its flag",
                      fmt_ns(cas["cpu_time"])])
@@ -234,7 +234,7 @@ def scaling_table(scaling):
 # can name, so that every row listed points at its explanation.
 WHY_SLOWER = {
     "push": "Producer cost, one thread",
-    "shared_slot": "Two producers on one slot",
+    "shared_slot": "Two producers on one lane",
     "latency": "Release latency, busy main thread",
     "drain": "Drain throughput",
     "memory": "Memory after draining",
