@@ -7,6 +7,19 @@ import weakref
 import scenario
 
 
+def rests_in_its_wait(tid, deadline):
+    """True once the thread `tid` of this process sleeps in the drain loop's wait: poll(2) (the kernel
+    function it sleeps in, /proc's wchan) on more than one fd (the linger polls its stop fd alone; /proc's
+    syscall gives the number, then the arguments, or "running"); False at `deadline` (time.monotonic())."""
+    while time.monotonic() < deadline:
+        with open(f"/proc/self/task/{tid}/wchan") as wchan, open(f"/proc/self/task/{tid}/syscall") as syscall:
+            polls, fields = "poll" in wchan.read(), syscall.read().split()
+        if polls and len(fields) > 2 and int(fields[2], 16) > 1:
+            return True
+        time.sleep(0.001)  # the pace of a poll with a deadline, on a state the kernel exposes
+    return False
+
+
 def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
     import _native_producers
     import cuda_reclaim
@@ -33,15 +46,15 @@ def fork_child_gets_a_fresh_queue_and_parent_keeps_draining():
         # (a_child_drains_what_a_c_api_users_native_threads_hand_over).
         ok = s["pending"] == 0 and not cuda_reclaim.is_closed()
         ok = ok and cuda_reclaim.conserved(s)
+        import threading
+
         child = P()
-        ref = weakref.ref(child)
+        gone = threading.Event()
+        ref = weakref.ref(child, lambda _: gone.set())
         cuda_reclaim.defer_release(child)
         del child
         ok = ok and _auto.is_thread_running()
-        deadline = time.monotonic() + 30
-        while ref() is not None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        ok = ok and ref() is None
+        ok = ok and gone.wait(30) and ref() is None
         os.write(w, b"child-ok" if ok else repr(s).encode())
         os._exit(0)
     os.close(w)
@@ -62,10 +75,7 @@ def a_child_drains_what_a_c_api_users_native_threads_hand_over():
     import _native_producers  # cuda_reclaim_import(): the capsule's attach
     from cuda_reclaim import _auto
 
-    deadline = time.monotonic() + 30
-    while not _auto.is_thread_running() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _auto.is_thread_running(), "the attach started the drain thread"
+    assert _auto.is_thread_running(), "the attach started the drain thread before the import returned"
     pid = os.fork()
     if pid == 0:
         released = threading.Event()
@@ -127,11 +137,12 @@ def a_fork_from_a_finalizer_that_a_drain_runs_is_single_threaded():
     import cuda_reclaim
     from cuda_reclaim import _auto, _reclaim
 
+    import threading
+
     cuda_reclaim.defer_release(object())  # the drain thread starts, drains it, then sleeps on the fd
-    deadline = time.monotonic() + 30
-    while (not _auto.is_thread_running() or cuda_reclaim.pending()) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.05)  # past its linger
+    assert _auto.is_thread_running()
+    (drain_thread,) = [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]
+    assert rests_in_its_wait(drain_thread.native_id, time.monotonic() + 30), "the drain thread never went idle"
 
     class Forks:
         def __del__(self):
@@ -169,7 +180,7 @@ def a_fork_waits_for_a_finalizer_that_takes_loggings_lock():
     class Logs:
         def __del__(self):
             started.set()
-            time.sleep(0.2)  # the main thread forks meanwhile
+            time.sleep(0.2)  # a busy finalizer: the main thread's fork lands while it runs
             logging.getLogger("cuda_reclaim.test.fork")  # takes logging's module lock
 
     with scenario.auto_drain_off():

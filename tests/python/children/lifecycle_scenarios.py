@@ -32,7 +32,7 @@ def working_drain_threads():
 def wait_until(predicate, limit=30):
     deadline = time.monotonic() + limit
     while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.005)
+        time.sleep(0.005)  # the pace of a poll with a deadline, on a state the package or the process exposes
     return predicate()
 
 
@@ -75,8 +75,7 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
     assert entered.wait(30)
     cuda_reclaim.set_auto_drain("off")  # returns after its bound: the thread is still in the finalizer
     cuda_reclaim.set_auto_drain("thread")
-    released = hand_over_marker()
-    time.sleep(0.2)
+    released = hand_over_marker()  # a hand-over starts a drain thread before it returns, if one is to start
     print("threads while the stopped one is inside a release:", len(drain_threads()))
     most = [0]
     sampling = threading.Event()
@@ -84,7 +83,7 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
     def sample():
         while not sampling.is_set():
             most[0] = max(most[0], working_drain_threads())
-            time.sleep(0.0005)
+            time.sleep(0.0005)  # the sampler's pace: it samples for as long as the hand-over runs
 
     sampler = threading.Thread(target=sample)
     sampler.start()
@@ -134,8 +133,7 @@ def fork_while_the_drain_thread_is_inside_a_release():
         os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert status == 0, status
-    cuda_reclaim.defer_release(object())  # a hand-over would start one if nothing stopped it
-    time.sleep(0.2)
+    cuda_reclaim.defer_release(object())  # a hand-over starts one before it returns, if nothing stops it
     print("parent threads after the fork:", len(drain_threads()))
     go.set()
     assert hand_over_marker().wait(30)
@@ -158,7 +156,8 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
             entered.set()
             wait_until(main_thread_waits_in_close)
             signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
-            time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
+            # the KeyboardInterrupt reaches the main thread inside the wait, which it leaves
+            wait_until(lambda: not main_thread_waits_in_close())
 
     with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
         cuda_reclaim.defer_release(Slow())
@@ -315,7 +314,7 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
 
         def __del__(self):
             released.append(self.index)
-            time.sleep(0.002)
+            time.sleep(0.002)  # a slow release: the switch lands while the thread works through the backlog
 
     # The backlog is queued before the thread starts: a drain that took an object while the main thread
     # still held its argument reference would drop only the queue's one, and the finalizer would run on
@@ -328,7 +327,7 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
     assert wait_until(lambda: len(released) >= 20)
     cuda_reclaim.set_auto_drain("off")
     at_return = len(released)
-    time.sleep(0.3)
+    assert wait_until(lambda: not _auto.is_thread_running()), "the stopped drain thread never ended"
     print("released after the switch returned:", len(released) - at_return)
     print("pending is the rest:", cuda_reclaim.pending() == count - at_return)
     cuda_reclaim.drain()
