@@ -12,7 +12,7 @@ started = threading.Event()
 
 def long_call():
     started.set()
-    time.sleep(8)  # still running when the process exits
+    time.sleep(8)  # the behaviour under test: a call still running when the process exits
 
 
 cuda_reclaim.launch_host_func(0x5500, long_call)

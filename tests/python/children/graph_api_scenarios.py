@@ -7,7 +7,7 @@ import gc
 import importlib
 import os
 import sys
-import time
+import threading
 import weakref
 
 import cuda_reclaim
@@ -194,15 +194,13 @@ def keep_alive_starts_the_automatic_drain():
     assert not _auto.is_thread_running()
     graph = fake.fake_cuda_graph_create()
     obj = P()
-    ref = weakref.ref(obj)
+    gone = threading.Event()
+    ref = weakref.ref(obj, lambda _: gone.set())
     cuda_reclaim.keep_alive(graph, obj)
     assert _auto.is_thread_running()
     del obj
     fake.fake_cuda_graph_destroy(graph)
-    deadline = time.monotonic() + 10
-    while ref() is not None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert ref() is None, "the drain thread released it"
+    assert gone.wait(30) and ref() is None, "the drain thread released it"
 
 
 if __name__ == "__main__":

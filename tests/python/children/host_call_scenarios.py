@@ -5,7 +5,6 @@ names; that one against a CUDA_RECLAIM_LIBCUDA that does not exist (no driver)."
 import os
 import sys
 import threading
-import time
 import weakref
 
 import cuda_reclaim
@@ -269,15 +268,17 @@ def a_launch_racing_close_is_run_or_cancelled():
     fake = fake_driver()
     futures = []
     stop = threading.Event()
+    launching = threading.Event()
     sys.setswitchinterval(1e-6)  # hand the GIL over often, so that the close lands in that window some time
 
     def launcher():
         while not stop.is_set():
             futures.append(cuda_reclaim.launch_host_func(0x8C00, int, 1))
+            launching.set()
 
     thread = threading.Thread(target=launcher)
     thread.start()
-    time.sleep(0.05)
+    assert launching.wait(30), "the launcher never launched"  # the close lands among its launches
     cuda_reclaim.close()
     stop.set()
     thread.join()
@@ -355,11 +356,15 @@ def finalizers_that_launch(ending, count):
     fake.fake_cuda_start_threads(2)
     cuda_reclaim.set_auto_drain("thread")
 
+    on_the_drain_thread = threading.Event()  # the drain thread is running finalizers
+
     class Launches:
         def __init__(self, i):
             self.i = i
 
         def __del__(self):
+            if threading.current_thread() is not threading.main_thread():
+                on_the_drain_thread.set()
             cuda_reclaim.launch_host_func(0x8B00 + self.i % 3, int, self.i)
             cuda_reclaim.keep_alive_until(0x8B00 + self.i % 3, P())
             if ending == "close-in-finalizer" and self.i == 500:
@@ -369,11 +374,11 @@ def finalizers_that_launch(ending, count):
         cuda_reclaim.defer_release(Launches(i))
         if i % 100 == 0:
             cuda_reclaim.drain()  # the main thread runs finalizers too
+    if ending in ("close", "fork"):
+        assert on_the_drain_thread.wait(30), "the drain thread ran none of the finalizers"
     if ending == "close":
-        time.sleep(0.02)
         cuda_reclaim.close()
     elif ending == "fork":
-        time.sleep(0.02)
         pid = os.fork()
         if pid == 0:
             os._exit(0)

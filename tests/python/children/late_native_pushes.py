@@ -16,7 +16,7 @@ def wait_for_a_late_push():
     while cuda_reclaim.stats()["leaked_after_close"] < 1:
         if time.monotonic() > deadline:
             raise SystemExit("no native push arrived after the final drain within 30 s")
-        time.sleep(0.005)
+        time.sleep(0.005)  # the pace of a poll with a deadline, on the package's counters
     print("late push seen", flush=True)
 
 

@@ -1,8 +1,10 @@
 """set_auto_drain("off") stops a busy drain thread before its next call, and what the thread had taken goes
 back to the front of the queue in order."""
 
+import threading
 import time
 
+from cuda_reclaim import _auto
 from fake_driver_child import cuda_reclaim, fake, wait_until
 
 ran = []
@@ -19,9 +21,9 @@ cuda_reclaim.set_auto_drain("thread")
 wait_until(lambda: len(ran) >= 20)
 cuda_reclaim.set_auto_drain("off")
 stopped_at = len(ran)
-# No event tells that something did NOT happen: a window in which a thread that was not stopped would run more
-# than a hundred calls.
-time.sleep(0.3)
+for thread in [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]:
+    thread.join(30)  # once no drain thread is left, no call can run but by a drain() here
+assert not _auto.is_thread_running(), "the stopped drain thread never ended"
 assert len(ran) == stopped_at, f"{len(ran) - stopped_at} calls ran after set_auto_drain('off') returned"
 s = cuda_reclaim.stats()
 assert s["in_drain"] == 0 and s["pending"] == 3000 - stopped_at, s
