@@ -20,12 +20,20 @@ def waiter():
     result.append(cuda_reclaim.drain(timeout=timeout))
 
 
+def blocked_in_the_wait(tid):
+    """The thread `tid` sleeps in drain(timeout)'s poll(2) on the queue's fds, not in a futex wait for the
+    GIL: /proc names the kernel function a sleeping thread waits in."""
+    with open(f"/proc/self/task/{tid}/wchan") as wchan:
+        return "poll" in wchan.read()
+
+
 thread = threading.Thread(target=waiter)
 thread.start()
-entered.wait()
-# Not synchronization: the test holds whenever close() comes (a waiter that has not blocked yet returns at
-# once too); the pause only makes the blocked case, the one that used to hang, the likely one.
-time.sleep(0.05)
+assert entered.wait(30)
+deadline = time.monotonic() + 30
+while not blocked_in_the_wait(thread.native_id):  # close() comes while the waiter is blocked in its wait
+    assert time.monotonic() < deadline, "the waiter never blocked in drain()"
+    time.sleep(0.001)  # the pace of a poll with a deadline, on a state the kernel exposes
 cuda_reclaim.close()
 thread.join(30)
 assert not thread.is_alive(), "close() must wake the waiter"

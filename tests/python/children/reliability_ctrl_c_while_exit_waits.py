@@ -6,6 +6,7 @@ Prints "done" at the end of the main program; the test reads the exit report."""
 
 import os
 import signal
+import threading
 import time
 
 import _native_producers
@@ -18,13 +19,19 @@ def main_thread_waits_in_the_exit_hook():
     return {"close_at_exit", "_join_stopping_threads"} <= scenario.frame_names(main_ident)
 
 
+def wait_until(predicate, limit=30):
+    deadline = time.monotonic() + limit
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)  # the pace of a poll with a deadline, on the main thread's stack
+
+
 class Slow:
     def __del__(self):  # on the drain thread: press Ctrl-C once the exit hook waits for this very thread
-        deadline = time.monotonic() + 30
-        while not main_thread_waits_in_the_exit_hook() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        entered.set()
+        wait_until(main_thread_waits_in_the_exit_hook)
         signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
-        time.sleep(0.5)  # the KeyboardInterrupt reaches the main thread inside the wait
+        # the KeyboardInterrupt reaches the main thread inside the wait, which it leaves
+        wait_until(lambda: not main_thread_waits_in_the_exit_hook())
 
 
 class MustRun:
@@ -32,11 +39,12 @@ class MustRun:
         os.write(1, b"queued before exit: released\n")
 
 
-main_ident = __import__("threading").main_thread().ident
+main_ident = threading.main_thread().ident
+entered = threading.Event()
 exiting = False
 with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
     cuda_reclaim.defer_release(Slow())  # the drain thread takes it now and stays in it until the Ctrl-C
-time.sleep(0.1)
+assert entered.wait(30), "the drain thread never took it"
 cuda_reclaim.defer_release(MustRun())  # queued behind it
 _native_producers.hand_over_detached([object() for _ in range(2000)], 2, 1000)  # through the very end
 print("done", flush=True)

@@ -58,7 +58,7 @@ def child_goes_on():
         accounted = plain_here + before["pending"] + before["abandoned_after_fork"]
         if (accounted == PLAIN and before["in_drain"] == 0) or time.monotonic() > deadline:
             break
-        time.sleep(0.01)
+        time.sleep(0.01)  # the pace of a poll with a deadline, on the package's counters
     findings = [
         cuda_reclaim.conserved(before),
         before["in_drain"] == 0 and (MODE == "thread" or before["pending"] == 0),

@@ -9,7 +9,7 @@ os.register_at_fork(before=lock.acquire, after_in_parent=lock.release, after_in_
 class NeedsTheLock:
     def __del__(self):
         entered.set()
-        time.sleep(0.2)            # the main thread forks meanwhile
+        time.sleep(0.2)            # a busy finalizer: the main thread's fork lands while it runs
         with lock:
             pass
 with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__

@@ -26,7 +26,7 @@ class Parent:
     def __del__(self):
         releasing.set()
         if pause:
-            time.sleep(pause)
+            time.sleep(pause)  # a busy finalizer: the close or the fork lands while it runs
         cuda_reclaim.defer_release(Child())
 
 

@@ -2,11 +2,13 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import threading, time, cuda_reclaim, scenario
+import threading, cuda_reclaim, scenario
 from cuda_reclaim import _auto
 toggled = threading.Event()
+toggler = []  # the drain thread that runs the toggles
 class Toggles:
     def __del__(self):
+        toggler.append(threading.current_thread())
         cuda_reclaim.set_auto_drain("off")
         cuda_reclaim.set_auto_drain("thread")
         toggled.set()
@@ -15,9 +17,8 @@ with scenario.auto_drain_off():  # the queue holds the only reference: the drain
 assert toggled.wait(30)
 def drain_threads():
     return [t for t in threading.enumerate() if t.name == "cuda-reclaim-drain"]
-deadline = time.monotonic() + 30
-while len(drain_threads()) != 1 and time.monotonic() < deadline:
-    time.sleep(0.001)
+toggler[0].join(30)  # stopped by the toggle, it starts its successor as it leaves
+assert not toggler[0].is_alive(), "the toggled drain thread never left"
 assert len(drain_threads()) == 1, drain_threads()
 released = threading.Event()
 class Marker:

@@ -2,11 +2,13 @@
 
 Ends by printing "done"; a hang is caught by the test's timeout."""
 
-import select, threading, time, cuda_reclaim, _native_producers, scenario
+import select, threading, cuda_reclaim, _native_producers, scenario
 from cuda_reclaim import _auto
 stopped = threading.Event()
+stopper = []  # the drain thread that switches itself off
 class SwitchesOff:
     def __del__(self):
+        stopper.append(threading.current_thread())
         cuda_reclaim.set_auto_drain("off")
         stopped.set()
 # Enough work that the drain thread lingers (keeps the signal set) right before it stops.
@@ -15,9 +17,7 @@ with scenario.auto_drain_off():  # the queue holds the only reference: the drain
         cuda_reclaim.defer_release(object())
     cuda_reclaim.defer_release(SwitchesOff())
 assert stopped.wait(30)
-deadline = time.monotonic() + 30
-while _auto.is_thread_running() and time.monotonic() < deadline:
-    time.sleep(0.001)
+stopper[0].join(30)
 assert not _auto.is_thread_running()
 cuda_reclaim.drain()
 _native_producers.hand_over([object()], 1)          # like CUDA's thread
