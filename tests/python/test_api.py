@@ -88,8 +88,15 @@ def test_empty_drain_returns_zero_without_allocating(drained):
 
 
 def test_drain_timeout_waits_for_work_from_another_thread(drained):
-    def later():
-        time.sleep(0.05)
+    waiter = threading.get_native_id()
+
+    def later():  # hands over once the waiter sleeps in drain()'s poll(2), the kernel function /proc names
+        deadline = time.monotonic() + 30
+        while True:
+            with open(f"/proc/self/task/{waiter}/wchan") as wchan:
+                if "poll" in wchan.read() or time.monotonic() > deadline:
+                    break
+            time.sleep(0.001)  # the pace of a poll with a deadline, on a state the kernel exposes
         cuda_reclaim.defer_release(Payload())
 
     producer = threading.Thread(target=later)
@@ -112,7 +119,7 @@ def test_drain_releases_the_gil_while_it_waits(drained):
     def ticker():
         while not stop.is_set():
             ticks.append(1)
-            time.sleep(0.001)
+            time.sleep(0.001)  # the ticker's pace: it ticks only while it gets the GIL
 
     thread = threading.Thread(target=ticker)
     thread.start()

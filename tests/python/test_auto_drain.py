@@ -3,7 +3,6 @@
 import gc
 import inspect
 import threading
-import time
 import weakref
 
 import pytest
@@ -30,13 +29,11 @@ def test_thread_mode_releases_without_an_explicit_drain():
     previous = cuda_reclaim.set_auto_drain("thread")
     try:
         obj = Payload()
-        ref = weakref.ref(obj)
+        gone = threading.Event()
+        ref = weakref.ref(obj, lambda _: gone.set())
         cuda_reclaim.defer_release(obj)
         del obj
-        deadline = time.monotonic() + 30
-        while ref() is not None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ref() is None
+        assert gone.wait(30) and ref() is None
         assert _auto.is_thread_running()
     finally:
         cuda_reclaim.set_auto_drain(previous)
@@ -44,8 +41,7 @@ def test_thread_mode_releases_without_an_explicit_drain():
 
 def test_off_mode_stops_the_thread_and_leaves_work_queued(drained):
     assert not _auto.is_thread_running()
-    cuda_reclaim.defer_release(Payload())
-    time.sleep(0.05)
+    cuda_reclaim.defer_release(Payload())  # a hand-over starts a drain thread before it returns, if any
     assert cuda_reclaim.pending() == 1
     assert not _auto.is_thread_running()
     assert cuda_reclaim.drain() == 1

@@ -68,7 +68,7 @@ def _wait_until(condition, what, deadline_s=60.0):
     deadline = time.monotonic() + deadline_s
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
+        time.sleep(0.01)  # the pace of a poll with a deadline, on the package's counters
 
 
 def test_the_drain_thread_frees_a_burst_once_the_queue_is_quiet():

@@ -74,14 +74,14 @@ def mixed_until(condition, what):
         spin_until = time.perf_counter() + 0.003
         while time.perf_counter() < spin_until:
             pass
-        time.sleep(0.0005)
+        time.sleep(0.0005)  # the behaviour under test: the main thread gives the GIL up for a while
 
 
 def sleep_until(condition, what):
     deadline = time.monotonic() + DEADLINE_S
     while not condition():
         assert time.monotonic() < deadline, f"hang: {what}"
-        time.sleep(0.001)
+        time.sleep(0.001)  # the pace of a poll with a deadline, on the package's state
 
 
 def released():
@@ -229,7 +229,7 @@ def main(argv=None):
     sleep_until(lambda: cuda_reclaim.pending() == 0 and not _reclaim.wait(0), "quiet before idling")
     for _ in range(10):
         switches = voluntary_switches(thread.native_id)
-        time.sleep(0.2)
+        time.sleep(0.2)  # the behaviour under test: a window in which an idle thread never wakes
         if voluntary_switches(thread.native_id) == switches:
             break
     else:
