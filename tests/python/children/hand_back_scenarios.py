@@ -220,7 +220,7 @@ def exit_while_a_thread_waits_does_not_hang():
     waiter.start()
     waiter.started.wait()
     wait_until(sleeping)
-    # A thread that is not a daemon: Python joins it before the atexit hooks run, so the barrier closes
+    # A thread that is not a daemon: Python joins it before the atexit hooks run, so the barrier is shut
     # first (threading's own exit hook) and the waiter returns False instead of holding the exit for ever.
     class Reporter(threading.Thread):
         def run(self):

@@ -72,7 +72,7 @@ def _watch_the_exit(model, reply_fd, started):
             stack = "".join(traceback.format_stack(frames[thread.ident])[-4:])
             stacks.append(f"{thread.name} (daemon={thread.daemon}):\n{stack}")
         model.violations.append((
-            "the process exits with waiters in any thread (threading's exit hook closes the barrier first)",
+            "the process exits with waiters in any thread (threading's exit hook shuts the barrier first)",
             f"no exit {time.monotonic() - started:.0f} s after sys.exit(); its threads:\n" + "\n".join(stacks),
         ))
         write_message(reply_fd, {"result": "None", "violations": model.violations, "stats": model.last_stats})
