@@ -8,7 +8,7 @@
 
 namespace reclaim::bindings {
 
-// Adds the immutable heap types _DrainWorker (with its static _attach_stats(): interpreter_entry.h's
+// Adds the immutable heap types _DrainWorker (with its static _entry_stats(): interpreter_entry.h's
 // counts, and its static _call_once_fork_returned(): drain_fork_return.h) and _NativeThread, and the function
 // _set_trim_delay, to `module`. Returns 0, or -1 with an exception set.
 // Module init only; requires an attached thread state (GIL).

@@ -103,7 +103,7 @@ def producer_drain_cost(r):
                   "measure the push alone)")
     elif max(costs) > CLOCK_RESOLUTION_NS:
         effect = (f"the drain running meanwhile costs the producer up to {fmt_ns(max(costs))} at the p50 (it "
-                  "empties the queue as it fills, so it reads the slots and the tail index the producer has "
+                  "empties the queue as it fills, so it reads the lanes and the tail index the producer has "
                   "just written, and those lines move between the two cores)")
     else:
         effect = ("the drain running meanwhile does not move the producer's p50 by more than the clock's tick "
@@ -133,13 +133,13 @@ def pending_call_busy(r):
 
 
 def own_work(same_thread_ns, elsewhere_ns):
-    """What cuda-reclaim's work around moodycamel (slots, counts, signal, chunks, lookahead) adds per pointer,
+    """What cuda-reclaim's work around moodycamel (lanes, counts, signal, chunks, lookahead) adds per pointer,
     pushed on the draining thread and by another thread; negative where the lookahead saves more than the
     rest costs."""
     if same_thread_ns >= 0 and elsewhere_ns >= 0:
-        return (f"its own work around it (slots, counts, signal, chunks and lookahead together) costs "
+        return (f"its own work around it (lanes, counts, signal, chunks and lookahead together) costs "
                 f"{same_thread_ns:.1f} and {elsewhere_ns:.1f} ns per pointer")
-    return (f"its own work around it (slots, counts, signal, chunks and lookahead together) changes the time per "
+    return (f"its own work around it (lanes, counts, signal, chunks and lookahead together) changes the time per "
             f"pointer by {same_thread_ns:+.1f} and {elsewhere_ns:+.1f} ns: where it is negative, the lookahead (the "
             "storage's lines asked for while the release action runs) saves the copy more than the rest costs")
 
@@ -199,7 +199,7 @@ def push_breakdown(r):
     rest = ours["cpu_time"] - parts["exchange"]["cpu_time"] - parts["moodycamel_enqueue"]["cpu_time"]
     return (f"In this run, one thread: the exchange alone {fmt_ns(parts['exchange']['cpu_time'])}, the "
             f"enqueue alone {fmt_ns(parts['moodycamel_enqueue']['cpu_time'])}, the whole push "
-            f"{fmt_ns(ours['cpu_time'])} (so about {fmt_ns(max(rest, 0))} for the slot choice, the closed and "
+            f"{fmt_ns(ours['cpu_time'])} (so about {fmt_ns(max(rest, 0))} for the lane choice, the closed and "
             f"signal checks, the count and the call), the CAS stack's push {fmt_ns(cas['cpu_time'])}.")
 
 

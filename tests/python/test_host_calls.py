@@ -64,7 +64,7 @@ def test_the_report_before_a_call_may_drain_again_or_close(then):
 
 def test_calls_of_one_stream_run_in_stream_order_whichever_cuda_thread_and_drain_runs_them():
     # Four CUDA threads take turns on three streams (so consecutive host functions of one stream push
-    # through different producer slots); the automatic drain thread and small budgeted drains on the main
+    # through different producer lanes); the automatic drain thread and small budgeted drains on the main
     # thread take the calls concurrently. Per stream, the calls must run in launch order.
     fake_cuda.run_script(SCENARIOS, "stream_order_across_cuda_threads_and_drains")
 
