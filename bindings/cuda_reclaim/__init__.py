@@ -234,6 +234,10 @@ def conserved(counters=None):
         missing = [key for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS) if key not in counters]
         if missing:
             raise ValueError(f"conserved(): counters lacks {', '.join(missing)}: pass a stats() dict")
+        for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS):
+            if not hasattr(type(counters[key]), "__index__"):
+                raise TypeError(f"conserved(): counters[{key!r}] must be an integer (a count of stats()), "
+                                f"not {type(counters[key]).__name__}")
     return counters["handed_over"] == sum(counters[key] for key in _reclaim._CONSERVATION_BUCKETS)
 
 

@@ -25,6 +25,14 @@ def test_uninstall_leaves_an_attribute_that_someone_else_replaced_after_install(
     _run_plain("an_attribute_replaced_by_someone_else_is_left_as_they_set_it")
 
 
+def test_overlapping_installed_blocks_keep_the_integration_until_the_last_one_leaves():
+    _run_plain("overlapping_installed_blocks_keep_the_integration_until_the_last_leaves")
+
+
+def test_a_wrapper_left_in_place_by_uninstall_leads_to_the_librarys_own_method():
+    _run_plain("a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method")
+
+
 def test_a_compiled_class_that_refuses_setattr_is_patched_and_restored():
     _run_plain("an_immutable_type_is_patched_and_restored")
 

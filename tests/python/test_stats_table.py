@@ -99,3 +99,10 @@ def test_the_exit_report_has_the_queue_and_cuda_rows_of_the_table(drained):
 
 def test_no_counter_goes_down_between_two_reads_under_load():
     fake_cuda.run_script("counters_only_grow_under_load.py", timeout=60)
+
+
+@pytest.mark.parametrize("value", [None, "3", 1.0, cuda_reclaim.COUNTERS["pending"]])
+def test_conserved_names_itself_when_a_count_is_not_an_integer(value):
+    counters = dict(cuda_reclaim.stats(), pending=value)
+    with pytest.raises(TypeError, match=r"conserved\(\): counters\['pending'\] must be an integer"):
+        cuda_reclaim.conserved(counters)

@@ -3,6 +3,7 @@ and of the library's own methods, the import of the library with an ImportError 
 the report of a callback's exception to ``sys.unraisablehook``."""
 
 import contextlib
+import functools
 import importlib
 import threading
 
@@ -37,15 +38,15 @@ def _set(cls, name, value):
 
 
 @contextlib.contextmanager
-def installed_block(install, uninstall):
-    """An integration's ``installed()``: ``install()`` for the ``with`` block; on leaving, ``uninstall()`` if
-    this block installed it (an install that was in force before the block stays)."""
-    mine = install()
+def installed_block(patches, install):
+    """An integration's ``installed()``: the integration is in force inside the ``with`` block. It is put back
+    when the last block that is inside its ``with`` leaves, unless :meth:`Patches.install` was called outside a
+    block (an explicit install stays until ``uninstall()``)."""
+    patches.enter_block(install)
     try:
         yield
     finally:
-        if mine:
-            uninstall()
+        patches.leave_block()
 
 
 def call_original(original, instance, *args, **kwargs):
@@ -67,21 +68,45 @@ class Patches:
         self._lock = threading.Lock()
         self._saved = None  # [(cls, name, what cls.__dict__ held or _ABSENT, the replacement)] while installed
         self._own = {}  # (cls, name) -> what cls.__dict__ held at the first install (or _ABSENT)
+        self._explicit = False  # install() was called outside an installed() block, and no uninstall() since
+        self._blocks = 0  # installed() blocks inside their with
+        self._local = threading.local()  # .in_block: this thread's install() is an installed() block's
 
     def is_installed(self):
         return self._saved is not None
 
+    def replacement(self, name):
+        """A decorator for the integration's replacement of the library's method `name`: while the integration
+        is not installed, a call that still reaches it (through a wrapper that someone set over it, which
+        uninstall() leaves in place) goes to the library's own method instead."""
+
+        def decorate(function):
+            @functools.wraps(function)
+            def method(instance, *args, **kwargs):
+                if self._saved is None:
+                    return call_original(self.own(type(instance), name), instance, *args, **kwargs)
+                return function(instance, *args, **kwargs)
+
+            return method
+
+        return decorate
+
     def install(self, targets):
         """Set each (cls, name, replacement) of `targets`; False (and nothing set) if already installed. A
         failure part way puts back what was set before it and raises. What each class holds is read under the
-        lock that orders install() and uninstall()."""
+        lock that orders install() and uninstall(). Outside an installed() block, the install stays until
+        uninstall(), also past the blocks."""
         with self._lock:
+            explicit = not getattr(self._local, "in_block", False)
             if self._saved is not None:
+                self._explicit = self._explicit or explicit
                 return False
             saved = []
             try:
                 for cls, name, replacement in targets:
                     held = cls.__dict__.get(name, _ABSENT)
+                    if held is replacement:  # left by a wrapper's owner who put back what they found
+                        held = self._own.get((cls, name), _ABSENT)
                     self._own.setdefault((cls, name), held)
                     _set(cls, name, replacement)
                     saved.append((cls, name, held, replacement))
@@ -89,7 +114,31 @@ class Patches:
                 self._restore(saved)
                 raise
             self._saved = saved
+            self._explicit = explicit
             return True
+
+    def enter_block(self, install):
+        """An installed() block begins: counted, then `install()` (the integration's, which calls
+        :meth:`install`) as the block's. Raises what install() raises (the block is then not counted)."""
+        with self._lock:
+            self._blocks += 1
+        self._local.in_block = True
+        try:
+            install()
+        except BaseException:
+            self.leave_block()
+            raise
+        finally:
+            self._local.in_block = False
+
+    def leave_block(self):
+        """An installed() block ends: the last one to leave puts back what each class held, unless an
+        explicit install() is in force."""
+        with self._lock:
+            self._blocks -= 1
+            if self._blocks == 0 and not self._explicit and self._saved is not None:
+                saved, self._saved = self._saved, None
+                self._restore(saved)
 
     def own(self, instance_type, name):
         """The library's own attribute `name` for an instance of `instance_type`: that of the first class of its
@@ -109,10 +158,12 @@ class Patches:
         raise AttributeError(f"{instance_type.__name__} has no own attribute {name!r} recorded by install()")
 
     def uninstall(self):
-        """Put back what each class held; False if not installed. An attribute that someone else replaced
-        after install() is left as they set it."""
+        """Put back what each class held: True if this call did. False if not installed, or while an
+        installed() block is inside its with (the last one to leave puts it back). An attribute that someone
+        else replaced after install() is left as they set it."""
         with self._lock:
-            if self._saved is None:
+            self._explicit = False
+            if self._saved is None or self._blocks:
                 return False
             saved, self._saved = self._saved, None
             self._restore(saved)

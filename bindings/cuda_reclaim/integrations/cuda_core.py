@@ -32,7 +32,7 @@ What differs from cuda.core's own:
   that waits for the stream must release the GIL while it waits (cuda.bindings, CuPy and ctypes release it
   around driver calls), as with cuda-reclaim's own ordered calls.
 - Something must drain: ``callback(fn)`` raises RuntimeError (naming ``GraphDefinition.callback`` or
-  ``GraphNode.callback``) while the automatic drain is ``"off"`` or ``"gc"`` and no event loop drains
+  ``GraphNode.callback``) while the automatic drain is ``"off"`` and no event loop drains
   (:func:`cuda_reclaim.asyncio.install`), as :func:`cuda_reclaim.add_host_node_ordered` does. While a
   firing waits, every host function of the context waits behind it; ``fn``, and anything a drain runs,
   must not wait for GPU work queued behind a firing that waits.
@@ -120,6 +120,7 @@ def _is_python_callable(fn, user_data):
     return user_data is None and callable(fn) and not isinstance(fn, _FUNCTION_POINTER)
 
 
+@_PATCHES.replacement("callback")
 def _definition_callback(self, fn, *, user_data=None):
     """GraphDefinition.callback while installed: a Python callable becomes a stream-ordered cuda-reclaim host
     node."""
@@ -128,6 +129,7 @@ def _definition_callback(self, fn, *, user_data=None):
     return _support.call_original(_PATCHES.own(type(self), "callback"), self, fn, user_data=user_data)
 
 
+@_PATCHES.replacement("callback")
 def _node_callback(self, fn, *, user_data=None):
     """GraphNode.callback while installed: a Python callable becomes a stream-ordered cuda-reclaim host node
     after this one."""
@@ -161,8 +163,9 @@ def install():
 
 
 def uninstall():
-    """Put back cuda.core's own methods (exactly what each class held before :func:`install`). Idempotent:
-    False if nothing was installed."""
+    """Put back cuda.core's own methods (exactly what each class held before :func:`install`): True if this call did.
+    False if nothing was installed, or while an :func:`installed` block is inside its ``with`` (the last block to
+    leave puts them back)."""
     return _PATCHES.uninstall()
 
 
@@ -172,5 +175,6 @@ def is_installed():
 
 
 def installed():
-    """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    return _support.installed_block(install, uninstall)
+    """The integration in force for the ``with`` block (also in another thread's overlapping block); the last
+    block to leave puts back the library's own methods, unless :func:`install` was called outside a block."""
+    return _support.installed_block(_PATCHES, install)

@@ -22,8 +22,8 @@ What differs from CuPy's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls.
-- Something must drain the call: while the automatic drain is ``"off"`` or ``"gc"`` and no event loop
-  drains (:func:`cuda_reclaim.asyncio.install`), both raise RuntimeError naming ``Stream.add_callback`` or
+- Something must drain the call: while the automatic drain is ``"off"`` and no event loop drains
+  (:func:`cuda_reclaim.asyncio.install`), both raise RuntimeError naming ``Stream.add_callback`` or
   ``Stream.launch_host_func`` (CUDA's thread would wait for good).
 - ``add_callback``'s error status is always 0: the call is made by a host function (``cudaLaunchHostFunc``
   semantics), which CUDA does not run at all once the context has an error; then the callback is never
@@ -53,6 +53,7 @@ def _stream_callback(stream, callback, arg):
     callback(stream, 0, arg)
 
 
+@_PATCHES.replacement("add_callback")
 def add_callback(self, callback, arg):
     """Call ``callback(stream, 0, arg)`` once the work enqueued before it is done; the stream's later work
     waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
@@ -60,6 +61,7 @@ def add_callback(self, callback, arg):
     _support.launch_ordered("Stream.add_callback", self.ptr, _support.reporting(_stream_callback), self, callback, arg)
 
 
+@_PATCHES.replacement("launch_host_func")
 def launch_host_func(self, callback, arg):
     """Call ``callback(arg)`` once the work enqueued before it is done; the stream's later work waits for the
     call. It runs in a cuda-reclaim drain, not on CUDA's thread; an exception goes to
@@ -78,8 +80,9 @@ def install():
 
 
 def uninstall():
-    """Put back CuPy's own methods (exactly what the class held before :func:`install`). Idempotent: False if
-    nothing was installed."""
+    """Put back CuPy's own methods (exactly what the class held before :func:`install`): True if this call did. False
+    if nothing was installed, or while an :func:`installed` block is inside its ``with`` (the last block to leave
+    puts them back)."""
     return _PATCHES.uninstall()
 
 
@@ -89,5 +92,6 @@ def is_installed():
 
 
 def installed():
-    """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    return _support.installed_block(install, uninstall)
+    """The integration in force for the ``with`` block (also in another thread's overlapping block); the last
+    block to leave puts back the library's own methods, unless :func:`install` was called outside a block."""
+    return _support.installed_block(_PATCHES, install)

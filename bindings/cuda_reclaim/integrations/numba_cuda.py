@@ -26,8 +26,8 @@ What differs from numba-cuda's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls. The warning of an exception is issued on the drain's thread.
-- Something must drain ``add_callback``'s call: while the automatic drain is ``"off"`` or ``"gc"`` and no
-  event loop drains (:func:`cuda_reclaim.asyncio.install`), it raises RuntimeError naming
+- Something must drain ``add_callback``'s call: while the automatic drain is ``"off"`` and no event
+  loop drains (:func:`cuda_reclaim.asyncio.install`), it raises RuntimeError naming
   ``Stream.add_callback`` (CUDA's thread would wait for good).
 - ``status`` is always 0: the call is made by a host function (``cuLaunchHostFunc``), which CUDA does not run
   at all once the context has an error, instead of ``cuStreamAddCallback``, which passes the error. Then the
@@ -81,6 +81,7 @@ def _call(stream, callback, arg):
         _support.report_unraisable(error)
 
 
+@_PATCHES.replacement("add_callback")
 def add_callback(self, callback, arg=None):
     """Call ``callback(stream, status, arg)`` (status 0) once the work enqueued before it is done; the stream's
     later work waits for the call. It runs in a cuda-reclaim drain, not on CUDA's thread. An Exception
@@ -100,6 +101,7 @@ async def _until_reached(stream, loop, call):
     return stream
 
 
+@_PATCHES.replacement("async_done")
 def async_done(self):
     """An asyncio future (a task of the running loop) whose result is this stream once the work enqueued
     before this call is done; completed on the loop's thread, with the loop's drain installed while the
@@ -130,8 +132,9 @@ def install():
 
 
 def uninstall():
-    """Put back numba-cuda's own methods (exactly what the class held before :func:`install`). Idempotent:
-    False if nothing was installed."""
+    """Put back numba-cuda's own methods (exactly what the class held before :func:`install`): True if this call did.
+    False if nothing was installed, or while an :func:`installed` block is inside its ``with`` (the last block to
+    leave puts them back)."""
     return _PATCHES.uninstall()
 
 
@@ -141,5 +144,6 @@ def is_installed():
 
 
 def installed():
-    """:func:`install` for the ``with`` block; on leaving, :func:`uninstall` if this block installed it."""
-    return _support.installed_block(install, uninstall)
+    """The integration in force for the ``with`` block (also in another thread's overlapping block); the last
+    block to leave puts back the library's own methods, unless :func:`install` was called outside a block."""
+    return _support.installed_block(_PATCHES, install)

@@ -116,6 +116,72 @@ def an_immutable_type_is_patched_and_restored():
     assert not hasattr(a, "reclaim_probe")
 
 
+
+def overlapping_installed_blocks_keep_the_integration_until_the_last_leaves():
+    # Two threads' installed() blocks overlap: the integration stays in force until the last one leaves; an
+    # uninstall() while a block is inside changes nothing (False); an install() inside a block stays after it.
+    standins.register()
+    from cuda_reclaim.integrations import numba_cuda
+
+    own = standins.NumbaStream.__dict__["add_callback"]
+    a_inside, b_inside, a_left, b_may_leave = (threading.Event() for _ in range(4))
+    seen = {}
+
+    def block_a():
+        with numba_cuda.installed():
+            a_inside.set()
+            assert b_inside.wait(WAIT)
+        a_left.set()
+
+    def block_b():
+        assert a_inside.wait(WAIT)
+        with numba_cuda.installed():
+            b_inside.set()
+            assert a_left.wait(WAIT)
+            seen["after a left"] = numba_cuda.is_installed()
+            seen["uninstall inside b"] = numba_cuda.uninstall()
+            seen["still installed"] = numba_cuda.is_installed()
+            assert b_may_leave.wait(WAIT)
+
+    threads = [threading.Thread(target=block_a), threading.Thread(target=block_b)]
+    for thread in threads:
+        thread.start()
+    assert a_left.wait(WAIT)
+    b_may_leave.set()
+    for thread in threads:
+        thread.join(WAIT)
+    assert seen == {"after a left": True, "uninstall inside b": False, "still installed": True}, seen
+    assert not numba_cuda.is_installed() and standins.NumbaStream.__dict__["add_callback"] is own
+    with numba_cuda.installed():
+        assert numba_cuda.install() is False  # already in force: now an explicit install, which stays
+    assert numba_cuda.is_installed(), "an install() inside a block stays after it"
+    assert numba_cuda.uninstall() is True and standins.NumbaStream.__dict__["add_callback"] is own
+
+
+def a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method():
+    # Another library wraps the integration's method; uninstall() leaves the wrapper (it is theirs), and a call
+    # through it reaches CuPy's own method, not cuda-reclaim. Once they put back what they found (the
+    # integration's method), a later install() and uninstall() restore CuPy's own method exactly.
+    standins.register()
+    from cuda_reclaim.integrations import cupy
+
+    base = standins.CupyBaseStream
+    own = base.__dict__["add_callback"]
+    cupy.install()
+    found = base.__dict__["add_callback"]
+
+    def their_wrapper(self, callback, arg):
+        return found(self, callback, arg)
+
+    base.add_callback = their_wrapper
+    assert cupy.uninstall() is True
+    base(0x9240).add_callback(print, "after uninstall")
+    assert standins.OWN_CALLS == [("cupy add_callback", print, "after uninstall")], standins.OWN_CALLS
+    base.add_callback = found  # they put back what they found
+    assert cupy.install() is True and cupy.uninstall() is True
+    assert base.__dict__["add_callback"] is own, "CuPy's own method, not the integration's"
+
+
 def numba_add_callback_passes_stream_status_and_arg_in_stream_order():
     fake = with_the_fake_driver()
     from cuda_reclaim.integrations import numba_cuda
@@ -752,6 +818,8 @@ def nothing_heavy_at_import():
 
 if __name__ == "__main__":
     scenario.run(
+        overlapping_installed_blocks_keep_the_integration_until_the_last_leaves,
+        a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method,
         install_uninstall_and_the_context_manager_restore_the_originals,
         an_attribute_replaced_by_someone_else_is_left_as_they_set_it,
         an_immutable_type_is_patched_and_restored,
