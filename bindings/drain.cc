@@ -40,20 +40,6 @@ __attribute__((noinline)) void release_references_until_stopped(reclaim::Release
   release_batch(batch, host_item_type(), release_queued_item, static_cast<const std::atomic<bool>*>(context));
 }
 
-// The gc mode's: plain references are released (their finalizers run, as the collector's own do), but a
-// call item is requeued unrun, at the front of the queue, for the next drain that runs calls.
-__attribute__((noinline)) void release_references_requeuing_calls(reclaim::ReleaseBatch* batch, void*) {
-  // Once the queue is closed a requeued call would wait for ever (no drain comes): it is cancelled, as a
-  // call that a close interrupted is.
-  release_batch(batch, host_item_type(), [batch](PyObject* item) {
-    if (queue().is_closed()) {
-      cancel_queued_item(item);
-    } else {
-      reclaim::ReclaimQueue::requeue(batch, item);
-    }
-  });
-}
-
 // Queued items are Python objects the release action touches at once: the drain prefetches them.
 constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
 
@@ -111,16 +97,14 @@ reclaim::ReclaimQueue& queue() noexcept { return *g_queue; }
 
 bool interpreter_finalizing() noexcept { return python_compat::is_finalizing(); }
 
-Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bool>* stop, Calls calls) {
+Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bool>* stop) {
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const Releasing releasing;
   const SavedException saved = save_exception();
   const QuietDecref quiet{host_item_type()};
   reclaim::ReleaseBatchFn action = release_references;
   void* context = nullptr;
-  if (calls == Calls::kRequeue) {
-    action = release_references_requeuing_calls;
-  } else if (stop != nullptr) {
+  if (stop != nullptr) {
     action = release_references_until_stopped;
     context = const_cast<std::atomic<bool>*>(stop);
   }

@@ -31,14 +31,8 @@ reclaim::ReclaimQueue& queue() noexcept;
 // Requires an attached thread state (GIL).
 bool interpreter_finalizing() noexcept;
 
-// What a drain does with the call items it takes (host calls, host-node firings).
-enum class Calls {
-  kRun,       // runs them (explicit drains, the drain thread, event-loop drains, close)
-  kRequeue,   // requeues them at the front of the queue unrun (the gc mode: a collection may start at any
-              // allocation, inside any lock of the allocating thread, where a user's call must not run)
-};
-
-// Releases up to `max_items` queued references on this thread; returns how many. With `linger`, a drain
+// Releases up to `max_items` queued references on this thread, running the call items it takes (host calls,
+// host-node firings); returns how many. With `linger`, a drain
 // that released something keeps the wake-up signal set (ReclaimQueue::drain_and_linger): only the
 // automatic drain loop asks for that, and it ends the linger itself. With `stop` (a drain thread's
 // worker flag), the drain looks at it before each item and, once it is set, requeues what it took and did
@@ -46,8 +40,7 @@ enum class Calls {
 // sys.unraisablehook and never stops the drain; an exception already set by the caller is kept aside and
 // restored. When nothing is pending it costs one atomic load.
 // Requires an attached thread state (GIL); re-entrant (a finalizer may drain again).
-Py_ssize_t drain_safely(std::size_t max_items, bool linger = false, const std::atomic<bool>* stop = nullptr,
-                        Calls calls = Calls::kRun);
+Py_ssize_t drain_safely(std::size_t max_items, bool linger = false, const std::atomic<bool>* stop = nullptr);
 
 // True while this thread is inside drain_safely() or close_safely(): in a finalizer or call that a drain
 // runs. A wait for CUDA there must not block (what it waits for may be queued behind the caller).

@@ -93,10 +93,6 @@ PyObject* py_drain(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject*
   return PyLong_FromSsize_t(drain_safely(budget));
 }
 
-PyObject* py_drain_references(PyObject*, PyObject*) {
-  return PyLong_FromSsize_t(drain_safely(SIZE_MAX, /*linger=*/false, nullptr, reclaim::bindings::Calls::kRequeue));
-}
-
 constexpr const char* kWaitNames[] = {"timeout", nullptr};
 constexpr Parameters kWaitParameters = {"wait", kWaitNames, 0, 0};
 
@@ -187,10 +183,6 @@ PyMethodDef kMethods[] = {
      "0: none). With timeout > 0 (None: no limit) and nothing pending, first wait (GIL released) for\n"
      "work; a closed queue returns at once. Finalizer exceptions go to sys.unraisablehook. Safe to call\n"
      "from a finalizer. Releases nothing once the interpreter is finalizing."},
-    {"_drain_references", py_drain_references, METH_NOARGS,
-     "_drain_references($module, /)\n--\n\n"
-     "Internal (the gc mode's hook): release queued references, but requeue every call (host call, host-node\n"
-     "firing) unrun at the front of the queue, for the next drain that runs calls."},
     {"pending", py_pending, METH_NOARGS, "pending($module, /)\n--\n\nApproximate number of queued references."},
     {"is_closed", py_is_closed, METH_NOARGS, "is_closed($module, /)\n--\n\nTrue once close() ran."},
     {"_trim_would_help", py_trim_would_help, METH_NOARGS,

@@ -51,9 +51,9 @@ __all__ = [
 
 __version__: Final[str]
 
-_AutoDrainMode: TypeAlias = Literal["thread", "gc", "off"]
+_AutoDrainMode: TypeAlias = Literal["thread", "off"]
 # What get_auto_drain() reports: a mode, or "closed" once close() began.
-_AutoDrainState: TypeAlias = Literal["thread", "gc", "off", "closed"]
+_AutoDrainState: TypeAlias = Literal["thread", "off", "closed"]
 
 # One key of stats() (RECLAIM_COUNTER_TABLE of cuda_reclaim/reclaim_abi.h defines every one).
 class _Counter(NamedTuple):

@@ -110,7 +110,7 @@ def _on_loop(future, loop, function):
 
 
 def _make_sure_something_drains(loop):
-    # With the automatic drain thread, it runs the calls and wakes the loop. Without it ("gc" or "off"),
+    # With the automatic drain thread, it runs the calls and wakes the loop. Without it ("off"),
     # only the loop itself can be relied on: drain from its reader. Closed: nothing runs any more.
     if _auto.get_auto_drain() not in ("thread", "closed"):
         install(loop)
@@ -190,7 +190,7 @@ async def stream_reached(stream):
 
     ``stream``: a cuda.core ``Stream``, a cuda.bindings ``CUstream``, an object with ``__cuda_stream__``,
     or an int. Costs one host function on the stream (which only pushes on CUDA's thread) and no thread
-    or polling here. With the automatic drain off (or "gc"), the running loop's drain is installed
+    or polling here. With the automatic drain off, the running loop's drain is installed
     (:func:`install`), since something must drain for the wait to end. Cancellation-safe. Raises
     :class:`cuda_reclaim.DriverError` as :func:`cuda_reclaim.launch_host_func` does; after
     :func:`cuda_reclaim.close` (or at exit) it raises ``asyncio.CancelledError`` whose message says so.

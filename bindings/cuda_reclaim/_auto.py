@@ -1,10 +1,10 @@
-"""The automatic drain: a Python-owned thread (default), a gc callback, or nothing.
+"""The automatic drain: a Python-owned thread (default), or nothing.
 
 This module is the one owner of the automatic drain's lifecycle (which mode, whether a drain thread runs,
 when it stops for good): it holds the state, runs the atexit hook and registers the process hooks (atexit,
 fork, the C API's announce). The fork hooks live in ``_auto_fork``, which reads and writes this module's state
-through the module. The drain protocol is one C++ loop, ``_reclaim._DrainWorker.run``; the state lock, the
-drain threads and the gc callback are built in ``_auto_threads``. States, transitions, who may call what:
+through the module. The drain protocol is one C++ loop, ``_reclaim._DrainWorker.run``; the state lock and the
+drain threads are built in ``_auto_threads``. States, transitions, who may call what:
 docs/design.md ("The automatic drain").
 
 Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
@@ -29,7 +29,6 @@ Rules that keep every entry point safe from a finalizer that a drain runs, on an
   bounded by what finalizers release can finish); the hook stops and joins it, then closes the queue.
 """
 
-import gc
 import os
 import sys
 import time
@@ -41,12 +40,11 @@ from ._auto_threads import (
     _DrainThread,
     _NativeDrainThread,
     _StateLock,
-    _gc_callback,
     current_drain_thread,
     wait_for_os_thread_exit,
 )
 
-_MODES = ("thread", "gc", "off")
+_MODES = ("thread", "off")
 
 _lock = _StateLock()  # guards the state below (see the module docstring for what it never covers)
 _mode = "thread"
@@ -58,12 +56,11 @@ _starting = False  # a thread is being started (a re-entrant call during Thread.
 _worker = None  # the DrainWorker that should be running, or None
 _thread = None  # its thread
 _stopping_threads: list = []  # drain threads told to stop that may still be running: no successor starts meanwhile
-_gc_installed = False
 _start_failure = None  # why the last start of a drain thread failed (text), None once one started
 
 
 def get_auto_drain():
-    """Return the automatic drain that really runs: ``"thread"``, ``"gc"`` or ``"off"``; ``"closed"`` once
+    """Return the automatic drain that really runs: ``"thread"`` or ``"off"``; ``"closed"`` once
     :func:`close` began (or the atexit hook's): no automatic drain runs again in this process. After
     ``set_auto_drain("thread")`` this says ``"off"`` while the drain thread cannot be started (a
     RuntimeWarning said why; the next hand-over tries again). Any thread; never blocks.
@@ -91,7 +88,6 @@ def set_auto_drain(mode):
     """Choose how queued references are released without an explicit :func:`drain`.
 
     ``"thread"`` (default): a Python thread wakes on the fd and drains; started lazily.
-    ``"gc"``: drain from a ``gc.callbacks`` hook after each collection; no thread.
     ``"off"``: only explicit drains, event-loop drains and the final drain at exit.
     Returns the previous mode, as :func:`get_auto_drain` reported it before any close (never ``"closed"``).
 
@@ -117,7 +113,6 @@ def set_auto_drain(mode):
         _mode = mode
         if mode != "thread":
             _retire_locked()
-        _set_gc_callback(mode == "gc" and not _closed)
         failure = _start_locked()
     try:
         _warn_start_failure(failure)
@@ -281,26 +276,12 @@ def _join_stopping_threads(limit=_JOIN_LIMIT_SECONDS):
             _stopping_threads[:] = [thread for thread in _stopping_threads if thread not in waiting]
 
 
-def _set_gc_callback(installed):
-    global _gc_installed
-    if installed and not _gc_installed:
-        gc.callbacks.append(_gc_callback)
-        _gc_installed = True
-    elif not installed and _gc_installed:
-        try:
-            gc.callbacks.remove(_gc_callback)
-        except ValueError:
-            pass
-        _gc_installed = False
-
-
 def stop_for_good():
     """Stop every automatic drain for this process (close(), or the atexit hook); wait for the thread."""
     global _closed
     with _lock.held():
         _closed = True
         _retire_locked()
-        _set_gc_callback(False)
     _join_stopping_threads()
 
 

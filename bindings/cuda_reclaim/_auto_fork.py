@@ -90,7 +90,6 @@ def _after_fork_in_child():
     _auto._starting = False
     _auto._start_failure = None
     _reclaim._after_fork_in_child()
-    _auto._set_gc_callback(_auto._mode == "gc")
     if _auto._announced:
         with _auto._lock.held():
             failure = _auto._start_locked()

@@ -1,4 +1,4 @@
-"""The parts the automatic drain (``_auto``) is built from: its state lock, the drain threads, the gc callback.
+"""The parts the automatic drain (``_auto``) is built from: its state lock and the drain threads.
 
 Nothing here holds state of the automatic drain: ``_auto`` owns which thread runs and when it stops. A drain
 thread runs one ``_reclaim._DrainWorker``, then calls the ``on_leave`` it was made with, on itself.
@@ -148,19 +148,3 @@ def wait_for_os_thread_exit(thread, limit=1.0):
     finally:
         os.close(pidfd)
 
-
-def _gc_callback(phase, info):
-    """The "gc" mode's drain, in ``gc.callbacks``: after each collection, on the collecting thread, unless a
-    thread is inside CPython's import or thread bookkeeping as it ends (then the next collection drains)."""
-    if phase == "stop" and not _inside_interpreter_bookkeeping():
-        _reclaim._drain_references()  # references only: calls wait for a drain that runs calls
-
-
-def _inside_interpreter_bookkeeping():
-    """True while the import lock or threading's shutdown-locks lock (3.10-3.12) is held, by any thread.
-
-    A collection starts at any allocation, also under these locks; a finalizer run there that forks leaves
-    the child a lock held for ever (3.11's child takes the shutdown-locks lock before it resets it), and
-    one on another thread that forks waits for the import lock that the draining thread holds.
-    """
-    return _python_compat.import_lock_held() or _python_compat.threading_shutdown_locks_held()

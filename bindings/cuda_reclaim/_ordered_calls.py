@@ -28,15 +28,15 @@ def launch_host_func_ordered(stream, fn, /, *args, **kwargs):
 
     Rules (each a deadlock otherwise):
 
-    - A drain must run the call: with the automatic drain ``"off"`` or ``"gc"`` (whose drains hand calls
-      back unrun), or ``"thread"`` whose thread cannot start (the launch tries to start it first; a
-      RuntimeWarning says why it could not), it raises RuntimeError, unless an event loop's drain
-      (:func:`cuda_reclaim.asyncio.install`) is installed, not cancelled, and its loop is running (not
-      closed). After :func:`cuda_reclaim.close` nothing is refused: the future comes back cancelled.
+    - A drain must run the call: with the automatic drain ``"off"``, or ``"thread"`` whose thread cannot
+      start (the launch tries to start it first; a RuntimeWarning says why it could not), it raises
+      RuntimeError, unless an event loop's drain (:func:`cuda_reclaim.asyncio.install`) is installed, not
+      cancelled, and its loop is running (not closed). After :func:`cuda_reclaim.close` nothing is refused:
+      the future comes back cancelled.
     - A drain that stops before the stream reaches the call leaves the gate closed until a
       :func:`cuda_reclaim.drain` or :func:`cuda_reclaim.close`: the automatic drain switched ``"off"``
-      (or to ``"gc"``) later, or an event loop that was the only drain and stops, closes (``asyncio.run()``
-      returning) or has its drain cancelled. The exit's close comes only after ``threading`` has joined
+      later, or an event loop that was the only drain and stops, closes (``asyncio.run()`` returning) or
+      has its drain cancelled. The exit's close comes only after ``threading`` has joined
       every non-daemon thread: a non-daemon thread that waits for the stream then holds the exit for good.
     - ``fn``, the future's done-callbacks (they run before the stream goes on), and anything else a drain
       runs (finalizers, other calls) must not wait for GPU work queued after an ordered call that has not
@@ -77,7 +77,7 @@ def add_host_node_ordered(graph, fn, /, *args, dependencies=(), **kwargs):
     in a fork child the parent's gates are left alone.
 
     Cost and rules as :func:`launch_host_func_ordered`: while a firing waits, every host function of the
-    context waits behind it; with the automatic drain ``"off"`` or ``"gc"`` and no event-loop drain it
+    context waits behind it; with the automatic drain ``"off"`` and no event-loop drain it
     raises RuntimeError (after close nothing is refused); ``fn`` and anything a drain runs must not wait for
     GPU work queued behind a firing that waits. ``graph``, ``dependencies``, errors and close as
     :func:`add_host_node`.
@@ -99,7 +99,7 @@ def check_a_drain_runs(function):
         return
     _auto.note_handover()  # starts the drain thread now: a start that fails makes the mode "off"
     mode = _auto.get_auto_drain()
-    if mode in ("off", "gc") and not _event_loop_drains():
+    if mode == "off" and not _event_loop_drains():
         raise RuntimeError(
             f'{function}(): the automatic drain is "{mode}" and no running event loop drains '
             "(cuda_reclaim.asyncio.install()): nothing would run the call, and CUDA's thread would wait "

@@ -3,7 +3,6 @@
 spelling of public ones.
 """
 
-import _imp
 import ctypes as _ctypes
 import gc as _gc
 import sys as _sys
@@ -27,19 +26,6 @@ def rlock_is_owned(lock):
     Python code between the acquire and the with block, where a KeyboardInterrupt leaves the lock held for good.
     """
     return lock._is_owned()  # private: see above
-
-
-def import_lock_held():
-    """True while any thread holds the interpreter's import lock (imports, fork). Any thread; never blocks."""
-    return _imp.lock_held()  # private: imp.lock_held, the public spelling, is gone since 3.12
-
-
-def threading_shutdown_locks_held():
-    """True while any thread holds threading's shutdown-locks lock (3.10-3.12; False on 3.13+, which has none).
-    Any thread; never blocks."""
-    # private: no public way; read at each call, since a fork child rebinds it
-    lock = getattr(_threading, "_shutdown_locks_lock", None)
-    return lock is not None and lock.locked()
 
 
 def last_exception():

@@ -34,8 +34,8 @@ def counters() -> int:
 
 def hand_over_and_drain() -> None:
     previous = cuda_reclaim.set_auto_drain("off")
-    assert_type(previous, Literal["thread", "gc", "off"])
-    assert_type(cuda_reclaim.get_auto_drain(), Literal["thread", "gc", "off", "closed"])
+    assert_type(previous, Literal["thread", "off"])
+    assert_type(cuda_reclaim.get_auto_drain(), Literal["thread", "off", "closed"])
     assert_type(cuda_reclaim.defer_release(Buffer()), bool)
     assert_type(cuda_reclaim.pending(), int)
     assert_type(cuda_reclaim.drain(), int)

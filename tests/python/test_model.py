@@ -51,12 +51,12 @@ LONG = os.environ.get("CUDA_RECLAIM_MODEL_LONG", "") not in ("", "0")
 # already known for others; the suite sets none aside.
 SET_ASIDE = tuple(part.strip() for part in os.environ.get("CUDA_RECLAIM_MODEL_SET_ASIDE", "").split(",") if part.strip())
 # As children/model_worker.py (which cannot be imported here: it loads the driver at import).
-ACTIONS = ("none", "defer", "launch", "drain", "trim", "close", "thread", "gc", "off", "raise", "interrupt")
+ACTIONS = ("none", "defer", "launch", "drain", "trim", "close", "thread", "off", "raise", "interrupt")
 # A done-callback runs inside future.set_result(), which lets a BaseException through to its caller, and an
 # await hands a call's KeyboardInterrupt to its task, which asyncio raises out of the loop: both as designed.
 DONE_ACTIONS = tuple(action for action in ACTIONS if action != "interrupt")
 AWAIT_ACTIONS = DONE_ACTIONS
-MODES = ("thread", "gc", "off")
+MODES = ("thread", "off")
 STREAMS = (0x5100, 0x5200)  # fake driver streams: any handle is one
 # The hand-back barrier's waits (as children/model_worker.py): each entry point with each site it may be
 # issued from. The blocking ones from this thread, another thread, an executor's worker, a finalizer that a

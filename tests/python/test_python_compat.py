@@ -1,8 +1,6 @@
 """The meaning of each CPython private name the package uses (cuda_reclaim/_python_compat.py), pinned on every
 interpreter: the day a release changes it, this fails."""
 
-import _imp
-import sys
 import threading
 
 import pytest
@@ -39,39 +37,6 @@ def test_rlock_is_owned_is_true_for_the_holding_thread_only():
         other.join(30)
     assert seen_elsewhere == [False]
     assert not _python_compat.rlock_is_owned(lock)
-
-
-def test_import_lock_held_sees_the_import_lock_of_any_thread():
-    assert not _python_compat.import_lock_held()
-    taken, seen, done = threading.Event(), [], threading.Event()
-
-    def holds_the_import_lock():
-        _imp.acquire_lock()
-        try:
-            taken.set()
-            done.wait(30)
-        finally:
-            _imp.release_lock()
-
-    holder = threading.Thread(target=holds_the_import_lock)
-    holder.start()
-    try:
-        assert taken.wait(30)
-        seen.append(_python_compat.import_lock_held())
-    finally:
-        done.set()
-        holder.join(30)
-    assert seen == [True]
-    assert not _python_compat.import_lock_held()
-
-
-def test_threading_shutdown_locks_held_follows_threadings_lock_where_there_is_one():
-    lock = getattr(threading, "_shutdown_locks_lock", None)
-    assert (lock is not None) == (sys.version_info < (3, 13)), "threading's shutdown-locks lock came or went"
-    assert not _python_compat.threading_shutdown_locks_held()
-    if lock is not None:
-        with lock:
-            assert _python_compat.threading_shutdown_locks_held()
 
 
 def test_last_exception_is_the_exception_that_ended_the_main_program_when_atexit_hooks_run():

@@ -73,14 +73,14 @@ class ScannerTest(unittest.TestCase):
                                                "asyncio.events._get_running_loop"])
 
     def test_private_modules_loops_and_lock_methods(self):
-        source = ("import _imp\nimport _thread\n_imp.lock_held()\n_thread.get_ident()\nloop._selector\n"
+        source = ("import _imp\nimport _thread\n_imp.acquire_lock()\n_thread.get_ident()\nloop._selector\n"
                   "getattr(self.loop, '_ready')\ngetattr(event_loop, '_get_backend_id', None)\nlock._is_owned()\n")
         self.assertEqual(sorted(self.python(source)),
-                         sorted(["_imp", "_imp.lock_held", "loop._selector", "loop._ready", "loop._get_backend_id",
+                         sorted(["_imp", "_imp.acquire_lock", "loop._selector", "loop._ready", "loop._get_backend_id",
                                  "._is_owned"]))
 
     def test_our_own_private_names_and_public_names_are_not_cpython_private(self):
-        source = ("from . import _reclaim\nimport threading\nimport os\n_reclaim._drain_references()\n"
+        source = ("from . import _reclaim\nimport threading\nimport os\n_reclaim._releasing_on_this_thread()\n"
                   "self._lock\nthreading.get_ident()\nos.__name__\nos._exit(0)\n")
         self.assertEqual(self.python(source), ["os._exit"])
 

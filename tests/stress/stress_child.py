@@ -18,7 +18,7 @@ import _native_producers
 
 ACTIONS = ("hand_over", "hand_over", "hand_over", "toggle", "drain", "stats", "keep_alive", "close", "fork")
 ENDINGS = ("return", "sys_exit", "close_then_return", "exception", "keyboard_interrupt")
-MODES = ("thread", "gc", "off")
+MODES = ("thread", "off")
 
 
 def law_holds(stats):

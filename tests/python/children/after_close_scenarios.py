@@ -100,12 +100,12 @@ def the_warning_is_an_error_where_the_filters_say_so():
 
 
 def get_auto_drain_says_closed_whatever_the_mode():
-    cuda_reclaim.set_auto_drain("gc")
-    assert cuda_reclaim.get_auto_drain() == "gc"
+    cuda_reclaim.set_auto_drain("off")
+    assert cuda_reclaim.get_auto_drain() == "off"
     cuda_reclaim.close()
     assert cuda_reclaim.get_auto_drain() == "closed"
     # set_auto_drain() returns the mode, one it accepts back: the one set before the close.
-    assert cuda_reclaim.set_auto_drain("thread") == "gc"
+    assert cuda_reclaim.set_auto_drain("thread") == "off"
     assert cuda_reclaim.set_auto_drain("off") == "thread"
     assert cuda_reclaim.get_auto_drain() == "closed"
     from cuda_reclaim import _info

@@ -1,13 +1,11 @@
-"""A gc-mode drain on a worker thread is inside a finalizer when the main thread closes; the call behind that
+"""An explicit drain on a worker thread is inside a finalizer when the main thread closes; the call behind that
 finalizer in the same dequeue was queued before the close, and close() cancelled it. Nothing is left pending in
 the closed queue, where no drain would take it again."""
 
-import gc
 import threading
 
 from fake_driver_child import cuda_reclaim, fake
 
-gc.disable()  # only the worker's collection drains: an automatic one on this thread would run Blocks here
 entered = threading.Event()
 closed = threading.Event()
 
@@ -18,12 +16,12 @@ class Blocks:
         closed.wait(30)
 
 
-cuda_reclaim.set_auto_drain("gc")
+cuda_reclaim.set_auto_drain("off")  # only the worker's drain takes the two items
 cuda_reclaim.keep_alive_until(0x5610, Blocks())
 future = cuda_reclaim.launch_host_func(0x5610, lambda: None)
 assert fake.fake_cuda_run_host_functions() == 2
 assert cuda_reclaim.stats()["pending"] == 2
-worker = threading.Thread(target=gc.collect)
+worker = threading.Thread(target=cuda_reclaim.drain)
 worker.start()
 assert entered.wait(30)
 cuda_reclaim.close()

@@ -106,7 +106,7 @@ GAUGES = frozenset(key for key, counter in cuda_reclaim.COUNTERS.items() if coun
 STREAMS = (0x5100, 0x5200)
 # What a finalizer, a done-callback or a call does when it runs: every public entry point that may be
 # called back into from a drain, and an exception or an interrupt arriving mid-call.
-ACTIONS = ("none", "defer", "launch", "drain", "trim", "close", "thread", "gc", "off", "raise", "interrupt")
+ACTIONS = ("none", "defer", "launch", "drain", "trim", "close", "thread", "off", "raise", "interrupt")
 FORK_CHILD_LIMIT = 20.0
 # The hand-back barrier's limits: how long a wait whose attachments are all handed back (or whose queue is
 # closed) may take to return, how long a wait in a finalizer or call that a drain runs is given (it only
@@ -180,17 +180,6 @@ def write_message(fd, message):
     data = struct.pack("!I", len(data)) + data
     while data:
         data = data[os.write(fd, data):]
-
-
-def _in_gc_callback():
-    # Whatever the package names its hook: a frame of any function in gc.callbacks is inside a collection.
-    hooks = {getattr(hook, "__code__", None) for hook in gc.callbacks} - {None}
-    frame = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code in hooks:
-            return True
-        frame = frame.f_back
-    return False
 
 
 class Model:
@@ -297,7 +286,7 @@ class Model:
             cuda_reclaim.trim()
         elif action == "close":
             self.close()
-        elif action in ("thread", "gc", "off"):
+        elif action in ("thread", "off"):
             cuda_reclaim.set_auto_drain(action)
         elif action == "raise":
             raise Deliberate("a call or finalizer that raises")
@@ -324,11 +313,6 @@ class Model:
                     or where.name in ("model-drain", "model-close")  # the threads that drain or close here
                     or where.name.startswith(WAITER_THREADS)):  # flush() drains there
                 self.broke("calls run only in drains, never on CUDA's thread", f"{ident} ran on {where.name}")
-            if _in_gc_callback():
-                self.broke(
-                    "calls run only where docs/callbacks.md lists (drain thread, loop reader, drain(), close)",
-                    f"{ident} ran inside the gc-mode drain",
-                )
         self.act(action)
         return ident
 
@@ -374,8 +358,8 @@ class Model:
         return self.launch(stream, action, done_action)
 
     def cmd_launch_ordered(self, stream, action, done_action):
-        """launch_host_func_ordered: refused (RuntimeError naming it) only while the automatic drain is "off"
-        or "gc", and never while it is "thread" (a call on the drain thread may switch it meanwhile: only
+        """launch_host_func_ordered: refused (RuntimeError naming it) only while the automatic drain is "off",
+        and never while it is "thread" (a call on the drain thread may switch it meanwhile: only
         a mode seen both before and after counts)."""
         before = cuda_reclaim.get_auto_drain()
         try:
@@ -384,7 +368,7 @@ class Model:
             after = cuda_reclaim.get_auto_drain()
             if not str(error).startswith("launch_host_func_ordered(): the automatic drain is"):
                 self.broke("launch_host_func_ordered's refusal names it and the mode", str(error))
-            if before == after == "thread" or after not in ("off", "gc"):
+            if before == after == "thread" or after != "off":
                 self.broke("launch_host_func_ordered is refused only while no drain would run it", f"{after}")
             return "refused"
 
@@ -456,7 +440,7 @@ class Model:
             after = cuda_reclaim.get_auto_drain()
             if not str(error).startswith("add_host_node_ordered(): the automatic drain is"):
                 self.broke("add_host_node_ordered's refusal names it and the mode", str(error))
-            if before == after == "thread" or after not in ("off", "gc"):
+            if before == after == "thread" or after != "off":
                 self.broke("add_host_node_ordered is refused only while no drain would run it", f"{after}")
             return "refused"
         self.ordered_nodes += 1
@@ -870,7 +854,7 @@ class Model:
         if cuda_reclaim.is_closed() and not self.closes:
             self.broke("is_closed() is True only after a close()", "no close() began")
         mode = cuda_reclaim.get_auto_drain()
-        if mode not in ("thread", "gc", "off", "closed") or (mode == "closed") != (self.closes > 0):
+        if mode not in ("thread", "off", "closed") or (mode == "closed") != (self.closes > 0):
             self.broke("get_auto_drain() is the mode that runs, 'closed' once close() began", f"{mode!r}")
         header = os.path.join(cuda_reclaim.get_include(), "cuda_reclaim", "cuda_reclaim.h")
         if not os.path.isabs(header):
