@@ -3,8 +3,6 @@ table (cuda_reclaim.COUNTERS), and the example scrape of docs/api.md."""
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
@@ -13,12 +11,15 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 import cuda_reclaim  # noqa: E402
 from cuda_reclaim import metrics  # noqa: E402
+from conftest import run_child_script  # noqa: E402
 
 # A kind of the table as Prometheus' TYPE: a high-water mark is a level, exported as a gauge.
 PROMETHEUS_TYPE = {"counter": "counter", "gauge": "gauge", "high_water_mark": "gauge"}
 # The source tree, through this file's own link (Bazel's runfiles link each file to its source).
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
 API_DOC = os.path.join(ROOT, "docs", "api.md")
+# What importing the package and cuda_reclaim.metrics loads, in a fresh interpreter.
+SCENARIOS = "metrics_scenarios.py"
 
 
 def exposition(registry):
@@ -168,26 +169,13 @@ def test_describe_reads_no_counters(monkeypatch):
     assert "cuda_reclaim_handed_over" in names and "cuda_reclaim" in names
 
 
-def run_python(code):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-
-
 def test_import_cuda_reclaim_does_not_import_prometheus_client():
-    result = run_python("import sys, cuda_reclaim; print('prometheus_client' in sys.modules)")
+    result = run_child_script(SCENARIOS, "import_the_package", timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
 
 
 def test_import_without_prometheus_client_names_the_extra():
-    code = (
-        "import sys\n"
-        "sys.modules['prometheus_client'] = None\n"
-        "try:\n"
-        "    import cuda_reclaim.metrics\n"
-        "except ImportError as error:\n"
-        "    print(error)\n"
-    )
-    result = run_python(code)
+    result = run_child_script(SCENARIOS, "import_metrics_without_prometheus_client", timeout=120)
     assert result.returncode == 0, result.stderr
     assert "pip install cuda-reclaim[metrics]" in result.stdout
