@@ -20,21 +20,9 @@ import run_clients  # noqa: E402
 STANDINS = os.path.join(HERE, "standins")
 FAKE_DRIVER = os.path.join(RUNFILES, "tests", "graph", "fake_libcuda.so")
 
-NUMBA_LAYOUT = """import unittest
-
-
-@unittest.skip("Disabled temporarily")
-@skip_on_cudasim("CUDA Driver API unsupported in the simulator")
-class TestCudaStream(CUDATestCase):
-    @unittest.skip("kept: a method's own decorator")
-    def test_add_callback(self):
-        pass
-
-
-@unittest.skip("kept: another class")
-class TestOther(CUDATestCase):
-    pass
-"""
+# numba-cuda's layout around TestCudaStream, as text: the input of the rewrite under test.
+with open(os.path.join(HERE, "numba_layout_example.py")) as _layout:
+    NUMBA_LAYOUT = _layout.read()
 
 
 def test_only_the_skip_decorator_of_test_cuda_stream_is_removed():
