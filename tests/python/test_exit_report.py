@@ -6,7 +6,7 @@ import pytest
 
 import exit_report
 import fake_cuda
-from conftest import run_child, run_child_script
+from conftest import run_child_script
 
 
 def test_exit_report_counts_late_native_pushes_as_leaked_and_conserves():
@@ -23,7 +23,7 @@ def test_exit_report_counts_late_native_pushes_as_leaked_and_conserves():
 
 
 def test_exit_report_is_silent_unless_asked():
-    result = run_child("import cuda_reclaim; cuda_reclaim.defer_release(object())")
+    result = run_child_script("exit_report_hands_over_one.py")
     assert result.returncode == 0, result.stderr
     assert "cuda-reclaim:" not in result.stderr
 

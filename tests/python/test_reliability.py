@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import exit_report
-from conftest import run_child, run_child_script
+from conftest import run_child_script
 
 pytest.importorskip("_native_producers")
 
@@ -22,7 +22,8 @@ SCENARIOS = "reliability_scenarios.py"
 
 
 def run_scenario_script(name, *script_args, **kwargs):
-    """Run children/`name` like run_scenario()."""
+    """Run the program children/`name` with `script_args` (run_child_script's keywords in `kwargs`); fail on a
+    hang."""
     kwargs.setdefault("timeout", HANG_LIMIT)
     try:
         return run_child_script(name, *script_args, **kwargs)
@@ -30,12 +31,9 @@ def run_scenario_script(name, *script_args, **kwargs):
         pytest.fail(f"the scenario hung (no exit within {expired.timeout} s); output so far:\n{expired.stdout}")
 
 
-def run_scenario(code, **kwargs):
-    kwargs.setdefault("timeout", HANG_LIMIT)
-    try:
-        return run_child(code, **kwargs)
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the scenario hung (no exit within {expired.timeout} s); output so far:\n{expired.stdout}")
+def run_settings_scenario(name, **kwargs):
+    """Run the scenario `name` of children/reliability_settings_scenarios.py like run_scenario_script()."""
+    return run_scenario_script("reliability_settings_scenarios.py", name, **kwargs)
 
 
 def assert_clean_exit(result, last_line="done"):
@@ -140,28 +138,28 @@ def test_the_exit_report_is_written_once_after_reloads():
 
 @pytest.mark.parametrize("value", ["2261669771489293824", "0", "-5", "12k", "16777217", ""])
 def test_bad_reserved_capacity_is_a_clear_import_error(value):
-    result = run_scenario("import cuda_reclaim", env={"CUDA_RECLAIM_RESERVED_CAPACITY": value})
+    result = run_settings_scenario("import_the_package", env={"CUDA_RECLAIM_RESERVED_CAPACITY": value})
     assert result.returncode == 1, result.stderr
     assert "ImportError" in result.stderr and "CUDA_RECLAIM_RESERVED_CAPACITY" in result.stderr
     assert "from 1 to 16777216" in result.stderr
 
 
 def test_largest_reserved_capacity_is_accepted():
-    code = "import cuda_reclaim; cuda_reclaim.defer_release(object()); print('done')"
-    result = run_scenario(code, env={"CUDA_RECLAIM_RESERVED_CAPACITY": "16777216", "CUDA_RECLAIM_REPORT": "1"})
+    env = {"CUDA_RECLAIM_RESERVED_CAPACITY": "16777216", "CUDA_RECLAIM_REPORT": "1"}
+    result = run_settings_scenario("hand_over_one", env=env)
     assert_clean_exit(result)
 
 
 @pytest.mark.parametrize("value, reported", [("1", True), ("TRUE", True), ("yes", True), ("On", True),
                                              ("0", False), ("false", False), ("", False), ("off", False)])
 def test_report_setting_accepts_the_usual_spellings(value, reported):
-    result = run_scenario("import cuda_reclaim; print('done')", env={"CUDA_RECLAIM_REPORT": value})
+    result = run_settings_scenario("import_the_package", env={"CUDA_RECLAIM_REPORT": value})
     assert result.returncode == 0, result.stderr
     assert bool(exit_report.find_reports(result.stderr)) == reported
 
 
 def test_report_setting_that_is_not_understood_is_an_import_error():
-    result = run_scenario("import cuda_reclaim", env={"CUDA_RECLAIM_REPORT": "please"})
+    result = run_settings_scenario("import_the_package", env={"CUDA_RECLAIM_REPORT": "please"})
     assert result.returncode == 1
     assert "CUDA_RECLAIM_REPORT" in result.stderr and "ImportError" in result.stderr
 
