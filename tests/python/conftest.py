@@ -2,13 +2,12 @@
 
 close() is final for a process, and fork/exit behaviour needs a process of its own, so many tests run
 a short child interpreter (same interpreter, same sys.path): a program of children/ through
-`run_child_script`, or a few lines through `run_child`.
+`run_child_script` (fake_cuda.run_script for a program that uses the fake driver).
 """
 
 import os
 import subprocess
 import sys
-import textwrap
 
 import pytest
 
@@ -33,11 +32,6 @@ def run_child_script(name, *script_args, env=None, timeout=60, args=()):
     """Run the program children/`name` in a fresh interpreter (with the interpreter options `args`);
     return the CompletedProcess (text mode)."""
     return _run([*args, os.path.join(CHILDREN, name), *script_args], env, timeout)
-
-
-def run_child(code, *, env=None, timeout=60, args=()):
-    """Run `code` (a few lines) in a fresh interpreter; return the CompletedProcess (text mode)."""
-    return _run([*args, "-c", textwrap.dedent(code)], env, timeout)
 
 
 def gpu_device_or_reason():

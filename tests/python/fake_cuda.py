@@ -1,14 +1,13 @@
 """The fake libcuda (tests/graph/fake_libcuda.cc) from Python: its path, its controls with their ctypes
-signatures, and runners for child interpreters that use it as their driver."""
+signatures, and the runner of the child programs (children/) that use it as their driver."""
 
 import ctypes
 import os
 import subprocess
-import sys
 
 import pytest
 
-from conftest import CHILDREN, run_child, run_child_script
+from conftest import run_child_script
 
 PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "graph", "fake_libcuda.so")
 
@@ -45,38 +44,17 @@ def load(path=PATH):
     return fake
 
 
-# Run at the start of every child of run(code): the prelude of the children of run_script,
-# children/fake_driver_child.py (the package with the automatic drain off unless the test turns it on, the fake's
-# controls as `fake`, a payload class `P`, `wait_until`; also sys, time and fake_cuda), and threading, weakref
-# and the extension module `_reclaim`.
-PRELUDE = """
-from fake_driver_child import *
-import threading, weakref
-from cuda_reclaim import _reclaim
-"""
-
 HANG_LIMIT = 120
 
 
-def run(code, *, expect_ok=True, timeout=HANG_LIMIT, **env):
-    """Run PRELUDE + code in a child whose driver is the fake; fail on a hang (and, by default, on a non-zero
-    exit). Returns the CompletedProcess."""
-    path = os.pathsep.join([CHILDREN, *(p for p in sys.path if p)])  # children/ first, for fake_driver_child
-    return _run_with_the_fake(
-        run_child, PRELUDE + code, expect_ok=expect_ok, timeout=timeout, env={"PYTHONPATH": path, **env}
-    )
-
-
 def run_script(name, *script_args, expect_ok=True, timeout=HANG_LIMIT, **env):
-    """Run the program children/`name` with `script_args` in a child whose driver is the fake; like run()."""
-    return _run_with_the_fake(run_child_script, name, *script_args, expect_ok=expect_ok, timeout=timeout, env=env)
-
-
-def _run_with_the_fake(runner, *runner_args, expect_ok, timeout, env):
+    """Run the program children/`name` with `script_args` in a child whose driver is the fake (a program that
+    starts with the prelude children/fake_driver_child.py), with the environment variables `env` added; fail on a
+    hang (and, by default, on a non-zero exit). Returns the CompletedProcess. Skips where the fake is not built."""
     if not os.path.exists(PATH):
         pytest.skip(f"fake driver not built: {PATH}")
     try:
-        result = runner(*runner_args, env={"CUDA_RECLAIM_LIBCUDA": PATH, **env}, timeout=timeout)
+        result = run_child_script(name, *script_args, env={"CUDA_RECLAIM_LIBCUDA": PATH, **env}, timeout=timeout)
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"the child hung (no exit within {expired.timeout} s); output so far:\n{expired.stdout}")
     if expect_ok:
