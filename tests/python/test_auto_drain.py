@@ -1,6 +1,5 @@
-"""The automatic drain: lazy thread start, thread/gc/off modes, stopped before finalization."""
+"""The automatic drain: lazy thread start, thread/off modes, stopped before finalization."""
 
-import gc
 import inspect
 import threading
 import weakref
@@ -47,57 +46,12 @@ def test_off_mode_stops_the_thread_and_leaves_work_queued(drained):
     assert cuda_reclaim.drain() == 1
 
 
-def test_gc_mode_drains_after_a_collection(drained):
-    cuda_reclaim.set_auto_drain("gc")
-    try:
-        obj = Payload()
-        ref = weakref.ref(obj)
-        cuda_reclaim.defer_release(obj)
-        del obj
-        assert ref() is not None
-        assert not _auto.is_thread_running(), "gc mode uses no thread"
-        gc.collect()
-        assert ref() is None
-    finally:
-        cuda_reclaim.set_auto_drain("off")
-
-
-def test_gc_mode_does_not_drain_inside_the_import_or_thread_bookkeeping(drained):
-    # A collection that starts under the import lock (or threading's shutdown-locks lock, 3.10-3.12)
-    # leaves the references to the next one: a finalizer there that forks could hang the child or a
-    # forking thread elsewhere.
-    import _imp
-
-    held = [(_imp.acquire_lock, _imp.release_lock)]
-    if hasattr(threading, "_shutdown_locks_lock"):
-        held.append((threading._shutdown_locks_lock.acquire, threading._shutdown_locks_lock.release))
-    cuda_reclaim.set_auto_drain("gc")
-    try:
-        for acquire, release in held:
-            gc.collect()  # no earlier garbage's finalizer runs under the lock below
-            obj = Payload()
-            ref = weakref.ref(obj)
-            cuda_reclaim.defer_release(obj)
-            del obj
-            acquire()
-            try:
-                gc.collect()
-                kept = ref() is not None
-            finally:
-                release()
-            assert kept, f"drained by a collection under {acquire}"
-            gc.collect()
-            assert ref() is None, "the next collection drains"
-    finally:
-        cuda_reclaim.set_auto_drain("off")
-
-
 def test_set_auto_drain_rejects_unknown_modes_and_returns_the_previous_one(drained):
-    with pytest.raises(ValueError, match="must be one of 'thread', 'gc', 'off'"):
+    with pytest.raises(ValueError, match="must be one of 'thread', 'off'"):
         cuda_reclaim.set_auto_drain("sometimes")
-    assert cuda_reclaim.set_auto_drain("gc") == "off"
-    assert cuda_reclaim.get_auto_drain() == "gc"
-    assert cuda_reclaim.set_auto_drain("off") == "gc"
+    assert cuda_reclaim.set_auto_drain("thread") == "off"
+    assert cuda_reclaim.get_auto_drain() == "thread"
+    assert cuda_reclaim.set_auto_drain("off") == "thread"
 
 
 def test_drain_thread_runs_through_later_atexit_hooks_and_is_stopped_by_the_final_close():
