@@ -44,14 +44,11 @@ QUEUEING_STRATEGIES = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_pendi
 # (main thread, strategy, how cuda-reclaim drains): the release-latency matrix.
 LATENCY_SCENARIOS = (
     ("busy", "cuda_reclaim", "thread"),
-    ("busy", "cuda_reclaim", "gc"),
     ("busy", "cas_pending_call", "-"),
     ("sleep", "cuda_reclaim", "thread"),
-    ("sleep", "cuda_reclaim", "gc"),
     ("sleep", "cas_pending_call", "-"),
     ("asyncio", "cuda_reclaim", "thread"),
     ("asyncio", "cuda_reclaim", "asyncio_fd"),
-    ("asyncio", "cuda_reclaim", "gc"),
     ("asyncio", "cas_pending_call", "-"),
 )
 DRAIN_BATCHES = (64, 4096, None)  # None: drain() releases everything in one call
@@ -103,7 +100,7 @@ def int64s(blob):
 def busy_until(predicate):
     """Run bytecode until predicate(). Each iteration leaves one small reference cycle behind, as
     allocation-heavy code does, so that gc collections happen (a container freed at once would not count
-    towards gc's threshold, and gc mode would never drain)."""
+    towards gc's threshold)."""
     i = 0
     while not predicate():
         cycle = [i]
@@ -178,7 +175,7 @@ def _run_latency(cfg, main):
 def bench_latency(cfg):
     rows = []
     for main, strategy, drain_mode in LATENCY_SCENARIOS:
-        cuda_reclaim.set_auto_drain(drain_mode if drain_mode in ("thread", "gc") else "off")
+        cuda_reclaim.set_auto_drain("thread" if drain_mode == "thread" else "off")
         start = (strategy, 1, cfg.latency_n, cfg.latency_spacing_us, 60.0, True)
         if main == "asyncio":
 

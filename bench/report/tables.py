@@ -23,10 +23,10 @@ ANCHORS = {
 }
 QUEUE_STRATEGIES_CPP = ("cuda_reclaim", "mutex_vector", "mutex_deque", "cas_stack")
 LATENCY_KEYS = (
-    ("busy", "cuda_reclaim", "thread"), ("busy", "cuda_reclaim", "gc"), ("busy", "cas_pending_call", "-"),
-    ("sleep", "cuda_reclaim", "thread"), ("sleep", "cuda_reclaim", "gc"), ("sleep", "cas_pending_call", "-"),
+    ("busy", "cuda_reclaim", "thread"), ("busy", "cas_pending_call", "-"),
+    ("sleep", "cuda_reclaim", "thread"), ("sleep", "cas_pending_call", "-"),
     ("asyncio", "cuda_reclaim", "thread"), ("asyncio", "cuda_reclaim", "asyncio_fd"),
-    ("asyncio", "cuda_reclaim", "gc"), ("asyncio", "cas_pending_call", "-"),
+    ("asyncio", "cas_pending_call", "-"),
 )
 DRAIN_METHODS = (("plain_decref_loop", "all"), ("plain_release_fn_loop", "all"),
                  ("plain_decref_loop_written_elsewhere", "all"), ("cuda_reclaim", 64), ("cuda_reclaim", 4096), ("cuda_reclaim", "all"),
@@ -275,7 +275,7 @@ def latency_table(r):
     out = []
     for main, strategy, drain, row in rows:
         anchor = base.get(main)
-        how = {"thread": "auto-drain thread", "gc": "gc callback", "asyncio_fd": "asyncio fd (add_reader)",
+        how = {"thread": "auto-drain thread", "asyncio_fd": "asyncio fd (add_reader)",
                "-": "its pending call"}[drain]
         out.append([main, ANCHORS[strategy], how, f"{row['released_in_window']}/{row['n']}", fmt_ns(row["p50"]),
                     fmt_ns(row["p99"]), fmt_ns(row["max"]),
@@ -390,7 +390,7 @@ def slower_rows(r):
     for main in ("busy", "sleep", "asyncio"):
         anchor = r.find("latency", main=main, strategy="cas_pending_call", drain="-")
         best = [row for row in r.rows if row["section"] == "latency" and row["main"] == main
-                and row["strategy"] == "cuda_reclaim"]
+                and (main, row["strategy"], row["drain"]) in LATENCY_KEYS and row["strategy"] == "cuda_reclaim"]
         if anchor and best:
             best_row = min(best, key=lambda row: row["p50"])
             if anchor["p50"] < best_row["p50"]:

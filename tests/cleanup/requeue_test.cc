@@ -198,7 +198,7 @@ TEST(Requeue, TheRestOfAHaltedDrainStaysAheadOfLaterItemsANestedDrainRequeued) {
       for (; batch->next < batch->count; ++batch->next) {
         const std::size_t id = id_of(batch->items[batch->next]);
         if (id == 3) {
-          // Later items arrive; a nested drain requeues them (calls the gc mode does not run).
+          // Later items arrive; a nested drain requeues them (items its release action does not release).
           push_ids(*self->queue, 10, 20);
           Scripted nested{self->queue};
           nested.requeue_every = 1;
@@ -220,8 +220,8 @@ TEST(Requeue, TheRestOfAHaltedDrainStaysAheadOfLaterItemsANestedDrainRequeued) {
 }
 
 
-// A burst that went through the front (a drain thread stopped in the middle of 2^20 calls requeued by
-// the gc mode's hook, say) is a burst like any other: once drained, trim() frees its memory, as
+// A burst that went through the front (2^20 items a drain requeued, or the rest of a batch that a stopped
+// drain thread gave back) is a burst like any other: once drained, trim() frees its memory, as
 // Trim.FreesTheHeap checks for one that went through the storage alone.
 TEST(Requeue, TrimFreesTheMemoryOfABurstThatWentThroughTheFront) {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
