@@ -1,8 +1,8 @@
 """Every wait on the hand-back barrier ends (fake driver): at exit, against non-daemon threads, executors and a
 shut barrier; in a fork child, with the asyncio lock held or a parent's ticket ended there; inside a drain, in a
 finalizer; with two uvloop loops; and under every kind of waiter against concurrent attachments and hand-backs.
-Beside them, what an attachment leaves to Python: a first import during threading's shutdown, a node handle that
-pickles, a cycle through an attachment that the collector frees.
+Beside them, three edges of the package around the barrier: the first import during threading's shutdown, a
+node handle that pickles, a cycle through an attachment that the collector frees.
 
 The scenarios are children/hand_back_edges_scenarios.py, and children/hand_back_edges_first_import_during_shutdown.py
 for the import."""

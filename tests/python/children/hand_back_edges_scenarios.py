@@ -263,8 +263,10 @@ def every_kind_of_waiter_against_concurrent_hand_backs_loses_no_wake_up(rounds):
     ]
     for t in threads:
         t.start()
-    wait_until(lambda: errors or min(done.values()) >= rounds, timeout=60)
-    stop.set()
+    try:
+        wait_until(lambda: errors or min(done.values()) >= rounds, timeout=60)
+    finally:
+        stop.set()  # the threads end, also when the rounds were not reached
     for t in threads:
         t.join(30)
     assert not any(t.is_alive() for t in threads), "a thread is stuck"
