@@ -324,16 +324,6 @@ void release_queued_item(PyObject* item) {
   }
 }
 
-void cancel_queued_item(PyObject* item) {
-  if (is_host_call(item)) {
-    cancel_arrived_call(reinterpret_cast<HostCall*>(item));
-  } else if (is_host_node(item)) {
-    host_node_cancelled(reinterpret_cast<HostNode*>(item));
-  } else {
-    Py_DECREF(item);
-  }
-}
-
 void cancel_outstanding_calls() { cancel_all_host_calls(); }
 
 void open_every_gate() noexcept {

@@ -29,11 +29,6 @@ namespace reclaim::bindings {
 // Requires an attached thread state (GIL); re-entrant (a call may drain again).
 void release_queued_item(PyObject* item);
 
-// For an item that must not run (a call item a drain took and can neither run nor requeue): a host call is
-// cancelled (its future too), a host-node firing counted as cancelled, a plain reference Py_DECREF'd. Steals
-// the queue's reference. Requires the GIL.
-void cancel_queued_item(PyObject* item);
-
 // The private type whose objects release_queued_item() runs rather than Py_DECREFs (null before
 // add_host_call_functions()): a drain reads it once per batch and releases plain references inline
 // (bindings/release_loop.h). Any thread; never blocks. The type never changes once created.

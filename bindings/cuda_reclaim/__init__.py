@@ -2,8 +2,8 @@
 
 Native threads that Python does not own (CUDA's callback thread above all) hand references over with a
 lock-free push that never touches Python; this package releases them later, only in contexts known to
-be safe: an explicit :func:`drain`, the automatic drain (a Python thread, or a ``gc`` callback), an
-event loop (:mod:`cuda_reclaim.asyncio`), and a final drain from an ``atexit`` hook, after which the
+be safe: an explicit :func:`drain`, the automatic drain (a Python thread), an event
+loop (:mod:`cuda_reclaim.asyncio`), and a final drain from an ``atexit`` hook, after which the
 queue is closed and whatever arrives is counted as leaked and never touched.
 
 CUDA work keeps objects alive with :func:`keep_alive` (a graph: released once CUDA destroys the graph

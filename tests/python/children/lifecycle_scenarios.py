@@ -204,7 +204,7 @@ def finalizers_that_a_drain_runs_wait_for_the_stopped_drain_thread_once():
     for thread in drain_threads():
         real_join = thread.join
         thread.join = lambda timeout=None, real_join=real_join: (joins.append(timeout), real_join(timeout))[1]
-    for mode in ("off", "thread", "gc", "off", "thread", "close"):
+    for mode in ("off", "thread", "off", "thread", "close"):
         cuda_reclaim.defer_release(Switches(mode))
     cuda_reclaim.drain()  # the main thread runs the switches and the close
     print("switches run by the main thread:", len(ran))
