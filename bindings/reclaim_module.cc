@@ -194,9 +194,9 @@ PyMethodDef kMethods[] = {
      "than the reserved capacity, the queue moves what is pending into fresh storage of the reserved\n"
      "capacity and frees the old one. Nothing is released or lost; counters do not change. True when\n"
      "memory was freed. False in two cases: nothing to free (no burst since the last trim, or\n"
-     "the queue is closed), or busy (a drain, close or counter read is in flight, a finalizer's say, or\n"
-     "another trim): try again later. The automatic drain thread trims by itself about a second after a\n"
-     "burst."},
+     "the queue is closed), or busy (a drain, close or counter read is in flight, another trim, or\n"
+     "memory ran out while moving): try again later. The automatic drain thread trims by itself about a\n"
+     "second after a burst."},
     {"close", py_close, METH_NOARGS,
      "close($module, /)\n--\n\n"
      "Close, then release everything queued before the close: later hand-overs are counted as\n"
@@ -205,7 +205,8 @@ PyMethodDef kMethods[] = {
     {"defer_release", py_defer_release, METH_O,
      "defer_release($module, obj, /)\n--\n\n"
      "Hand one reference to obj over to the queue (any thread). Returns True if queued, False if the\n"
-     "queue is closed (counted as leaked_after_close)."},
+     "queue is closed (counted as leaked_after_close). MemoryError when the queue could not store it\n"
+     "(counted as rejected; the reference stays the caller's)."},
     {"fileno", py_fileno, METH_NOARGS,
      "fileno($module, /)\n--\n\n"
      "The wake-up eventfd: readable while work is pending (except while the automatic drain thread\n"

@@ -73,21 +73,24 @@ TrimStatus ReclaimQueue::trim() noexcept {
   // Nothing is released and no counter changes.
   const bool moved_all = mover != nullptr && move_pending(source, target, *mover);
   if (mover != nullptr) mover->taken.store(0, std::memory_order_release);
-  if (moved_all) {
-    storages_.set_previous(nullptr);
-    counters_.forget_pending_since_trim();
-    StorageSet::free_storage(source);
-    counters_.count_trim();
-#if defined(__GLIBC__)
-    ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
-#endif
-  } else {
+  if (!moved_all) {
     // Out of memory while moving: `source` keeps what is left and stays reachable (drains and counts
     // read it) until a later trim empties it. Nothing is lost.
     storages_.set_previous(source);
+    storages_.end_trim();
+    return TrimStatus::kBusy;
   }
+  storages_.set_previous(nullptr);
+  counters_.forget_pending_since_trim();
+  counters_.count_trim();
+  // `source` is out of every reader's reach (neither current nor previous; no lane bound to it): readers
+  // go on while it is freed and the heap is trimmed, which take time in proportion to the whole heap.
   storages_.end_trim();
-  return moved_all ? TrimStatus::kTrimmed : TrimStatus::kBusy;
+  StorageSet::free_storage(source);
+#if defined(__GLIBC__)
+  ::malloc_trim(0);  // hand the freed heap pages back to the system (glibc keeps them otherwise)
+#endif
+  return TrimStatus::kTrimmed;
 }
 
 }  // namespace reclaim

@@ -57,7 +57,8 @@ enum class TrimStatus : int {
   kNotNeeded,     // the storage never grew beyond its reserved capacity since the last trim (or the queue
                   // is closed): nothing to free
   kBusy,          // a drain, close or counter read is in flight (possibly the caller's own: trim() from a
-                  // release action) or another trim is running: try again later
+                  // release action), another trim is running, or memory ran out while moving (what was not
+                  // moved stays in the previous storage, read by drains and counts): try again later
 };
 
 enum class PushStatus : int {

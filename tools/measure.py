@@ -334,6 +334,11 @@ THREAD_STATE_FIELDS = ("curexc_type", "curexc_value", "curexc_traceback", "curre
                        "exc_state", "cframe", "current_frame", "gilstate_counter", "recursion_depth",
                        "py_recursion_remaining", "c_recursion_remaining", "async_exc", "native_thread_id")
 _C_PRIVATE = re.compile(r"\b_Py\w*|->\s*(?:" + "|".join(THREAD_STATE_FIELDS) + r")\b")
+# A private attribute read through the C API by its name, e.g. PyObject_GetAttrString(future, "_condition").
+_C_PRIVATE_ATTRIBUTE = re.compile(r'\bPyObject_(?:GetAttrString|SetAttrString|HasAttrString)\(\s*[^,()]+,\s*"(_\w+)"')
+# Public functions whose use here rests on an implementation detail (gc.get_referents of a mappingproxy
+# finds the dict behind it).
+IMPLEMENTATION_DETAIL_CALLS = {"gc.get_referents"}
 
 
 def _private(name):
@@ -392,6 +397,8 @@ def python_private_uses(module):
             uses.append((node.lineno, f"{base}.{attribute}"))
         elif attribute in PRIVATE_LOCK_METHODS:
             uses.append((node.lineno, f".{attribute}"))
+        elif base and f"{base}.{attribute}" in IMPLEMENTATION_DETAIL_CALLS:
+            uses.append((node.lineno, f"{base}.{attribute}"))
     return sorted(set(uses))
 
 
@@ -407,6 +414,9 @@ def private_name_uses(tree, folders=PRODUCT_FOLDERS):
             text = c_code(tree.text(path), keep_strings=False)
             for match in _C_PRIVATE.finditer(text):
                 uses.append((path, line_of(text, match.start()), re.sub(r"\s+", "", match.group(0))))
+            with_strings = c_code(tree.text(path))
+            for match in _C_PRIVATE_ATTRIBUTE.finditer(with_strings):
+                uses.append((path, line_of(with_strings, match.start()), f".{match.group(1)}"))
     return sorted(uses)
 
 

@@ -7,26 +7,9 @@ through the module. The drain protocol is one C++ loop, ``_reclaim._DrainWorker.
 drain threads are built in ``_auto_threads``. States, transitions, who may call what:
 docs/design.md ("The automatic drain").
 
-Rules that keep every entry point safe from a finalizer that a drain runs, on any thread:
-
-- ``_lock`` is held only for short state changes. Nothing that can wait for a finalizer (joining a
-  thread, draining, closing) ever runs while it is held, so a finalizer that calls back into
-  cuda_reclaim (hand over, toggle, close, fork) can always take it. Once the interpreter is finalizing
-  it waits for nobody (see _auto_threads._StateLock).
-- A drain thread is told to stop through its own worker (an atomic flag and its own eventfd), never by
-  anything another reader of the queue's fd could consume.
-- Stopped threads are joined outside the lock, and never by a drain thread: two drain threads could
-  otherwise wait for each other. A drain thread that stops itself just returns when its release does.
-- Never two drain threads at once: no thread starts while a stopped one is still alive (it may still be
-  inside a release); the stopped one, as it leaves, starts its successor itself if the state still calls
-  for one. So toggles (from finalizers too) and a fork that could not wait for the thread never add one.
-- When threading refuses a new thread (3.12 refuses every one once exit began), the same loop runs on a
-  native thread (_reclaim._NativeThread), which the atexit hook joins like the others. A thread that cannot
-  start that way either (a memory or pids limit) is reported: a RuntimeWarning naming the cause,
-  get_auto_drain() says "off" (what runs), and the next hand-over tries again.
-- The thread is a daemon that keeps draining through interpreter shutdown until the atexit hook
-  (``cuda_reclaim.close``), so releases keep happening while non-daemon threads are joined (a worker
-  bounded by what finalizers release can finish); the hook stops and joins it, then closes the queue.
+The rules that keep every entry point safe from a finalizer that a drain runs, on any thread (the state lock
+held only for short changes, stopping threads joined outside it and never by a drain thread, never two drain
+threads, the native thread when threading refuses one): docs/design.md ("The lifecycle").
 """
 
 import os
@@ -167,7 +150,7 @@ def _start_locked():
         or _fork_depth
         or _starting
         or _worker is not None
-        # A stopped thread may still be inside a release: it starts the successor itself when it leaves.
+        # A stopping thread may still be inside a release: it starts the successor itself when it leaves.
         or _stopping_threads
         or _reclaim.is_closed()
         # A thread started now would never run (it ends at its first take of the GIL), and before 3.12
@@ -237,7 +220,7 @@ def _retire_locked():
     _worker = _thread = None
 
 
-# How long set_auto_drain() and close() wait for a stopped drain thread. A finalizer runs wherever the
+# How long set_auto_drain() and close() wait for a stopping drain thread. A finalizer runs wherever the
 # interpreter happens to be, holding whatever that code holds (the import lock while a module imports, a
 # library's lock), and the drain thread may be waiting for exactly that (os.fork() waits for the import
 # lock): past the limit the caller goes on and the thread, already told to stop, leaves by itself when
@@ -246,7 +229,7 @@ _JOIN_LIMIT_SECONDS = 2.0
 
 
 def _join_stopping_threads(limit=_JOIN_LIMIT_SECONDS):
-    """Wait for stopped drain threads to end; a drain thread never waits (it may be one of them), and
+    """Wait for stopping drain threads to end; a drain thread never waits (it may be one of them), and
     neither does a thread that holds _lock: a finalizer can run inside a section that holds it (the
     garbage collector runs finalizers at any allocation, e.g. inside note_handover()), and the thread it
     would join may be waiting for _lock in a finalizer of its own. Finalizers that a drain runs wait for

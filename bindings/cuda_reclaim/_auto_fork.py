@@ -34,9 +34,10 @@ def _before_fork():
         _reclaim.drain()
 
 
-# CPython 3.13 and 3.14.0 count the threads for os.fork()'s multi-threaded-process DeprecationWarning after the
-# parent's after-fork hooks (3.12 before them, and so do later releases): a drain thread started by the hook
-# would make every fork warn. From 3.13 on the main thread restarts it once os.fork() has returned.
+# CPython 3.13 counts the threads for os.fork()'s multi-threaded-process DeprecationWarning after the parent's
+# after-fork hooks (3.12 before them): a drain thread started by the hook would make every fork warn. Later
+# patch releases count the OS's threads before the hooks where the OS tells, and still count after them
+# where it does not; so from 3.13 on the main thread restarts the drain thread once os.fork() has returned.
 _FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
 
 

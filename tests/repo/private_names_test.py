@@ -3,7 +3,8 @@
 The product code (cleanup/, graph/, bindings/ and include/: Python and C/C++) is scanned by
 tools/measure.py's private_name_uses(): in Python, a private attribute of a standard-library module (also
 through an alias, getattr or hasattr) or of an event loop, a private standard-library module, a private
-method of a threading lock; in C and C++, `_Py...` functions and macros and PyThreadState's fields. Such a
+method of a threading lock, a public call that relies on an implementation detail (gc.get_referents); in C
+and C++, `_Py...` functions and macros, PyThreadState's fields and a private attribute read by name. Such a
 use is allowed in bindings/cuda_reclaim/_python_compat.py and bindings/python_compat.h, where a test pins
 what it relies on, and elsewhere only as an entry of ALLOWED below. A use outside both fails, and so does an
 entry of ALLOWED that is no longer found (remove it).
@@ -94,6 +95,19 @@ class ScannerTest(unittest.TestCase):
                     "Py_IsFinalizing();\n")
         uses = measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
         self.assertEqual(uses, [("bindings/a.cc", 3, "_Py_IsFinalizing"), ("bindings/a.cc", 5, "->current_exception")])
+
+    def test_private_attributes_read_by_name_through_the_c_api_and_implementation_detail_calls(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, root)
+        os.makedirs(os.path.join(root, "bindings"))
+        with open(os.path.join(root, "bindings", "a.cc"), "w") as f:
+            f.write('// PyObject_GetAttrString(f, "_condition") in a comment\n'
+                    'PyObject* c = PyObject_GetAttrString(future, "_condition");\n'
+                    'PyObject* d = PyObject_GetAttrString(future, "done");\n')
+        uses = measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
+        self.assertEqual(uses, [("bindings/a.cc", 2, "._condition")])
+        self.assertEqual(self.python("import gc as _gc\n_gc.get_referents(cls.__dict__)\ngc_stats = 1\n"),
+                         ["gc.get_referents"])
 
     def test_a_use_outside_the_allowlist_and_a_stale_entry_both_fail(self):
         uses = [("bindings/x.py", 3, "sys._getframe"), ("bindings/python_compat.h", 9, "_Py_IsFinalizing"),
