@@ -74,11 +74,9 @@ struct CounterSnapshot {
   RECLAIM_COUNTERS(RECLAIM_SNAPSHOT_FIELD_)
 #undef RECLAIM_SNAPSHOT_FIELD_
 
-  // True when the conservation law holds for this snapshot. It holds whenever nothing is in flight: no
-  // push between its count and its enqueue (none on a closed queue once close() has returned, however
-  // many late pushes keep arriving), no drain between its dequeue and its count, no trim moving pointers.
-  // snapshot() re-reads (a bounded number of times, yielding) until the law holds, so it fails only when
-  // one of those stalls through every re-read (a preempted thread).
+  // True when the conservation law (reclaim_abi.h, with when it is exact) holds for this snapshot.
+  // snapshot() re-reads (a bounded number of times, yielding) until it holds, so it fails only when a
+  // push, drain or trim in flight stalls through every re-read (a preempted thread).
   bool conserved() const noexcept;
 
   // The same values as the C struct of the ABI.

@@ -19,10 +19,8 @@ To know when CUDA is done, without polling: :func:`wait_handed_back` blocks unti
 everything attached before the call, :func:`flush` does that and then drains, and the :class:`Attachment`
 that :func:`keep_alive` returns (also held by a :class:`NodeHandle`) waits for one attachment alone.
 
-Counters (:func:`stats`) obey ``handed_over == released + pending + in_drain + leaked_after_close +
-abandoned_after_fork`` and ``attached_to_cuda == handed_back_by_cuda + held_by_cuda`` (what CUDA still
-holds), see :func:`conserved`; set ``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at
-process exit, after Python is gone.
+Counters (:func:`stats`, described by :data:`COUNTERS`) obey conservation laws (:func:`conserved`); set
+``CUDA_RECLAIM_REPORT=1`` to have one line of them written to stderr at process exit, after Python is gone.
 
 Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 
@@ -40,6 +38,7 @@ import types as _types
 # First: _hand_back imports concurrent.futures' thread pool, whose exit and fork hooks must come before ours.
 from . import _hand_back  # noqa: F401, I001 - the barrier's exit hook, registered at import
 from . import _auto
+from . import _graph
 from . import _reclaim
 from ._graph import DriverError, NodeHandle, add_host_node, keep_alive, keep_alive_until, launch_host_func
 from ._ordered_calls import add_host_node_ordered, launch_host_func_ordered
@@ -153,9 +152,7 @@ def defer_release(obj):
     _auto.note_handover()
     if _reclaim.defer_release(obj):
         return True
-    # _graph: bound here by the import of its names above (a submodule is an attribute of its package).
-    warn = _graph.warn_after_close  # noqa: F821
-    warn("defer_release", "the reference is never released (counted in leaked_after_close)")
+    _graph.warn_after_close("defer_release", "the reference is never released (counted in leaked_after_close)")
     return False
 
 
