@@ -1,5 +1,5 @@
 """What a child program that runs against the fake driver imports first: the package with the automatic drain
-off (a test turns it on), the fake's controls as `fake`, a payload class `P`, and `wait_until`.
+off (a test turns it on), the fake's controls as `fake`, a payload class `P`, and `wait_until` (scenario.py's).
 
     from fake_driver_child import cuda_reclaim, fake, P, wait_until, drain_thread_waits
 
@@ -9,11 +9,11 @@ and so is this one's parent (for fake_cuda)."""
 import os
 import sys
 import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fake_cuda  # noqa: E402
+from scenario import wait_until  # noqa: E402, F401 - the suite's poll with a deadline, for the programs
 
 import cuda_reclaim  # noqa: E402
 
@@ -23,14 +23,6 @@ cuda_reclaim.set_auto_drain("off")
 
 class P:
     """A payload: any object with a reference to hand over."""
-
-
-def wait_until(predicate, timeout=30.0):
-    """Returns once predicate() is true; fails after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.001)  # the pace of a poll with a deadline
 
 
 def drain_thread_waits(*, without_limit=False, timeout=30.0):
@@ -48,4 +40,4 @@ def drain_thread_waits(*, without_limit=False, timeout=30.0):
             return False
         return not without_limit or int(fields[3], 16) & 0xFFFFFFFF in (0xFFFFFFFF, 0)
 
-    wait_until(waits, timeout)
+    wait_until(waits, "the drain thread waits in poll(2)" + (" without a limit" if without_limit else ""), timeout)

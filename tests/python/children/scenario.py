@@ -1,8 +1,36 @@
 """How the scenario programs of children/ run: `python children/FILE.py NAME [ARG...]` calls the scenario
-function NAME of FILE with the remaining arguments (as strings)."""
+function NAME of FILE with the remaining arguments (as strings).
+
+It also holds the one poll with a deadline of the suite, `wait_until` (and `holds_within` for a bool), for the
+programs of children/ (`import scenario`) and for the test modules (`from children.scenario import ...`)."""
 
 import contextlib
 import sys
+import time
+
+POLL_PACE = 0.001  # seconds between two polls of a condition
+
+
+def holds_within(predicate, timeout=30.0):
+    """True once predicate() is true, False when `timeout` seconds pass first. Polls predicate() on the
+    calling thread, every POLL_PACE seconds (a condition, never a duration): for a caller that goes on
+    either way, or reports the failure its own way. Any thread may call it; it blocks, and allocates only
+    what predicate() does."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(POLL_PACE)  # the pace of the suite's one poll with a deadline
+    return True
+
+
+def wait_until(predicate, what=None, timeout=30.0):
+    """Returns once predicate() is true; raises AssertionError naming `what` (what the caller waits for; the
+    predicate's name where it is None) when `timeout` seconds pass first. Blocks as holds_within does."""
+    if not holds_within(predicate, timeout):
+        if what is None:
+            what = getattr(predicate, "__qualname__", repr(predicate))
+        raise AssertionError(f"wait_until: timed out after {timeout} s waiting until {what}")
 
 
 def frame_names(thread_ident):
