@@ -1,11 +1,10 @@
 """What the GPU tests (test_gpu_graph.py, test_gpu_callbacks.py) and their child programs share: the
-test kernels (kernels.cu) compiled for a device, kernel durations in clock cycles, and polling for a
-condition. Imports cuda.core only when a kernel is compiled, and never cuda_reclaim: the GPU children choose
-when cuda_reclaim is imported, since that sets where its atexit hook runs among theirs."""
+test kernels (kernels.cu) compiled for a device, and kernel durations in clock cycles (children/scenario.py
+holds the poll for a condition). Imports cuda.core only when a kernel is compiled, and never cuda_reclaim: the
+GPU children choose when cuda_reclaim is imported, since that sets where its atexit hook runs among theirs."""
 
 import ctypes
 import os
-import time
 
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")
 
@@ -22,13 +21,3 @@ def compile_kernels(device):
 def cycles_for(device, seconds):
     """The `spin` kernel's argument for about `seconds` on `device`."""
     return ctypes.c_ulonglong(int(device.properties.clock_rate * 1000 * seconds))  # clock_rate is kHz
-
-
-def wait_for(predicate, timeout=30.0):
-    """Polls `predicate` (a condition, never a duration) until it holds (True) or `timeout` passes (False)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.002)
-    return True

@@ -10,6 +10,7 @@ import pytest
 
 import cuda_reclaim
 import exit_report
+from children.scenario import holds_within
 from conftest import conserved, run_child_script
 
 SCENARIOS = "api_scenarios.py"
@@ -91,12 +92,11 @@ def test_drain_timeout_waits_for_work_from_another_thread(drained):
     waiter = threading.get_native_id()
 
     def later():  # hands over once the waiter sleeps in drain()'s poll(2), the kernel function /proc names
-        deadline = time.monotonic() + 30
-        while True:
+        def waiter_polls():
             with open(f"/proc/self/task/{waiter}/wchan") as wchan:
-                if "poll" in wchan.read() or time.monotonic() > deadline:
-                    break
-            time.sleep(0.001)  # the pace of a poll with a deadline, on a state the kernel exposes
+                return "poll" in wchan.read()
+
+        holds_within(waiter_polls)
         cuda_reclaim.defer_release(Payload())
 
     producer = threading.Thread(target=later)

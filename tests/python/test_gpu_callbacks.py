@@ -20,7 +20,8 @@ import cuda_reclaim.asyncio as reclaim_asyncio
 from conftest import run_child_script
 from cuda_reclaim import _reclaim
 from exit_report import last_report
-from gpu_support import KERNELS, compile_kernels, cycles_for, wait_for
+from children.scenario import holds_within, wait_until
+from gpu_support import KERNELS, compile_kernels, cycles_for
 
 pytestmark = pytest.mark.gpu
 
@@ -203,7 +204,7 @@ def test_graph_host_node_fires_on_every_launch(device, spin, threaded):
     for _ in range(100):
         executable.launch(stream)
     stream.sync()
-    assert wait_for(lambda: len(fired) == 100), len(fired)
+    assert holds_within(lambda: len(fired) == 100), len(fired)
     cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
     assert cuda_thread not in fired, "the calls ran in drains, not on CUDA's thread"
     after = cuda_reclaim.stats()
@@ -211,8 +212,8 @@ def test_graph_host_node_fires_on_every_launch(device, spin, threaded):
     assert after["held_by_cuda"] - before["held_by_cuda"] == 1, "the graph holds the node's payload"
     executable.close()
     del definition, kernel_node
-    assert wait_for(lambda: gc.collect() is not None and token_ref() is None), (
-        "released once the graph and its exec were gone")
+    wait_until(lambda: gc.collect() is not None and token_ref() is None,
+               "it is released once the graph and its exec are gone")
     assert cuda_reclaim.stats()["held_by_cuda"] == before["held_by_cuda"]
 
 
@@ -231,7 +232,7 @@ def test_an_ordered_call_has_run_before_the_stream_goes_past_it(device, spin, th
     assert started.wait(60), "no drain ran the call"
     assert not after.is_done, "the stream went past a call that has not returned"
     release.set()
-    assert wait_for(lambda: after.is_done, timeout=60), "the stream never went past the ordered call"
+    wait_until(lambda: after.is_done, "the stream went past the ordered call", timeout=60)
     assert ran and future.done(), "the stream's later work waited until the call had run"
     cuda_thread = _reclaim._diagnostics()["last_host_function_thread"]
     assert ran[0] != cuda_thread, "the call ran in a drain, not on CUDA's thread"
@@ -261,7 +262,7 @@ def test_an_ordered_host_node_holds_each_launch_until_its_call_has_run(device, s
         assert started.wait(60), "no drain ran the node's call"
         assert not done.is_done, "the stream went past a node whose call has not returned"
         release.set()
-        assert wait_for(lambda: done.is_done, timeout=60), "the stream never went past the ordered node"
+        wait_until(lambda: done.is_done, "the stream went past the ordered node", timeout=60)
         assert fired == list(range(launch_number + 1)), "each launch waited for its own call"
     executable.close()
 
@@ -281,7 +282,7 @@ def test_graph_builder_after_end_building_takes_a_host_node(device, spin, thread
     for _ in range(10):
         graph.launch(stream)
     stream.sync()
-    assert wait_for(lambda: len(fired) == 10), fired
+    assert holds_within(lambda: len(fired) == 10), fired
     assert fired == [1] * 10
     graph.close()
     builder.close()

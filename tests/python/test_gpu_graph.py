@@ -16,7 +16,8 @@ import cuda_reclaim
 import exit_report
 from conftest import conserved, run_child_script
 from cuda_reclaim import _reclaim
-from gpu_support import compile_kernels, cycles_for, wait_for
+from children.scenario import wait_until
+from gpu_support import compile_kernels, cycles_for
 
 pytestmark = pytest.mark.gpu
 
@@ -47,7 +48,7 @@ def destructors_run_on_cudas_thread(count_key, release):
     control_ref = weakref.ref(control)
     release(control)
     del control
-    assert wait_for(lambda: source_stats()[count_key] >= before + 1), "the control never arrived"
+    wait_until(lambda: source_stats()[count_key] >= before + 1, "the control arrived")
     return control_ref
 
 
@@ -105,7 +106,7 @@ def test_kernel_argument_lives_until_the_exec_is_destroyed_and_cuda_runs_the_des
     assert token_ref() is not None, "still alive while the executable graph exists"
 
     executable.close()
-    assert wait_for(lambda: source_stats()["graph_user_objects"] > before["graph_user_objects"])
+    wait_until(lambda: source_stats()["graph_user_objects"] > before["graph_user_objects"], "a user object came back")
     after = source_stats()
     main = threading.main_thread().ident
     print(f"destructor ran on thread {after['last_destructor_thread']:#x}; main thread {main:#x}")
@@ -156,7 +157,7 @@ def test_clone_and_instantiate_keep_the_reference(device, quiet):
     assert ref() is not None, "the executable graph still holds the user object"
     assert source_stats()["graph_user_objects"] == before + 1, "only the control arrived"
     check(driver.cuGraphExecDestroy(executable))
-    assert wait_for(lambda: source_stats()["graph_user_objects"] == before + 2)
+    wait_until(lambda: source_stats()["graph_user_objects"] == before + 2, "two user objects came back")
     assert cuda_reclaim.drain() == 1 and ref() is None
 
 
@@ -184,7 +185,7 @@ def test_graph_builder_while_building_and_after_end_building(device, kernels, qu
     cuda_reclaim.drain()
     assert all(r() is not None for r in refs)
     graph.close()
-    assert wait_for(lambda: source_stats()["graph_user_objects"] == before + 2)
+    wait_until(lambda: source_stats()["graph_user_objects"] == before + 2, "two user objects came back")
     assert cuda_reclaim.drain() == 2
     assert all(r() is None for r in refs)
 
@@ -207,7 +208,8 @@ def test_churn_of_ten_thousand_graphs_releases_every_object(device, quiet):
         else:
             check(driver.cuGraphDestroy(graph))
         del token
-    assert wait_for(lambda: source_stats()["graph_user_objects"] - before["graph_user_objects"] == count)
+    wait_until(lambda: source_stats()["graph_user_objects"] - before["graph_user_objects"] == count,
+               f"{count} user objects came back")
     released = 0
     while cuda_reclaim.pending():
         released += cuda_reclaim.drain()
@@ -242,7 +244,7 @@ def test_keep_alive_until_releases_only_after_the_stream_work_completes(device, 
     assert cuda_reclaim.drain() == 1 and control() is None
     assert ref() is not None, "the kernel is still running"
     assert source_stats()["stream_host_functions"] == before + 1, "only the control arrived"
-    assert wait_for(lambda: source_stats()["stream_host_functions"] == before + 2)
+    wait_until(lambda: source_stats()["stream_host_functions"] == before + 2, "two host functions came back")
     elapsed = time.monotonic() - start
     assert cuda_reclaim.drain() == 1 and ref() is None
     host_thread = source_stats()["last_host_function_thread"]
@@ -258,7 +260,8 @@ def test_failed_retain_on_the_real_driver_accounts_for_the_reference_exactly_onc
     with pytest.raises(cuda_reclaim.DriverError, match="cuGraphRetainUserObject failed") as raised:
         _reclaim._keep_alive_graph(0, token)  # a null CUgraph: retain fails after the user object exists
     print(f"{raised.value}; refcount now {sys.getrefcount(token) - base:+d}")
-    assert wait_for(lambda: sys.getrefcount(token) == base or cuda_reclaim.pending() == 1)
+    wait_until(lambda: sys.getrefcount(token) == base or cuda_reclaim.pending() == 1,
+               "the token's reference is dropped or queued")
     cuda_reclaim.drain()
     after = source_stats()
     assert sys.getrefcount(token) == base

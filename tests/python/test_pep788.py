@@ -4,13 +4,13 @@ interpreter_entry.h). Each test fails when a 3.15 build falls back to the older 
 
 import ast
 import sys
-import time
 import weakref
 
 import pytest
 
 import cuda_reclaim
 from cuda_reclaim import _reclaim
+from children.scenario import wait_until
 from conftest import run_child_script
 
 SCENARIOS = "pep788_scenarios.py"
@@ -48,10 +48,7 @@ def test_drain_thread_drains_are_guarded_entries():
             refs.append(weakref.ref(obj))
             cuda_reclaim.defer_release(obj)
             del obj
-            deadline = time.monotonic() + 30
-            while refs[-1]() is not None and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert refs[-1]() is None, "the drain thread released it"
+            wait_until(lambda: refs[-1]() is None, "the drain thread released it")
         after = _reclaim._DrainWorker._entry_stats()
     finally:
         cuda_reclaim.set_auto_drain(previous)

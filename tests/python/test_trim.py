@@ -1,11 +1,11 @@
 """trim(): the memory a burst left behind is freed; nothing queued is lost or released by it."""
 
 import threading
-import time
 import weakref
 
 import cuda_reclaim
 import fake_cuda
+from children.scenario import wait_until
 from cuda_reclaim import _reclaim
 
 # Above the default reserved capacity (64 Ki references), so that the burst grows the queue.
@@ -64,13 +64,6 @@ def test_trim_from_a_finalizer_run_by_a_drain_returns_false_and_the_drain_goes_o
     assert cuda_reclaim.trim() is True  # afterwards it can
 
 
-def _wait_until(condition, what, deadline_s=60.0):
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)  # the pace of a poll with a deadline, on the package's counters
-
-
 def test_the_drain_thread_frees_a_burst_once_the_queue_is_quiet():
     previous = cuda_reclaim.set_auto_drain("off")
     try:
@@ -81,8 +74,8 @@ def test_the_drain_thread_frees_a_burst_once_the_queue_is_quiet():
             cuda_reclaim.defer_release(shared)
         assert _reclaim._trim_would_help()
         cuda_reclaim.set_auto_drain("thread")
-        _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
-        _wait_until(lambda: not _reclaim._trim_would_help(), "the drain thread trimmed")
+        wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst", timeout=60.0)
+        wait_until(lambda: not _reclaim._trim_would_help(), "the drain thread trimmed", timeout=60.0)
         assert cuda_reclaim.trim() is False  # nothing left to free
         assert cuda_reclaim.conserved()
     finally:
@@ -106,11 +99,11 @@ def test_trim_from_a_finalizer_on_the_drain_thread_returns_false():
         TrimsOnItsThread.calls = []
         cuda_reclaim.defer_release(TrimsOnItsThread())
         cuda_reclaim.set_auto_drain("thread")
-        _wait_until(lambda: TrimsOnItsThread.calls, "the drain thread ran the finalizer")
+        wait_until(lambda: TrimsOnItsThread.calls, "the drain thread ran the finalizer", timeout=60.0)
         ((thread, trimmed),) = TrimsOnItsThread.calls
         assert thread != threading.main_thread().ident
         assert trimmed is False  # busy: the drain thread's own drain is in the storage
-        _wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst")
+        wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the burst", timeout=60.0)
         assert cuda_reclaim.conserved()
     finally:
         cuda_reclaim.set_auto_drain(previous)
