@@ -59,34 +59,26 @@ def finalizer_on_the_drain_thread_switches_the_auto_drain_off():
 
 
 def drain_thread_lingers_under_steady_traffic():
-    import time
-
     import _native_producers
     import cuda_reclaim
     from cuda_reclaim import _reclaim
 
-    def until(condition):
-        deadline = time.monotonic() + 30
-        while not condition():
-            assert time.monotonic() < deadline, "timed out"
-            time.sleep(0.001)  # the pace of a poll with a deadline, on the package's counters
-
     cuda_reclaim.defer_release(object())  # starts the drain thread
-    until(lambda: cuda_reclaim.pending() == 0)
+    scenario.wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the first")
     before = cuda_reclaim.stats()
     _native_producers.hand_over([object() for _ in range(4000)], 1, 50)
-    until(lambda: cuda_reclaim.stats()["released"] - before["released"] == 4000)
+    scenario.wait_until(lambda: cuda_reclaim.stats()["released"] - before["released"] == 4000, "4000 released")
 
     # The linger ends at the first drain that finds nothing: from then on a push writes the fd again.
     def push_is_an_edge():
         writes = cuda_reclaim.stats()["eventfd_writes"]
         cuda_reclaim.defer_release(object())
         edge = cuda_reclaim.stats()["eventfd_writes"] == writes + 1
-        until(lambda: cuda_reclaim.pending() == 0)
+        scenario.wait_until(lambda: cuda_reclaim.pending() == 0, "the drain thread drained the push")
         return edge
 
-    until(push_is_an_edge)
-    until(lambda: not _reclaim.wait(0))
+    scenario.wait_until(push_is_an_edge, "a push writes the fd again")
+    scenario.wait_until(lambda: not _reclaim.wait(0), "wait(0) finds no work")
     print("ok")
 
 

@@ -29,13 +29,6 @@ def working_drain_threads():
     return working
 
 
-def wait_until(predicate, limit=30):
-    deadline = time.monotonic() + limit
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.005)  # the pace of a poll with a deadline, on a state the package or the process exposes
-    return predicate()
-
-
 class Blocks:
     """Released by the drain thread: stays in its finalizer until `go` is set."""
 
@@ -93,7 +86,7 @@ def switch_back_on_while_the_stopped_thread_is_inside_a_release():
     sampling.set()
     sampler.join()
     print("most threads draining at once:", max(most[0], working_drain_threads()))
-    wait_until(lambda: len(drain_threads()) == 1)
+    scenario.holds_within(lambda: len(drain_threads()) == 1)
     print("threads in the end:", len(drain_threads()))
     print("done", flush=True)
 
@@ -111,10 +104,10 @@ def toggles_from_a_finalizer_on_the_drain_thread():
 
     with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
         cuda_reclaim.defer_release(Toggles())
-    assert wait_until(lambda: counts)
+    scenario.wait_until(lambda: counts, "the finalizer counted the threads")
     print("threads right after the toggles:", counts[0])
     assert hand_over_marker().wait(30)
-    assert wait_until(lambda: len(drain_threads()) == 1)
+    scenario.wait_until(lambda: len(drain_threads()) == 1, "one drain thread is left")
     print("threads in the end:", len(drain_threads()))
     print("done", flush=True)
 
@@ -137,7 +130,7 @@ def fork_while_the_drain_thread_is_inside_a_release():
     print("parent threads after the fork:", len(drain_threads()))
     go.set()
     assert hand_over_marker().wait(30)
-    assert wait_until(lambda: len(drain_threads()) == 1)
+    scenario.wait_until(lambda: len(drain_threads()) == 1, "one drain thread is left")
     print("threads in the end:", len(drain_threads()))
     print("done", flush=True)
 
@@ -154,10 +147,10 @@ def ctrl_c_while_close_waits_for_the_drain_thread():
     class Slow:
         def __del__(self):  # on the drain thread: Ctrl-C once close() waits for this very thread
             entered.set()
-            wait_until(main_thread_waits_in_close)
+            scenario.holds_within(main_thread_waits_in_close)
             signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
             # the KeyboardInterrupt reaches the main thread inside the wait, which it leaves
-            wait_until(lambda: not main_thread_waits_in_close())
+            scenario.holds_within(lambda: not main_thread_waits_in_close())
 
     with scenario.auto_drain_off():  # the queue holds the only reference: the drain thread runs __del__
         cuda_reclaim.defer_release(Slow())
@@ -211,7 +204,7 @@ def finalizers_that_a_drain_runs_wait_for_the_stopped_drain_thread_once():
     print("joins while the lock was held:", len(joins))
     print("closed:", cuda_reclaim.is_closed())
     lock.release()
-    print("the stopped thread left:", wait_until(lambda: not _auto.is_thread_running()))
+    print("the stopped thread left:", scenario.holds_within(lambda: not _auto.is_thread_running()))
     print("done", flush=True)
 
 
@@ -297,7 +290,7 @@ def first_launch_at_exit(where):
         atexit.register(launch)
     else:
         def launches_once_the_main_program_ended():
-            wait_until(lambda: not threading.main_thread().is_alive())
+            scenario.holds_within(lambda: not threading.main_thread().is_alive())
             launch()
 
         threading.Thread(target=launches_once_the_main_program_ended).start()
@@ -324,10 +317,10 @@ def switch_off_while_the_drain_thread_works_through_a_backlog():
     for index in range(count):
         cuda_reclaim.defer_release(Slow(index))
     cuda_reclaim.set_auto_drain("thread")
-    assert wait_until(lambda: len(released) >= 20)
+    scenario.wait_until(lambda: len(released) >= 20, "the drain thread released 20")
     cuda_reclaim.set_auto_drain("off")
     at_return = len(released)
-    assert wait_until(lambda: not _auto.is_thread_running()), "the stopped drain thread never ended"
+    scenario.wait_until(lambda: not _auto.is_thread_running(), "the stopped drain thread ended")
     print("released after the switch returned:", len(released) - at_return)
     print("pending is the rest:", cuda_reclaim.pending() == count - at_return)
     cuda_reclaim.drain()

@@ -85,6 +85,7 @@ atexit.register(_answer_at_exit)
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import fake_cuda  # noqa: E402
+import scenario  # noqa: E402
 
 import cuda_reclaim  # noqa: E402
 import cuda_reclaim.asyncio as reclaim_asyncio  # noqa: E402
@@ -250,17 +251,21 @@ class Model:
                 f"handed_over={counters['handed_over']} {buckets}",
             )
         # The hold law holds at quiescence; a drain thread's finalizer may be attaching right now.
-        deadline = time.monotonic() + 2.0
-        while counters["attached_to_cuda"] != counters["handed_back_by_cuda"] + counters["held_by_cuda"]:
-            if time.monotonic() > deadline:
-                self.broke(
-                    "attached_to_cuda == handed_back_by_cuda + held_by_cuda at quiescence",
-                    " ".join(f"{key}={counters[key]}" for key, counter in cuda_reclaim.COUNTERS.items()
-                             if counter.source == "cuda"),
-                )
-                break
-            time.sleep(0.005)
-            counters = self.read_stats()
+        first = True  # the first poll looks at the counters read above, each later one reads them again
+
+        def the_hold_law_holds():
+            nonlocal counters, first
+            if not first:
+                counters = self.read_stats()
+            first = False
+            return counters["attached_to_cuda"] == counters["handed_back_by_cuda"] + counters["held_by_cuda"]
+
+        if not scenario.holds_within(the_hold_law_holds, timeout=2.0):
+            self.broke(
+                "attached_to_cuda == handed_back_by_cuda + held_by_cuda at quiescence",
+                " ".join(f"{key}={counters[key]}" for key, counter in cuda_reclaim.COUNTERS.items()
+                         if counter.source == "cuda"),
+            )
         if self.close_returned:
             self.check_everything_ended("after close() returned")
         else:
@@ -679,17 +684,19 @@ class Model:
     def await_entry(self, wait, sleepers):
         """Until a background wait has made its request (so that later attachments are not covered by it):
         it sleeps, it returned, or (asyncio) it says so. Uncertain past the limit: no prompt check then."""
-        deadline = time.monotonic() + PROMPT_LIMIT
-        while time.monotonic() < deadline:
+
+        def requested():
             if wait.finished.is_set():
-                return
+                return True
             asleep = wait.entry in ASYNC_WAITS or _reclaim._hand_back_stats()["sleepers"] > sleepers
             if wait.entered.is_set() and asleep:
                 if len(self.begun) != wait.begun:
                     wait.uncertain = True  # something was attached between its look and its request
-                return
-            time.sleep(0.0005)
-        wait.uncertain = True
+                return True
+            return False
+
+        if not scenario.holds_within(requested, timeout=PROMPT_LIMIT):
+            wait.uncertain = True
 
     def look(self, wait):
         """Right before a wait's call, on its thread: what it covers, and whether it must return True."""
@@ -1050,14 +1057,12 @@ class Model:
             self.broke("every call ends at close() (calls_outstanding == 0)", f"{counters['calls_outstanding']} left")
         if self.executor is not None:
             self.executor.shutdown(wait=False)  # its workers leave once their waits returned
-        deadline = time.monotonic() + 5
 
         def others():
             return [t.name for t in threading.enumerate()
                     if t is not threading.main_thread() and t.name != "model-exit-watchdog"]
 
-        while others() and time.monotonic() < deadline:
-            time.sleep(0.01)
+        scenario.holds_within(lambda: not others(), timeout=5)
         extra = others()
         if extra:
             self.broke("close() leaves no thread behind", f"still alive 5 s {when}: {extra}")

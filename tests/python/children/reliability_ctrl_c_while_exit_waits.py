@@ -7,7 +7,6 @@ Prints "done" at the end of the main program; the test reads the exit report."""
 import os
 import signal
 import threading
-import time
 
 import _native_producers
 import cuda_reclaim
@@ -19,19 +18,13 @@ def main_thread_waits_in_the_exit_hook():
     return {"close_at_exit", "_join_stopping_threads"} <= scenario.frame_names(main_ident)
 
 
-def wait_until(predicate, limit=30):
-    deadline = time.monotonic() + limit
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)  # the pace of a poll with a deadline, on the main thread's stack
-
-
 class Slow:
     def __del__(self):  # on the drain thread: press Ctrl-C once the exit hook waits for this very thread
         entered.set()
-        wait_until(main_thread_waits_in_the_exit_hook)
+        scenario.holds_within(main_thread_waits_in_the_exit_hook)
         signal.pthread_kill(main_ident, signal.SIGINT)  # to the waiting thread: its wait ends by EINTR
         # the KeyboardInterrupt reaches the main thread inside the wait, which it leaves
-        wait_until(lambda: not main_thread_waits_in_the_exit_hook())
+        scenario.holds_within(lambda: not main_thread_waits_in_the_exit_hook())
 
 
 class MustRun:
