@@ -32,6 +32,7 @@ cp tests/python/conftest.py tests/python/test_gpu_graph.py tests/python/test_gpu
   tests/python/test_gpu_hand_back.py \
   tests/python/gpu_support.py tests/python/kernels.cu bench/exit_report.py "${dest}/tests/"
 cp tests/python/children/exit_with_running_kernel.py "${dest}/tests/children/"
+cp tests/python/children/scenario.py "${dest}/tests/children/"
 cp bench/gpu_callbacks_bench.py bench/gpu_graph_bench.py "${dest}/bench/"
 cp examples/callbacks_asyncio.py "${dest}/examples/"
 
