@@ -26,11 +26,11 @@ from setuptools import Extension, setup
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # --- The extension, as Bazel builds it ---------------------------------------------------------------
-# Paths are relative to this directory. Sources and headers: every .cc and .h of the four layer folders
+# Paths are relative to this directory. Sources and headers: every .cc and .h of the five layer folders
 # (each BUILD file globs its folder the same way), less the header of a library the extension does not
 # link; plus the installed C API headers of include/. //tests/packaging:build_drift_test compares them with
 # Bazel's.
-LAYERS = ("bindings", "cleanup", "graph", "handback")
+LAYERS = ("abi", "bindings", "cleanup", "graph", "handback")
 C_API_HEADERS = ("include/cuda_reclaim/cuda_reclaim.h", "include/cuda_reclaim/reclaim_abi.h")
 NOT_IN_EXTENSION = {"bindings/shared_queue.h"}  # //bindings:shared_queue, for other extensions
 
@@ -44,7 +44,7 @@ def layer_files(suffix):
 
 EXTENSION_SOURCES = layer_files(".cc")
 EXTENSION_HEADERS = [*C_API_HEADERS, *layer_files(".h")]
-# Bazel's include paths for them: the workspace root ("cleanup/reclaim.h") and //include's `includes`
+# Bazel's include paths for them: the workspace root ("abi/reclaim.h") and //include's `includes`
 # ("cuda_reclaim/cuda_reclaim.h").
 INCLUDE_DIRS = [".", "include"]
 # The `defines` and `local_defines` of those targets: none.
@@ -56,7 +56,7 @@ LIBRARY_COMPILE_FLAGS = ["-Wall", "-Wextra", "-funroll-loops"]
 # CUDA_RECLAIM_WERROR=1 (CI's builds) makes warnings errors, as .bazelrc's --config=strict; off by default,
 # so that a user's compiler that warns where CI's does not still builds.
 WERROR_FLAGS = ["-Werror"]
-# The targets' `linkopts`: //cleanup's -pthread, //graph's -ldl, the extension's version script (it
+# The targets' `linkopts`: //cleanup:queue's -pthread, //graph's -ldl, the extension's version script (it
 # exports PyInit__reclaim alone).
 VERSION_SCRIPT = "bindings/exports.lds"
 LINK_FLAGS = ["-pthread", "-ldl", "-Wl,--version-script=" + VERSION_SCRIPT]

@@ -12,7 +12,7 @@
 #include <initializer_list>
 
 #include "bindings/drain.h"
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 
 namespace reclaim::bindings {
 namespace {

@@ -27,7 +27,7 @@
 #include "bindings/host_calls.h"
 #include "bindings/module_state.h"
 #include "bindings/stats_table.h"
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "cuda_reclaim/cuda_reclaim.h"
 

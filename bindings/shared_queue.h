@@ -1,5 +1,5 @@
-/* bindings/shared_queue.h — for extension modules built with Bazel that link cleanup/ (//cleanup) and
- * push with its C entry points (cleanup/reclaim.h): makes their copy of cleanup/ use the table of the
+/* bindings/shared_queue.h — for extension modules built with Bazel that link the C entry points (//abi) and
+ * push with them (abi/reclaim.h): makes their copy of the queue use the table of the
  * loaded cuda_reclaim module (the capsule's, the one ABI of cuda_reclaim/reclaim_abi.h), so that the process has
  * one queue, one atexit hook and one set of counters. Target //bindings:shared_queue.
  *
@@ -15,7 +15,7 @@
 #include <Python.h> /* first, before any system header (CPython's rule) */
 
 #include "cuda_reclaim/cuda_reclaim.h"
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 
 /* cuda_reclaim_import(), then reclaim_adopt() of the capsule's table by this shared object's copy of
  * cleanup/. Returns 0, or -1 with ImportError set: the module is missing or too old, or this copy of

@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace {

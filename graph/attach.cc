@@ -4,7 +4,7 @@
 
 #include <atomic>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "graph/counters.h"
 
 namespace reclaim {

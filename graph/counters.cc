@@ -6,7 +6,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cuda_reclaim/reclaim_abi.h"
 
 namespace reclaim {

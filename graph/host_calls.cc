@@ -6,7 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cuda_reclaim/reclaim_abi.h"
 #include "graph/attach.h"
 #include "graph/counters.h"

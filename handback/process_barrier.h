@@ -3,7 +3,7 @@
 //
 // The owner of the process queue publishes its table, so every copy in a process ends up counting in the
 // owner's barrier: graph/ and other extensions reach it through reclaim_hand_back_begin / _end /
-// reclaim_wait_handed_back (cleanup/reclaim.h), the owner's bindings through process_barrier(). The
+// reclaim_wait_handed_back (abi/reclaim.h), the owner's bindings through process_barrier(). The
 // barrier resets itself in a fork child (its own pthread_atfork handler: no tickets, open) and is shut by
 // the owner when it closes the queue, and by the threading-exit hook before that.
 #pragma once
@@ -28,7 +28,7 @@ void shut_process_barrier() noexcept;
 
 // The table's entries for this copy's process barrier; each has the contract of the reclaim_api field of
 // its name. wait_handed_back returns 0 at once when the barrier is shut; the table also returns 0 when
-// the queue is closed (cleanup/reclaim_c_api.cc checks that before it calls this).
+// the queue is closed (abi/reclaim_c_api.cc checks that before it calls this).
 // begin / end: any thread, CUDA's included; never block, never allocate. wait: not on a CUDA callback
 // thread; blocks on a futex without the GIL (the caller releases it); allocates only when the barrier's
 // count table grows.

@@ -13,7 +13,7 @@ built: Python is read with `ast`, C and C++ with regular expressions over the te
 blanked out.
 
 The numbers (keys of "numbers"; tests/repo/measure_budget.json holds a ceiling for each):
-- lines.<layer>: lines of the product files of each layer (cleanup/, handback/, graph/, bindings/ C++, the
+- lines.<layer>: lines of the product files of each layer (cleanup/, handback/, abi/, graph/, bindings/ C++, the
   shipped Python of bindings/, include/) and their total; details give the lines that are neither blank nor comments.
 - public_names: the names of the `__all__` lists of cuda_reclaim and of its public submodules.
 - stats_keys: the keys of cuda_reclaim.stats(), read from the table kStats of bindings/stats_table.cc.
@@ -42,21 +42,22 @@ import textwrap
 LAYERS = {
     "cleanup": lambda p: p.startswith("cleanup/") and p.endswith((".h", ".cc")),
     "handback": lambda p: p.startswith("handback/") and p.endswith((".h", ".cc")),
+    "abi": lambda p: p.startswith("abi/") and p.endswith((".h", ".cc")),
     "graph": lambda p: p.startswith("graph/") and p.endswith((".h", ".cc")),
     "bindings_cpp": lambda p: p.startswith("bindings/") and p.endswith((".h", ".cc")),
     "bindings_python": lambda p: is_shipped_python(p),
     "include": lambda p: p.startswith("include/") and p.endswith(".h"),
 }
-PRODUCT_FOLDERS = ("cleanup/", "handback/", "graph/", "bindings/", "include/")
+PRODUCT_FOLDERS = ("cleanup/", "handback/", "abi/", "graph/", "bindings/", "include/")
 # Left out of every count: this tool and the tests of tests/repo/, whose texts are made to be counted.
 INSTRUMENTS = ("tools/", "tests/repo/")
 
 # The modules that may use CPython private names: every such use lives in one of them.
 COMPAT_MODULES = ("bindings/cuda_reclaim/_python_compat.py", "bindings/python_compat.h")
 
-# Headers whose functions other code calls: cleanup/'s C entry points, the installed C API headers, and the
+# Headers whose functions other code calls: the C entry points (abi/), the installed C API headers, and the
 # header of //bindings:shared_queue for extensions built with Bazel.
-EXPORTING_HEADERS = ("cleanup/reclaim.h", "include/", "bindings/shared_queue.h")
+EXPORTING_HEADERS = ("abi/reclaim.h", "include/", "bindings/shared_queue.h")
 
 # Where a CUDA_RECLAIM_* variable is named decides its kind (the first that matches).
 ENV_KINDS = (

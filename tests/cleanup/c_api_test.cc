@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
 #include "tests/cleanup/release_recorder.h"

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <string>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
 #include "tests/cleanup/fd_readable.h"

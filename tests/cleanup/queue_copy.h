@@ -1,11 +1,11 @@
 // tests/cleanup/queue_copy.h — what each test-only shared object libqueue_copy_*.so exposes: the
-// addresses of its own copy of cleanup/'s C entry points, so that a test can load several copies of
+// addresses of its own copy of the C entry points (abi/), so that a test can load several copies of
 // cleanup/ into one process (RTLD_LOCAL, hidden symbols, as Python loads extensions) and drive each.
 #pragma once
 
 #include <stddef.h>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 
 extern "C" {
 

@@ -1,5 +1,5 @@
 // tests/consumers/bazel_consumer.cc — consumer (c): an extension built with Bazel that links its own
-// static copy of //cleanup and pushes with cleanup/'s C entry points (cleanup/reclaim.h), as a project
+// static copy of //abi and pushes with its C entry points (abi/reclaim.h), as a project
 // that builds cuda-reclaim from source would. At init, cuda_reclaim_import_shared_queue()
 // (//bindings:shared_queue) makes that copy adopt the loaded cuda_reclaim module's queue, so every push
 // below lands in the same queue and counters as the wheel's; nothing here drains or closes.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bindings/shared_queue.h"
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 
 namespace {
 

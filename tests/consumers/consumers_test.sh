@@ -3,7 +3,7 @@
 # venv, then runs test_consumers.py there:
 #   (a) c_consumer.cc      one g++ call: -I<cuda_reclaim.get_include()> -I<sysconfig include>
 #   (b) cython_consumer    setup.py build_ext (setuptools + cythonize, .pxd found on sys.path)
-#   (c) _bazel_consumer.so built by Bazel (links //cleanup), passed in as $3
+#   (c) _bazel_consumer.so built by Bazel (links //abi), passed in as $3
 # The venv sees the interpreter's own site-packages (--system-site-packages) for setuptools, Cython and
 # pytest, installed up front from tests/requirements.txt: nothing is downloaded here.
 set -euo pipefail

@@ -1,6 +1,6 @@
 """Three consumers built like third-party projects against the installed wheel — (a) c_consumer: g++ with
 get_include(); (b) cython_consumer: Cython cimporting the wheel's .pxd; (c) _bazel_consumer: Bazel, its own
-copy of //cleanup adopting the wheel's queue — push from native threads into one queue, released only by
+copy of //abi adopting the wheel's queue — push from native threads into one queue, released only by
 cuda_reclaim's drains, counted in one set of counters, closed by one atexit hook.
 
 Run by consumers_test.sh with the venv's interpreter; the consumers are on PYTHONPATH."""

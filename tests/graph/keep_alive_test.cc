@@ -14,7 +14,7 @@
 
 #include <gtest/gtest.h>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cuda_reclaim/reclaim_abi.h"
 #include "graph/counters.h"
 #include "tests/graph/fake_driver.h"

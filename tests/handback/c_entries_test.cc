@@ -1,10 +1,10 @@
 // tests/handback/c_entries_test.cc — the C ABI table's hand-back entries (reclaim_hand_back_begin / _end,
-// reclaim_wait_handed_back of cleanup/reclaim.h): they reach this copy's process barrier, and the wait is
+// reclaim_wait_handed_back of abi/reclaim.h): they reach this copy's process barrier, and the wait is
 // 0 once the queue is closed, whatever is held, although the queue's close does not shut the barrier.
 
 #include <cstdint>
 
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "gtest/gtest.h"
 #include "handback/process_barrier.h"

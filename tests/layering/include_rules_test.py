@@ -1,11 +1,14 @@
 """The quoted #include lines of the library's lower layers name only what each layer may reach.
 
 - handback/ (the hand-back barrier) includes its own headers and the installed C API headers
-  (cuda_reclaim/*.h) alone: nothing of the queue, nothing of graph/ or bindings/.
-- graph/ reaches the queue and the barrier through cleanup/reclaim.h's C entry points and the installed C
-  API headers only: no other header of cleanup/ (a side door into the queue), none of handback/.
-- cleanup/ (the queue) includes its own headers, the installed C API headers and moodycamel's queue; the one
-  header of another layer it includes is an entry of SIDE_DOORS below, each with its reason.
+  (cuda_reclaim/*.h) alone: nothing of the queue, nothing of abi/, graph/ or bindings/.
+- abi/ (the C entry points and the C ABI table) includes its own headers, the queue's (cleanup/), the
+  barrier's (handback/) and the installed C API headers: nothing of graph/ or bindings/.
+- graph/ reaches the queue and the barrier through abi/reclaim.h's C entry points and the installed C API
+  headers only: no header of cleanup/ (a side door into the queue), none of handback/.
+- cleanup/ (the queue) includes its own headers, the installed C API headers and moodycamel's queue: nothing
+  of abi/, handback/, graph/ or bindings/; an include of another layer is an entry of SIDE_DOORS below,
+  each with its reason.
 
 Angle-bracket includes (the standard library, the system, cuda.h) are not checked here: Bazel's
 visibility keeps Python.h and cuda.h out (//tests/layering's dependency_refused_test targets). An entry of
@@ -30,15 +33,13 @@ import measure  # noqa: E402 - tools/, from the source tree
 # folder -> the include prefixes its files may name (quoted includes).
 RULES = {
     "handback/": ("handback/", "cuda_reclaim/"),
-    "graph/": ("graph/", "cuda_reclaim/", "cleanup/reclaim.h"),
+    "abi/": ("abi/", "cleanup/", "handback/", "cuda_reclaim/"),
+    "graph/": ("graph/", "cuda_reclaim/", "abi/reclaim.h"),
     "cleanup/": ("cleanup/", "cuda_reclaim/", "concurrentqueue/"),
 }
 
 # (file, included header): why the file may include it. Only shrinks.
-SIDE_DOORS = {
-    ("cleanup/reclaim_c_api.cc", "handback/process_barrier.h"):
-        "the C ABI table carries the hand-back barrier's entries; it leaves cleanup/ for a package of its own",
-}
+SIDE_DOORS = {}
 
 _QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
@@ -104,12 +105,25 @@ class RulesTest(unittest.TestCase):
         return broken_and_stale(quoted_includes(measure.Tree(self.root, sorted(files))), side_doors={})[0]
 
     def test_a_side_door_into_cleanup_from_graph_fails(self):
-        found = self.scan({"graph/a.cc": '#include "cleanup/reclaim.h"\n#include "cleanup/reclaim_queue.h"\n'})
+        found = self.scan({"graph/a.cc": '#include "abi/reclaim.h"\n#include "cleanup/reclaim_queue.h"\n'})
         self.assertEqual(found, ["graph/a.cc:2 includes cleanup/reclaim_queue.h"])
 
     def test_a_side_door_into_cleanup_from_handback_fails(self):
-        found = self.scan({"handback/a.cc": '#include "handback/barrier.h"\n#include "cleanup/reclaim.h"\n'})
-        self.assertEqual(found, ["handback/a.cc:2 includes cleanup/reclaim.h"])
+        found = self.scan({"handback/a.cc": '#include "handback/barrier.h"\n#include "cleanup/reclaim_queue.h"\n'})
+        self.assertEqual(found, ["handback/a.cc:2 includes cleanup/reclaim_queue.h"])
+
+    def test_handback_cannot_include_the_c_entry_points(self):
+        self.assertEqual(self.scan({"handback/a.cc": '#include "abi/reclaim.h"\n'}),
+                         ["handback/a.cc:1 includes abi/reclaim.h"])
+
+    def test_cleanup_cannot_include_the_c_entry_points(self):
+        self.assertEqual(self.scan({"cleanup/a.cc": '#include "cleanup/reclaim_queue.h"\n#include "abi/reclaim.h"\n'}),
+                         ["cleanup/a.cc:2 includes abi/reclaim.h"])
+
+    def test_abi_reaches_the_queue_and_the_barrier_but_not_graph(self):
+        self.assertEqual(self.scan({"abi/a.cc": '#include "cleanup/process_queue.h"\n#include "handback/barrier.h"\n'
+                                                '#include "graph/counters.h"\n'}),
+                         ["abi/a.cc:3 includes graph/counters.h"])
 
     def test_graph_cannot_include_the_barrier(self):
         self.assertEqual(self.scan({"graph/a.h": '#include "handback/barrier.h"\n'}),

@@ -39,7 +39,7 @@ unset CUDA_PATH CUDA_HOME
 
 echo "--- python -m build --sdist"
 mkdir "${tmp}/src"
-cp -rL LICENSE README.md pyproject.toml setup.py bindings cleanup graph handback include "${tmp}/src/"
+cp -rL LICENSE README.md pyproject.toml setup.py abi bindings cleanup graph handback include "${tmp}/src/"
 mkdir -p "${tmp}/src/third_party"
 cp -rL third_party/concurrentqueue "${tmp}/src/third_party/"
 "${python}" -m build --sdist --no-isolation --outdir "${tmp}/dist" "${tmp}/src" >"${tmp}/sdist.log" 2>&1 ||
@@ -55,7 +55,7 @@ required = {
     "third_party/concurrentqueue/include/concurrentqueue/concurrentqueue.h",
     "third_party/concurrentqueue/LICENSE",
     "bindings/exports.lds", "bindings/reclaim_module.cc", "cleanup/reclaim_queue.cc", "graph/driver.cc",
-    "handback/barrier.cc",
+    "handback/barrier.cc", "abi/reclaim_c_api.cc", "abi/reclaim.h",
     "bindings/cuda_reclaim/__init__.py", "bindings/cuda_reclaim/__init__.pyi", "bindings/cuda_reclaim/py.typed",
     "bindings/cuda_reclaim/c_api.pxd", "bindings/cuda_reclaim/include/cuda_reclaim/cuda_reclaim.h",
     "bindings/cuda_reclaim/integrations/__init__.py", "bindings/cuda_reclaim/integrations/cuda_core.py",

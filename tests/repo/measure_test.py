@@ -163,7 +163,7 @@ class MeasuresTest(unittest.TestCase):
                "  /* (*not)(an entry) */\n  void (*end)(int ticket, uint32_t* done);\n} reclaim_api;\n"
                "static inline int helper(const reclaim_stats* s) {\n  return s != 0;\n}\n")
         header = "int reclaim_push(void* item);\nstatic int hidden(void);\ntypedef int (*fn)(void);\n"
-        tree = self.tree({"include/cuda_reclaim/reclaim_abi.h": abi, "cleanup/reclaim.h": header,
+        tree = self.tree({"include/cuda_reclaim/reclaim_abi.h": abi, "abi/reclaim.h": header,
                           "cleanup/other.h": "int not_exported(void);\n"})
         numbers, details = measure.measure_c_abi(tree)
         self.assertEqual(details["c_abi.entries"], ["push", "end"])

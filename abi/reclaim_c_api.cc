@@ -1,4 +1,4 @@
-// cleanup/reclaim_c_api.cc — the C entry points of cleanup/reclaim.h: through this copy's own process
+// abi/reclaim_c_api.cc — the C entry points of abi/reclaim.h: through this copy's own process
 // queue's table, or an adopted one. The table's hand-back entries are this copy's process barrier's
 // (//handback).
 
@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "cleanup/process_queue.h"
-#include "cleanup/reclaim.h"
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "handback/process_barrier.h"
 

@@ -1,7 +1,8 @@
-/* cleanup/reclaim.h — C entry points of the process-wide reclaim queue, for code that links cleanup/.
+/* abi/reclaim.h — C entry points of the process-wide reclaim queue and of the hand-back barrier, for code
+ * that links //abi (which links the queue, //cleanup:queue, and the barrier, //handback).
  *
  * The queue, its counters and its entry-point table are defined once, in cuda_reclaim/reclaim_abi.h. Every
- * function here goes through the table this copy of cleanup/ uses (reclaim_api_in_use()): its own process
+ * function here goes through the table this copy of the library uses (reclaim_api_in_use()): its own process
  * queue, or the table of the copy that owns the process's queue, adopted with reclaim_adopt(). Neither
  * queue is ever destroyed, so producers may call these during exit().
  *
@@ -10,8 +11,8 @@
  * safe drain with reclaim_own_process_queue() (the cuda_reclaim extension module does, with Py_DECREF).
  * Plain C; no Python.h, no cuda.h. */
 
-#ifndef CUDA_RECLAIM_CLEANUP_RECLAIM_H_
-#define CUDA_RECLAIM_CLEANUP_RECLAIM_H_
+#ifndef CUDA_RECLAIM_ABI_RECLAIM_H_
+#define CUDA_RECLAIM_ABI_RECLAIM_H_
 
 #include <stddef.h>
 #include <stdint.h>
@@ -39,9 +40,9 @@ int reclaim_wait_handed_back(double timeout_seconds);
  * `out` is NULL. Any thread; never touches Python; never blocks. */
 int reclaim_get_stats(reclaim_stats* out);
 
-/* --- One queue per process, across copies of cleanup/ ------------------------------------------------
+/* --- One queue per process, across copies of //abi ---------------------------------------------------
  *
- * Every shared object that links cleanup/ statically carries its own copy of it (Python loads extensions
+ * Every shared object that links //abi statically carries its own copy of it (Python loads extensions
  * with RTLD_LOCAL, so no symbol lookup can unify them). The copy that owns the process's queue — the
  * cuda_reclaim extension module — publishes its table through its capsule; every other copy adopts that
  * table before its first use. A push then costs one acquire load of the table pointer and an indirect
@@ -78,4 +79,4 @@ int reclaim_own_process_queue(const reclaim_owner* owner);
 } /* extern "C" */
 #endif
 
-#endif /* CUDA_RECLAIM_CLEANUP_RECLAIM_H_ */
+#endif /* CUDA_RECLAIM_ABI_RECLAIM_H_ */
