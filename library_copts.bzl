@@ -1,4 +1,4 @@
-"""The compile options of cuda-reclaim's own code: //cleanup, //graph and the extension (and the benchmark
+"""The compile options of cuda-reclaim's own code: //cleanup:queue, //abi, //handback, //graph and the extension (and the benchmark
 code that stands for them). setup.py compiles the pip-built extension with the same list
 (LIBRARY_COMPILE_FLAGS); tests/packaging:build_drift_test checks that the two agree.
 

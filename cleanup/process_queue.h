@@ -1,6 +1,6 @@
 // cleanup/process_queue.h — private to //cleanup: this copy's process-wide queue, before any binding.
 //
-// process_queue.cc creates it; reclaim_c_api.cc decides whether this copy's C entry points use it or an
+// process_queue.cc creates it; abi/reclaim_c_api.cc decides whether this copy's C entry points use it or an
 // adopted table, and hands it out only to the owner (own_process_queue()). Nothing outside cleanup/ may
 // reach it another way: that is what keeps one copy from pushing into a queue nobody drains.
 #pragma once

@@ -317,7 +317,7 @@ class ReclaimQueue {
 };
 
 // The process-wide queue of this copy of cleanup/, for the code that owns it (drains and closes it):
-// binds this copy's reclaim_* functions to it (from then on nothing can be adopted, see cleanup/reclaim.h)
+// binds this copy's reclaim_* functions to it (from then on nothing can be adopted, see abi/reclaim.h)
 // and returns it; nullptr when this copy already adopted another copy's queue, whose owner is elsewhere.
 // Created on first use and never destroyed (no static destructor runs on it), so a push during exit()
 // or after Py_Finalize is safe; its fork handler (pthread_atfork, child side) calls

@@ -7,7 +7,7 @@
  * One rendezvous: the cuda_reclaim extension module owns the queue and publishes this table through its
  * capsule `cuda_reclaim._reclaim._C_API`. Extensions read it with cuda_reclaim_import()
  * (cuda_reclaim/cuda_reclaim.h); an extension that links its own copy of cleanup/ under Bazel adopts the
- * same table (reclaim_adopt() in cleanup/reclaim.h), so that its reclaim_* functions use the module's
+ * same table (reclaim_adopt() in abi/reclaim.h), so that its reclaim_* functions use the module's
  * queue. One queue, one atexit hook, one set of counters per process.
  *
  * ABI rules: the table starts with its version and size; fields are only ever appended, each append bumps

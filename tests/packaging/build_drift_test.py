@@ -50,7 +50,7 @@ class BazelTarget:
 
 
 def label_path(label):
-    """//cleanup:reclaim.h → cleanup/reclaim.h"""
+    """//abi:reclaim.h → abi/reclaim.h"""
     package, name = label[2:].split(":", 1)
     return f"{package}/{name}" if package else name
 
