@@ -32,6 +32,7 @@ Conventions of every public function (here and in :mod:`cuda_reclaim.asyncio`):
 """
 
 import collections as _collections
+import operator as _operator
 import os as _os
 import types as _types
 
@@ -231,11 +232,19 @@ def conserved(counters=None):
         missing = [key for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS) if key not in counters]
         if missing:
             raise ValueError(f"conserved(): counters lacks {', '.join(missing)}: pass a stats() dict")
-        for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS):
-            if not hasattr(type(counters[key]), "__index__"):
-                raise TypeError(f"conserved(): counters[{key!r}] must be an integer (a count of stats()), "
-                                f"not {type(counters[key]).__name__}")
+        counters = {key: _count(counters[key], key) for key in ("handed_over", *_reclaim._CONSERVATION_BUCKETS)}
     return counters["handed_over"] == sum(counters[key] for key in _reclaim._CONSERVATION_BUCKETS)
+
+
+def _count(value, key):
+    """``value`` as a Python int, for :func:`conserved` (exact sums: a numpy count would sum in floating point)."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError(f"conserved(): counters[{key!r}] must be an integer (a count of stats()), "
+                        f"not {type(value).__name__}")
+    value = _operator.index(value)
+    if value < 0:
+        raise ValueError(f"conserved(): counters[{key!r}] must not be negative, not {value}")
+    return value
 
 
 def __getattr__(name):

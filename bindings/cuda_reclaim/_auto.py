@@ -87,6 +87,7 @@ def set_auto_drain(mode):
     global _mode
     if not isinstance(mode, str):
         raise TypeError(f"set_auto_drain(): the mode must be a str, not {type(mode).__name__}")
+    mode = str.__str__(mode)  # a str subclass (a StrEnum member) is stored and compared as its plain value
     if mode not in _MODES:
         raise ValueError(
             f"set_auto_drain(): the mode must be one of {', '.join(map(repr, _MODES))}, not {mode!r}"

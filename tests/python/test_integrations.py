@@ -33,6 +33,15 @@ def test_a_wrapper_left_in_place_by_uninstall_leads_to_the_librarys_own_method()
     _run_plain("a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method")
 
 
+def test_a_block_that_the_gc_ends_inside_another_blocks_install_does_not_hang():
+    assert _run_plain("a_block_that_the_gc_ends_inside_another_install_leaves_cleanly").stdout == "clean\n"
+
+
+def test_a_fork_child_installs_and_uninstalls_whatever_other_threads_held_at_the_fork():
+    result = _run_plain("a_fork_child_counts_only_the_forking_threads_blocks_and_takes_the_lock_afresh")
+    assert result.stdout == "child clean\n"
+
+
 def test_a_compiled_class_that_refuses_setattr_is_patched_and_restored():
     _run_plain("an_immutable_type_is_patched_and_restored")
 

@@ -106,3 +106,19 @@ def test_conserved_names_itself_when_a_count_is_not_an_integer(value):
     counters = dict(cuda_reclaim.stats(), pending=value)
     with pytest.raises(TypeError, match=r"conserved\(\): counters\['pending'\] must be an integer"):
         cuda_reclaim.conserved(counters)
+
+
+def test_conserved_refuses_bool_and_negative_counts_naming_itself():
+    with pytest.raises(TypeError, match=r"conserved\(\): counters\['pending'\] must be an integer"):
+        cuda_reclaim.conserved(dict(cuda_reclaim.stats(), pending=True))
+    with pytest.raises(ValueError, match=r"conserved\(\): counters\['pending'\] must not be negative"):
+        cuda_reclaim.conserved(dict(cuda_reclaim.stats(), pending=-1))
+
+
+def test_conserved_sums_integer_counts_of_any_type_exactly():
+    numpy = pytest.importorskip("numpy")
+    counters = dict.fromkeys(cuda_reclaim.COUNTERS, 0)
+    counters.update(handed_over=numpy.uint64(2**60), released=numpy.int64(2**60), pending=1)
+    assert not cuda_reclaim.conserved(counters), "mixed numpy counts must not sum in floating point"
+    counters.update(pending=0)
+    assert cuda_reclaim.conserved(counters)

@@ -5,6 +5,7 @@ the report of a callback's exception to ``sys.unraisablehook``."""
 import contextlib
 import functools
 import importlib
+import os
 import threading
 
 from .. import _python_compat
@@ -65,12 +66,19 @@ class Patches:
     :meth:`own`."""
 
     def __init__(self):
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entrant: a block the gc ends inside install() leaves on this thread
         self._saved = None  # [(cls, name, what cls.__dict__ held or _ABSENT, the replacement)] while installed
         self._own = {}  # (cls, name) -> what cls.__dict__ held at the first install (or _ABSENT)
         self._explicit = False  # install() was called outside an installed() block, and no uninstall() since
         self._blocks = 0  # installed() blocks inside their with
-        self._local = threading.local()  # .in_block: this thread's install() is an installed() block's
+        self._local = threading.local()  # .in_block: this thread's install() is a block's; .depth: its blocks
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+
+    def _after_fork_in_child(self):
+        # The child has only the forking thread: a fresh lock (another thread may have held it at the fork),
+        # and only that thread's blocks count.
+        self._lock = threading.RLock()
+        self._blocks = getattr(self._local, "depth", 0)
 
     def is_installed(self):
         return self._saved is not None
@@ -122,6 +130,7 @@ class Patches:
         :meth:`install`) as the block's. Raises what install() raises (the block is then not counted)."""
         with self._lock:
             self._blocks += 1
+        self._local.depth = getattr(self._local, "depth", 0) + 1
         self._local.in_block = True
         try:
             install()
@@ -134,6 +143,7 @@ class Patches:
     def leave_block(self):
         """An installed() block ends: the last one to leave puts back what each class held, unless an
         explicit install() is in force."""
+        self._local.depth = max(getattr(self._local, "depth", 0) - 1, 0)
         with self._lock:
             self._blocks -= 1
             if self._blocks == 0 and not self._explicit and self._saved is not None:

@@ -182,6 +182,76 @@ def a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method():
     assert base.__dict__["add_callback"] is own, "CuPy's own method, not the integration's"
 
 
+
+def a_block_that_the_gc_ends_inside_another_install_leaves_cleanly():
+    # A generator that yields inside installed() and is dropped unfinished in a reference cycle: the gc closes
+    # it whenever a collection runs, also inside another block's install() on this thread (the lock is
+    # re-entrant). Nothing hangs, and at the end nothing is installed and no block is counted.
+    import gc
+
+    standins.register()
+    from cuda_reclaim.integrations import cupy
+
+    def batches():
+        with cupy.installed():
+            yield 1
+            yield 2
+
+    class Holder:
+        def __init__(self):
+            self.me = self
+            self.batches = batches()
+            next(self.batches)
+
+    gc.set_threshold(50)
+    for _ in range(2000):
+        Holder()
+        with cupy.installed():
+            pass
+    gc.collect()
+    assert not cupy.is_installed() and cupy._PATCHES._blocks == 0, cupy._PATCHES._blocks
+    print("clean")
+
+
+def a_fork_child_counts_only_the_forking_threads_blocks_and_takes_the_lock_afresh():
+    # At the fork another thread is inside an installed() block and holds the integration's lock: in the
+    # child, that thread does not exist; the child installs and uninstalls as if it never had.
+    standins.register()
+    from cuda_reclaim.integrations import cupy
+
+    own = standins.CupyBaseStream.__dict__["add_callback"]
+    inside, leave = threading.Event(), threading.Event()
+
+    def block_elsewhere():
+        with cupy.installed():
+            with cupy._PATCHES._lock:
+                inside.set()
+                leave.wait(WAIT)
+
+    thread = threading.Thread(target=block_elsewhere)
+    thread.start()
+    assert inside.wait(WAIT)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            assert cupy.is_installed()
+            assert cupy.uninstall() is True, "no block of the child holds it"
+            assert standins.CupyBaseStream.__dict__["add_callback"] is own
+            with cupy.installed():
+                assert cupy.is_installed()
+            assert standins.CupyBaseStream.__dict__["add_callback"] is own
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    leave.set()
+    thread.join(WAIT)
+    assert os.waitstatus_to_exitcode(status) == 0, status
+    assert not cupy.is_installed() and standins.CupyBaseStream.__dict__["add_callback"] is own
+    print("child clean")
+
+
 def numba_add_callback_passes_stream_status_and_arg_in_stream_order():
     fake = with_the_fake_driver()
     from cuda_reclaim.integrations import numba_cuda
@@ -818,6 +888,8 @@ def nothing_heavy_at_import():
 
 if __name__ == "__main__":
     scenario.run(
+        a_block_that_the_gc_ends_inside_another_install_leaves_cleanly,
+        a_fork_child_counts_only_the_forking_threads_blocks_and_takes_the_lock_afresh,
         overlapping_installed_blocks_keep_the_integration_until_the_last_leaves,
         a_wrapper_left_by_uninstall_leads_to_the_librarys_own_method,
         install_uninstall_and_the_context_manager_restore_the_originals,
