@@ -39,5 +39,8 @@ with scenario.auto_drain_off():  # the queue holds the only reference: the drain
     cuda_reclaim.defer_release(Slow())  # the drain thread takes it now and stays in it until the Ctrl-C
 assert entered.wait(30), "the drain thread never took it"
 cuda_reclaim.defer_release(MustRun())  # queued behind it
-_native_producers.hand_over_detached([object() for _ in range(2000)], 2, 1000)  # through the very end
+# Two native threads push one object a millisecond each, for ten seconds: through the very end of the process,
+# however long the exit takes; what they push after the hook's close is leaked, what they never push is not
+# handed over.
+_native_producers.hand_over_detached([object() for _ in range(20000)], 2, 1000)
 print("done", flush=True)
