@@ -65,6 +65,15 @@ class ScannerTest(unittest.TestCase):
     def python(self, source):
         return [name for _, name in measure.python_private_uses(ast.parse(source))]
 
+    def c_uses(self, text):
+        """The uses found in `text` as the C++ file bindings/a.cc of a tree of its own."""
+        root = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, root)
+        os.makedirs(os.path.join(root, "bindings"))
+        with open(os.path.join(root, "bindings", "a.cc"), "w") as f:
+            f.write(text)
+        return measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
+
     def test_private_attributes_of_standard_modules_through_aliases_getattr_and_from_imports(self):
         source = ("import threading as _threading\nimport sys\nimport asyncio\nfrom threading import _shutdown\n"
                   "_threading._register_atexit(f)\nsys._getframe()\ngetattr(threading_alias, '_x', None)\n"
@@ -86,25 +95,15 @@ class ScannerTest(unittest.TestCase):
         self.assertEqual(self.python(source), ["os._exit"])
 
     def test_c_private_functions_and_thread_state_fields_outside_comments_and_strings(self):
-        root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, root)
-        os.makedirs(os.path.join(root, "bindings"))
-        with open(os.path.join(root, "bindings", "a.cc"), "w") as f:
-            f.write("// _Py_IsFinalizing() in a comment\nconst char* s = \"_PyObject in a string\";\n"
-                    "int a = _Py_IsFinalizing();\n/* tstate->curexc_type */\nx = tstate->current_exception;\n"
-                    "Py_IsFinalizing();\n")
-        uses = measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
+        uses = self.c_uses("// _Py_IsFinalizing() in a comment\nconst char* s = \"_PyObject in a string\";\n"
+                           "int a = _Py_IsFinalizing();\n/* tstate->curexc_type */\nx = tstate->current_exception;\n"
+                           "Py_IsFinalizing();\n")
         self.assertEqual(uses, [("bindings/a.cc", 3, "_Py_IsFinalizing"), ("bindings/a.cc", 5, "->current_exception")])
 
     def test_private_attributes_read_by_name_through_the_c_api_and_implementation_detail_calls(self):
-        root = tempfile.mkdtemp()
-        self.addCleanup(shutil.rmtree, root)
-        os.makedirs(os.path.join(root, "bindings"))
-        with open(os.path.join(root, "bindings", "a.cc"), "w") as f:
-            f.write('// PyObject_GetAttrString(f, "_condition") in a comment\n'
-                    'PyObject* c = PyObject_GetAttrString(future, "_condition");\n'
-                    'PyObject* d = PyObject_GetAttrString(future, "done");\n')
-        uses = measure.private_name_uses(measure.Tree(root, ["bindings/a.cc"]))
+        uses = self.c_uses('// PyObject_GetAttrString(f, "_condition") in a comment\n'
+                           'PyObject* c = PyObject_GetAttrString(future, "_condition");\n'
+                           'PyObject* d = PyObject_GetAttrString(future, "done");\n')
         self.assertEqual(uses, [("bindings/a.cc", 2, "._condition")])
         self.assertEqual(self.python("import gc as _gc\n_gc.get_referents(cls.__dict__)\ngc_stats = 1\n"),
                          ["gc.get_referents"])
