@@ -376,13 +376,7 @@ def finalizers_that_launch(ending, count):
             cuda_reclaim.drain()  # the main thread runs finalizers too
     if ending in ("close", "fork"):
         assert on_the_drain_thread.wait(30), "the drain thread ran none of the finalizers"
-    if ending == "close":
-        cuda_reclaim.close()
-    elif ending == "fork":
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+    scenario.close_or_fork(ending)
     print("done", flush=True)
 
 

@@ -2,7 +2,6 @@
 (tests/graph/fake_libcuda.cc) that CUDA_RECLAIM_LIBCUDA names."""
 
 import operator
-import os
 import sys
 import threading
 import weakref
@@ -229,13 +228,7 @@ def finalizers_that_add_and_destroy_host_nodes_are_safe(ending):
     if ending != "exit":
         # The close or the fork comes once the drain thread runs these finalizers.
         wait_until(lambda: on_the_drain_thread)
-    if ending == "close":
-        cuda_reclaim.close()
-    elif ending == "fork":
-        pid = os.fork()
-        if pid == 0:
-            os._exit(0)
-        os.waitpid(pid, 0)
+    scenario.close_or_fork(ending)
     print("done", flush=True)
 
 

@@ -76,3 +76,19 @@ async def recording_cancellation(awaitable, messages):
     except asyncio.CancelledError as error:
         messages.append(str(error))
         raise
+
+
+def close_or_fork(ending):
+    """``"close"``: cuda_reclaim.close(); ``"fork"``: a fork whose child exits at once, waited for; anything
+    else: nothing (the process goes on to its exit)."""
+    import os
+
+    import cuda_reclaim
+
+    if ending == "close":
+        cuda_reclaim.close()
+    elif ending == "fork":
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
