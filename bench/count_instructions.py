@@ -36,11 +36,10 @@ METHODS = {
 }
 
 # Where an instruction of cuda-reclaim's drain belongs, by the function that ran it (callgrind's names).
-# Anything not named here inside the extension is the drain loop (counts, chunks, lookahead, signal).
+# Anything not named here inside the extension is the drain loop (counts, signal).
 PARTS = (
-    ("release_loop", re.compile(r"release_references|release_batch<|release_chunk_like_bindings|decref_each|drain_strategy|pending_call")),
-    ("copy", re.compile(r"dequeue_batch<")),
-    ("quiet_sampling", re.compile(r"dequeue_quietly<|mostly_quiet<")),
+    ("release_loop", re.compile(r"release_references|release_batch<|release_batch_like_bindings|decref_each|drain_strategy|pending_call")),
+    ("copy", re.compile(r"dequeue_bulk")),
 )
 RELEASE_CHAIN = "release_chain"
 DRAIN_LOOP = "drain_loop"

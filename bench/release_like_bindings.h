@@ -13,8 +13,7 @@
 namespace reclaim_bench {
 
 // Releases the caller's references items[0, count) as a drain of them would: one dequeue's worth at a
-// time (cleanup's kDrainBatch), each handed to the release action in the queue's chunks (kReleaseChunk),
-// each chunk allowed to fetch ahead across its end up to the end of its dequeue, as the queue lets it.
+// time (cleanup's kDrainBatch), each handed to the release action in one call.
 // Requires the GIL; every reference is released.
 void release_like_bindings(PyObject* const* items, std::size_t count);
 

@@ -7,7 +7,7 @@
 #include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
 #include "bindings/release_loop.h"
-#include "cleanup/queue_drain.h"
+#include "cleanup/reclaim_queue.h"
 #include "graph/counters.h"
 #include "handback/process_barrier.h"
 
@@ -27,48 +27,16 @@ struct Releasing {
 // The release action, one batch at a time (bindings/release_loop.h): a plain reference is Py_DECREF'd in
 // the loop; a host call or host-node call runs here (host_calls.h). A finalizer's exception goes to
 // sys.unraisablehook (CPython does that itself for __del__; the loop catches what a C-level dealloc leaves
-// set) and never stops the drain. Requires the GIL. Out of line: inlined into the drain loop (which
-// drain_quietly lets the compiler do), the loop shares its registers with the drain's and executes more
-// instructions per reference (bench/count_instructions.py).
-__attribute__((noinline)) void release_references(reclaim::ReleaseBatch* batch, void*) {
+// set) and never stops the drain. Requires the GIL.
+void release_references(reclaim::ReleaseBatch* batch, void*) {
   release_batch(batch, host_item_type(), release_queued_item);
 }
 
 // The automatic drain thread's: as release_references, and before each item it looks at its worker's
 // stop flag (`context`): once stopped, the drain requeues the rest at the front of the queue and returns.
-__attribute__((noinline)) void release_references_until_stopped(reclaim::ReleaseBatch* batch, void* context) {
+void release_references_until_stopped(reclaim::ReleaseBatch* batch, void* context) {
   release_batch(batch, host_item_type(), release_queued_item, static_cast<const std::atomic<bool>*>(context));
 }
-
-// Queued items are Python objects the release action touches at once: the drain prefetches them.
-constexpr reclaim::Pointees kObjects = reclaim::Pointees::kPrefetch;
-
-// The quiet release of a drain (ReclaimQueue::drain_quietly): a reference whose count is above one.
-// Py_DECREF then only decrements the count (no deallocation, no finalizer: no code runs at all, so nothing
-// can see that the drain has not counted it yet), and the drain does it while it copies the batch, when
-// the object's line has just arrived. Host calls are left to release_references (they run a call), and so
-// is every reference that may be the last. Requires the GIL, which is what keeps the count from reaching
-// one meanwhile; in a free-threaded build other threads change counts without it, so nothing is released
-// quietly there.
-struct QuietDecref {
-  HostItemType host;
-  // Whether operator() would release `pointer` now: reads its type and count, changes nothing.
-  bool would_release(void* pointer) const noexcept {
-#ifdef Py_GIL_DISABLED
-    (void)pointer;
-    return false;
-#else
-    PyObject* const item = static_cast<PyObject*>(pointer);
-    return !host.includes(Py_TYPE(item)) && Py_REFCNT(item) > 1;
-#endif
-  }
-  bool operator()(void* pointer) const noexcept {
-    if (!would_release(pointer)) return false;
-    // An immortal object's count is above one here too, and Py_DECREF leaves it alone.
-    Py_DECREF(static_cast<PyObject*>(pointer));
-    return true;
-  }
-};
 
 // The caller's exception, kept aside while finalizers run (a drain may be called from a finalizer that
 // runs with an exception set) and restored afterwards. Deliberately not RAII: CPython ends a daemon
@@ -101,14 +69,14 @@ Py_ssize_t drain_safely(std::size_t max_items, bool linger, const std::atomic<bo
   if (!queue().maybe_pending() || interpreter_finalizing()) return 0;
   const Releasing releasing;
   const SavedException saved = save_exception();
-  const QuietDecref quiet{host_item_type()};
   reclaim::ReleaseBatchFn action = release_references;
   void* context = nullptr;
   if (stop != nullptr) {
     action = release_references_until_stopped;
     context = const_cast<std::atomic<bool>*>(stop);
   }
-  const std::size_t released = queue().drain_quietly(action, context, max_items, linger, quiet);
+  const std::size_t released = linger ? queue().drain_and_linger(action, context, max_items)
+                                      : queue().drain(action, context, max_items);
   restore_exception(saved);
   return static_cast<Py_ssize_t>(released);
 }
@@ -138,7 +106,7 @@ Py_ssize_t close_safely() {
   }
   const Releasing releasing;
   const SavedException saved = save_exception();
-  const std::size_t released = queue().close(release_references, nullptr, kObjects);
+  const std::size_t released = queue().close(release_references, nullptr);
   // What was queued before the close has run; the calls CUDA has not handed back never will run now, nor
   // will a host-node firing that a drain this close interrupted had already taken.
   g_calls_stopped = true;

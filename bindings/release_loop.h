@@ -16,8 +16,7 @@
 namespace reclaim::bindings {
 
 // How many items ahead of its release each object's line is asked for, so that the fetch overlaps with
-// the releases in between (the drain hands over batches without prefetched pointees when the references
-// are mostly the last ones: cleanup/queue_drain.h).
+// the releases in between.
 constexpr std::size_t kFetchAhead = 8;
 
 // The private type whose objects are calls the release loop runs rather than Py_DECREFs (host calls and
@@ -66,8 +65,7 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 //   began when the report before it unwinds) and rethrows (ReleaseBatchFn's contract); a store of `next`
 //   before each release would cost every item an instruction.
 // - Fetch ahead: unless the objects follow each other in address order, each object's line is asked for
-//   kFetchAhead items before its release, across the end of the batch into what the same dequeue hands over
-//   next (batch->available): stopping at the batch's end would leave its first objects unfetched.
+//   kFetchAhead items before its release.
 // - The error indicator is read once after the loop and before each call, not after every release: a
 //   deallocator must work with an exception set (CPython's own unwinding releases references so), so a
 //   plain release needs no clean indicator, and one that leaves an exception set is still reported after
@@ -75,7 +73,7 @@ inline void report_leftover_exception(const PyThreadState* thread) {
 // - `host` is taken by value (through a reference the compiler reloads it after every release) and calls
 //   are marked rare, so a plain reference's release falls through as in a bare Py_DECREF loop.
 // - Two loops, so that the one almost every item goes through has no bound check on its fetch: up to
-//   `fetching`, the item kFetchAhead places on belongs to the dequeue; after it, none does.
+//   `fetching`, the item kFetchAhead places on is in the batch; after it, none is.
 // - No loop is unrolled (the library compiles with -funroll-loops, library_copts.bzl): unrolled, it ran
 //   slower than a bare Py_DECREF loop although it executed fewer instructions.
 template <class RunCall>
@@ -84,7 +82,6 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   const PyThreadState* const thread = PyThreadState_Get();
   void* const* const items = batch->items;
   const std::size_t count = batch->count;
-  const std::size_t available = batch->available;
   std::size_t index = batch->next;
   bool reporting = false;  // in the report before a call: an unwind from there leaves the call unreleased
   // Releases items[at]. A call reads its item again after the report, so that the item need not live in
@@ -102,9 +99,12 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
       Py_DECREF(item);
     }
   };
-  const std::size_t fetching = available > kFetchAhead && !objects_follow_in_address_order(items, index, count)
-                                   ? std::min(count, available - kFetchAhead)
-                                   : 0;
+  const std::size_t fetching =
+      count > kFetchAhead && !objects_follow_in_address_order(items, index, count) ? count - kFetchAhead : 0;
+  // The first kFetchAhead objects are asked for before the loop, which asks for the rest.
+  for (std::size_t ahead = index; ahead < fetching && ahead < index + kFetchAhead; ++ahead) {
+    __builtin_prefetch(items[ahead], 1);
+  }
   // The stop flag is read before each item (relaxed: it only has to be seen soon, and the drain settles
   // what is requeued with its own ordering).
   const auto stopped = [&]() {

@@ -30,8 +30,6 @@ class QueueCounters {
 
   // A drain's dequeue: `count` taken (a non-empty drain is counted apart, count_nonempty_drain()).
   void count_taken(std::uint64_t count) noexcept { taken_.fetch_add(count, std::memory_order_relaxed); }
-  // Released inside the dequeue (a quiet release), before anything reads them as taken and unsettled.
-  void count_released(std::uint64_t count) noexcept { released_.fetch_add(count, std::memory_order_release); }
   void count_nonempty_drain() noexcept { nonempty_drains_.fetch_add(1, std::memory_order_relaxed); }
 
   // Takes `count` taken items out of in_drain, as released (`released` true) or returned unreleased; or,

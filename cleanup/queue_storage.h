@@ -1,6 +1,6 @@
 // cleanup/queue_storage.h — where a ReclaimQueue keeps its pointers: the moodycamel queue (QueueStorage),
-// replaced by trim() and by the fork reset, and the front (FrontStorage) that holds what drains requeued
-// back. Internal to cleanup/: not an interface (queue_drain.h includes it for its template).
+// replaced by trim() and by the fork reset, and the front (FrontStorage) that holds what drains requeued.
+// Internal to cleanup/: not an interface.
 #pragma once
 
 #include <atomic>
@@ -40,8 +40,8 @@ struct QueueStorage {
   PointerQueue queue;
 };
 
-// What drains requeued (ReleaseBatch::halt, ReclaimQueue::requeue, an unwinding release), in the order
-// it must be taken again: a deque under a mutex rather than a moodycamel queue, whose order holds only per
+// What drains requeued (the rest of a dequeue after ReleaseBatch::halt or an unwinding release), in the
+// order it must be taken again: a deque under a mutex rather than a moodycamel queue, whose order holds only per
 // producer. Only owner threads (drains) touch it, never CUDA's, and rarely; the size is mirrored in an
 // atomic so that counter reads never take the lock. Its memory goes back as soon as it is empty.
 // Allocates through QueueTraits (the storage's allocator, which tests can make fail), throwing
@@ -70,17 +70,13 @@ struct FrontStorage {
   Items items;  // guarded by mutex
   std::atomic<std::size_t> size{0};
 
-  // Puts items[0 ... count) ahead of what is there (`first`: the rest of a dequeue, older than anything
-  // requeued since) or behind it, in their order. False, storing nothing, when out of memory.
-  bool put(void* const* put_items, std::size_t count, bool first) noexcept {
+  // Puts items[0 ... count) ahead of what is there, in their order (the rest of a dequeue is older than
+  // anything requeued since). False, storing nothing, when out of memory.
+  bool put_first(void* const* put_items, std::size_t count) noexcept {
     const std::lock_guard<std::mutex> lock(mutex);
     try {
-      if (first) {
-        items.insert(items.begin(), put_items, put_items + count);
-      } else {
-        items.insert(items.end(), put_items, put_items + count);
-      }
-    } catch (...) {  // std::bad_alloc: deque's insert at either end leaves it unchanged
+      items.insert(items.begin(), put_items, put_items + count);
+    } catch (...) {  // std::bad_alloc: deque's insert at its front leaves it unchanged
       return false;
     }
     size.store(items.size(), std::memory_order_relaxed);

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "cleanup/producer_lane.h"
-#include "cleanup/queue_dequeue.h"
+#include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace reclaim {
@@ -20,7 +20,7 @@ namespace {
 // grow (what was not moved stays in `from`).
 bool move_pending(QueueStorage* from, QueueStorage* to, ProducerLane& mover) noexcept {
   void* batch[kDrainBatch];
-  for (std::size_t got; (got = dequeue_batch<false>(from->queue, batch, kDrainBatch).taken) != 0;) {
+  for (std::size_t got; (got = from->queue.try_dequeue_bulk(batch, kDrainBatch)) != 0;) {
     if (!to->queue.enqueue_bulk(mover.token(), batch, got)) {
       (void)from->queue.enqueue_bulk(batch, got);  // out of memory: back where it was (no new block)
       return false;

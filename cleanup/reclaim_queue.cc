@@ -6,21 +6,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "cleanup/producer_lane.h"
-#include "cleanup/queue_drain.h"
+#include "cleanup/queue_storage.h"
 
 namespace reclaim {
 
 namespace {
-
-// The take of a plain drain: every pointer taken goes to the release action.
-template <bool kPrefetch>
-struct TakeAll {
-  TakenBatch operator()(PointerQueue& from, void** batch, std::size_t want) const noexcept {
-    return dequeue_batch<kPrefetch>(from, batch, want);
-  }
-};
 
 // Adapts a one-pointer release action to the batch form.
 struct EachItem {
@@ -104,9 +97,9 @@ void ReclaimQueue::settle_taken(std::size_t count, std::uint64_t forks, bool rel
   counters_.settle(count, storages_.forks() != forks, released);
 }
 
-void ReclaimQueue::requeue_items(void* const* items, std::size_t count, bool first) noexcept {
+void ReclaimQueue::requeue_items(void* const* items, std::size_t count) noexcept {
   if (count == 0) return;
-  if (storages_.front()->put(items, count, first)) {
+  if (storages_.front()->put_first(items, count)) {
     signal_.raise();
   } else {
     // Out of memory at that very moment: stored nowhere, so counted as a push that could not be stored
@@ -118,21 +111,8 @@ void ReclaimQueue::requeue_items(void* const* items, std::size_t count, bool fir
 void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
   ReclaimQueue* const queue = batch->queue;
   if (queue == nullptr || upto <= batch->settled) return;
-  const std::size_t released = upto - batch->settled - batch->requeued;
-  queue->settle_taken(released, batch->forks, /*released=*/true);  // one step out of in_drain
+  queue->settle_taken(upto - batch->settled, batch->forks, /*released=*/true);  // one step out of in_drain
   batch->settled = upto;
-  batch->requeued = 0;
-  batch->released += released;
-}
-
-void ReclaimQueue::requeue(ReleaseBatch* batch, void* item) noexcept {
-  ReclaimQueue* const queue = batch->queue;
-  if (queue == nullptr) return;
-  // Out of in_drain first: until the item is stored, a snapshot finds it in no bucket, never in two.
-  queue->settle_taken(1, batch->forks, /*released=*/false);
-  ++batch->requeued;
-  void* const items[1] = {item};
-  queue->requeue_items(items, 1, /*first=*/false);
 }
 
 void ReclaimQueue::clear_signal_if_empty() noexcept {
@@ -161,26 +141,88 @@ void ReclaimQueue::linger_if_empty() noexcept {
 }
 
 std::size_t ReclaimQueue::release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
-                                      std::size_t max_items, bool linger, Pointees pointees) {
-  if (pointees == Pointees::kPrefetch) {
-    return release_all_taking(reader, release, context, max_items, linger, TakeAll<true>{});
+                                      std::size_t max_items, bool linger) {
+  // The caller's reader: neither storage changes until it leaves. What drains requeued (the front) is taken
+  // first, as much of it as was there when this drain began (what this drain requeues itself waits for
+  // the next one); then the previous storage a failed trim() left; then the current one.
+  // Unless a release forks and the child goes on: the child's reset drops the storages (their pointers
+  // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
+  // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
+  // abandoned_after_fork, see settle_taken) and stops.
+  FrontStorage* const front = storages_.front();
+  std::size_t front_left = front->size.load(std::memory_order_relaxed);
+  QueueStorage* const previous = storages_.previous();
+  PointerQueue& current = storages_.current()->queue;
+  counters_.note_pending(storages_.stored_count());
+  void* batch[kDrainBatch];
+  std::size_t taken_total = 0;
+  std::size_t released_total = 0;
+  bool halted = false;
+  while (taken_total < max_items && !halted) {
+    const std::size_t want = max_items - taken_total < kDrainBatch ? max_items - taken_total : kDrainBatch;
+    std::size_t taken = 0;
+    if (front_left != 0) {
+      taken = front->take(batch, want < front_left ? want : front_left);
+      front_left = taken == 0 ? 0 : front_left - taken;
+    }
+    if (taken == 0 && previous != nullptr) taken = previous->queue.try_dequeue_bulk(batch, want);
+    if (taken == 0) taken = current.try_dequeue_bulk(batch, want);
+    if (taken == 0) break;
+    // Counted before the release calls, so a nested drain or a snapshot never sees these pointers in no
+    // bucket for longer than the dequeue itself.
+    counters_.count_taken(taken);
+    if (taken_total == 0) counters_.count_nonempty_drain();
+    taken_total += taken;
+    ReleaseBatch items{batch, taken, 0};
+    items.queue = this;
+    items.forks = reader.forks;
+    try {
+      release(&items, context);
+    } catch (...) {
+      // The item being released counts as released (its owner's action ran); the rest are still ours: back
+      // to the front, into the child's own after a fork (the front is read again).
+      const std::size_t reached = items.next < taken ? items.next : taken;
+      settle(&items, reached);
+      // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
+      // in two.
+      settle_taken(taken - reached, items.forks, /*released=*/false);
+      requeue_items(batch + reached, taken - reached);
+      throw;
+    }
+    // The action halts before items[next]: that one and the rest of the dequeue go back first.
+    const std::size_t reached = items.halt ? items.next : taken;
+    settle(&items, reached);
+    released_total += reached;
+    if (items.halt) {
+      settle_taken(taken - reached, items.forks, /*released=*/false);
+      requeue_items(batch + reached, taken - reached);
+      halted = true;
+    }
+    if (reader.forked()) break;
   }
-  return release_all_taking(reader, release, context, max_items, linger, TakeAll<false>{});
+  // In a fork child where `reader` outlived the reset: settling reads the child's storage through a fresh
+  // reader, since the old one no longer counts.
+  std::optional<StorageReader> child_reader;
+  if (reader.forked()) child_reader.emplace(storages_);
+  if (linger && released_total != 0 && !halted) {
+    linger_if_empty();
+  } else {
+    clear_signal_if_empty();
+  }
+  return released_total;
 }
 
-std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items,
-                                Pointees pointees) {
+std::size_t ReclaimQueue::drain(ReleaseBatchFn release, void* context, std::size_t max_items) {
   // The one atomic load of an empty drain: nothing was signalled since the last clear.
   if (!signal_.is_set()) return 0;
   const StorageReader reader(storages_);
-  return release_all(reader, release, context, max_items, /*linger=*/false, pointees);
+  return release_all(reader, release, context, max_items, /*linger=*/false);
 }
 
-std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items,
-                                           Pointees pointees) {
+std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items) {
   if (!signal_.is_set()) return 0;
   const StorageReader reader(storages_);
-  return release_all(reader, release, context, max_items, /*linger=*/true, pointees);
+  return release_all(reader, release, context, max_items, /*linger=*/true);
 }
 
 std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
@@ -193,7 +235,7 @@ std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std
   return drain_and_linger(release_each, &each, max_items);
 }
 
-std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees pointees) {
+std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context) {
   admission_.close();
   // Wakes every waiter, now and later: a drain(timeout) blocked on an open queue returns.
   signal_.mark_closed();
@@ -203,7 +245,7 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context, Pointees 
   admission_.wait_for_pushes_in_flight();
   if (release == nullptr) return 0;
   const StorageReader reader(storages_);
-  return release_all(reader, release, context, SIZE_MAX, /*linger=*/false, pointees);
+  return release_all(reader, release, context, SIZE_MAX, /*linger=*/false);
 }
 
 std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {

@@ -83,6 +83,10 @@ struct CounterSnapshot {
   reclaim_stats as_c() const noexcept;
 };
 
+// Pointers taken per bulk dequeue (moodycamel's try_dequeue_bulk into a plain array): a batch release
+// action gets at most this many per call. A drain's stack holds one batch.
+constexpr std::size_t kDrainBatch = 512;  // 4 KiB of stack per drain, nested drains included
+
 // Largest reserved capacity accepted (pointers): 2^24, 128 MiB of them. Larger requests are refused
 // (parse_reserved_capacity) rather than letting the block arithmetic overflow.
 constexpr std::size_t kMaxReservedCapacity = std::size_t{1} << 24;
@@ -116,8 +120,7 @@ struct ReservedCapacitySetting {
 };
 ReservedCapacitySetting reserved_capacity_from_environment() noexcept;
 
-struct ProducerLane;   // producer_lane.h
-struct TakenBatch;     // queue_dequeue.h
+struct ProducerLane;  // producer_lane.h
 
 class ReclaimQueue {
  public:
@@ -151,9 +154,8 @@ class ReclaimQueue {
   // thread replaces the storage. The owner decides which threads are safe for `release` (for Python
   // objects: a thread holding the GIL).
   std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
-  // The same with a batch release action (see ReleaseBatchFn and Pointees).
-  std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX,
-                    Pointees pointees = Pointees::kOpaque);
+  // The same with a batch release action (see ReleaseBatchFn): one call per bulk dequeue.
+  std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Like drain(), but when it released something and left the queue empty, it keeps the wake-up signal
   // set while making the fd unreadable: pushes that arrive meanwhile skip the eventfd write. The caller
@@ -163,30 +165,7 @@ class ReclaimQueue {
   // producer's (CUDA's) thread; lingering turns that into at most one write per linger period.
   // Any thread (several may drain at once); never blocks.
   std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
-  std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX,
-                               Pointees pointees = Pointees::kOpaque);
-
-  // drain() (linger false) or drain_and_linger() (linger true) with a batch release action and a quiet
-  // release, for an owner whose pointers can often be released without running any code at all (a
-  // Python reference whose count stays above zero): while the drain copies pointers out of the queue it
-  // offers each to `quiet(void* item) -> bool`; true means `quiet` released it completely, and it never
-  // reaches `release`; false leaves it to `release`, as in drain(). The release in place overlaps the copy
-  // (the pointers' lines arrive from the producer's core meanwhile) instead of following it.
-  // `quiet` runs inside the queue's bulk dequeue, before the pointers it takes are counted as released:
-  // it must run no code that could look at this queue or its counters (no callback, no finalizer, no
-  // lock), never block and never throw; it may be offered pointers in any order and is compiled into
-  // the loop (a template: include cleanup/queue_drain.h, which defines it). Pointees are prefetched
-  // (Pointees::kPrefetch): they must be memory `quiet` may read.
-  // Offers pay only when most references leave quietly: once a batch releases less than half of its
-  // pointers quietly, the following batches (of this drain and of later ones) are taken without offers
-  // and without prefetching pointees; in one batch of a few, a few pointers are looked at with
-  // `quiet.would_release(void* item) -> bool` (whether `quiet` would release it now; it reads the pointee
-  // and changes nothing, under the same rules as `quiet`), and when at least half would leave quietly the
-  // next batch is offered again. A release action used here should therefore fetch its pointees a few
-  // items ahead itself (bindings' does). Threads: as drain().
-  template <class QuietRelease>
-  std::size_t drain_quietly(ReleaseBatchFn release, void* context, std::size_t max_items, bool linger,
-                            const QuietRelease& quiet);
+  std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
   // the signal otherwise. A lingering caller that will not drain again (a drain thread that is stopping)
@@ -201,7 +180,7 @@ class ReclaimQueue {
   // Returns the number released by this call. An unwinding `release` is handled as in drain().
   // Any thread; never touches Python; may yield the CPU while admitted pushes finish.
   std::size_t close(ReleaseFn release, void* context);
-  std::size_t close(ReleaseBatchFn release, void* context, Pointees pointees = Pointees::kOpaque);
+  std::size_t close(ReleaseBatchFn release, void* context);
   // close() that releases nothing: what is queued stays pending and is reported as such.
   void close_without_release() noexcept;
 
@@ -222,18 +201,11 @@ class ReclaimQueue {
   // Any thread; never touches Python; never blocks.
   bool is_closed() const noexcept;
 
-  // For a release action during its call: counts batch->items[batch->settled ... upto) as released (minus
-  // what it requeued), before the drain would at the call's end. Call it before anything that may take
+  // For a release action during its call: counts batch->items[batch->settled ... upto) as released,
+  // before the drain would at the call's end. Call it before anything that may take
   // long (a Python call), so that counters and the exit report do not show finished items as in_drain.
   // The releasing thread; never touches Python; never blocks.
   static void settle(ReleaseBatch* batch, std::size_t upto) noexcept;
-
-  // For a release action during its call: `item`, the batch's item at batch->next, is not released but
-  // goes back to the front of the queue (pending again; the next drain takes it first, this drain does
-  // not take it again) and the wake-up fd becomes readable. If it cannot be stored (out of memory) it is
-  // counted as rejected (leaked). The releasing thread; never touches Python; may allocate (once per
-  // thread that requeues).
-  static void requeue(ReleaseBatch* batch, void* item) noexcept;
 
   // The reserved capacity in pointers (QueueOptions::reserved_capacity). Any thread; never blocks.
   std::size_t reserved_capacity() const noexcept { return options_.reserved_capacity; }
@@ -292,18 +264,13 @@ class ReclaimQueue {
   // Takes `count` items that a drain made after `forks` fork resets had taken out of in_drain, as
   // released (`released` true) or returned unreleased; out of abandoned_after_fork after a fork reset.
   void settle_taken(std::size_t count, std::uint64_t forks, bool released) noexcept;
-  // Requeues items at the front (pending again; counted as rejected if they cannot be stored) and
-  // raises the signal: ahead of what is there (`first`: the rest of a dequeue) or behind it (one item
-  // requeued). The caller has uncounted them. Owner threads; may allocate.
-  void requeue_items(void* const* items, std::size_t count, bool first) noexcept;
+  // Requeues the rest of a dequeue at the front, ahead of what is there (pending again; counted as rejected
+  // if it cannot be stored), and raises the signal. The caller has uncounted them. Owner threads; may
+  // allocate.
+  void requeue_items(void* const* items, std::size_t count) noexcept;
   // `reader`: the caller's, held for the whole call (no storage changes meanwhile).
   std::size_t release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
-                          std::size_t max_items, bool linger, Pointees pointees);
-  // The drain loop behind release_all() and drain_quietly() (cleanup/queue_drain.h): `take(queue, batch,
-  // want)` takes up to `want` pointers of `queue` into `batch` and returns a TakenBatch.
-  template <class Take>
-  std::size_t release_all_taking(const StorageReader& reader, ReleaseBatchFn release, void* context,
-                                 std::size_t max_items, bool linger, const Take& take);
+                          std::size_t max_items, bool linger);
 
   // Written only by construction; read by all.
   const QueueOptions options_;
@@ -311,9 +278,6 @@ class ReclaimQueue {
   StorageSet storages_;          // where the pointers are, and the readers' guard against trim()
   WakeupSignal signal_;          // the eventfds and the flag behind them
   QueueCounters counters_;       // the owner-side counters (the push counters are in the lanes)
-  // drain_quietly's choice between quiet and plain batches (cleanup/queue_drain.h): how many batches in a
-  // row were taken plainly. A hint: loaded and stored (relaxed) by drains, never read-modify-written.
-  std::atomic<std::uint32_t> plain_batches_in_a_row_{0};
 };
 
 // The process-wide queue of this copy of cleanup/, for the code that owns it (drains and closes it):

@@ -1,5 +1,5 @@
 // cleanup/release_batch.h — what a drain hands to its owner's release action: one pointer (ReleaseFn) or
-// a batch (ReleaseBatch, ReleaseBatchFn), and what the drain may assume about the pointees (Pointees).
+// a batch (ReleaseBatch, ReleaseBatchFn).
 // Part of the queue's interface (reclaim_queue.h includes it).
 #pragma once
 
@@ -13,16 +13,13 @@ class ReclaimQueue;
 // Release actions supplied by the owner at each drain, called on the thread that drains, outside any
 // internal lock. Two forms:
 //   ReleaseFn       one pointer per call;
-//   ReleaseBatchFn  one batch per call (up to a hundred or so pointers taken off the queue together): the
-//                   owner runs one tight loop per batch (bindings/ fetches its thread state once per
-//                   batch). It releases batch->items[batch->next ... batch->count) in order; `next`
-//                   must be `count` when it returns, and, should a release unwind, just past the item
-//                   being released (or at an item whose release never began) by the time the unwind
-//                   leaves the action: advanced before each release, or set by a handler that rethrows.
-//                   Nothing reads `next` while the action runs. One dequeue may be handed over in
-//                   several calls, each with a larger `count` over the same items; `available` says
-//                   how many of those items are already there, so that the action may read ahead across
-//                   a call's end (to ask for its pointees' lines) without releasing what is not yet its.
+//   ReleaseBatchFn  one batch per call (the pointers of one bulk dequeue, up to a few hundred): the owner
+//                   runs one tight loop per batch (bindings/ fetches its thread state once per batch).
+//                   It releases batch->items[batch->next ... batch->count) in order; `next` must be
+//                   `count` when it returns, and, should a release unwind, just past the item being
+//                   released (or at an item whose release never began) by the time the unwind leaves
+//                   the action: advanced before each release, or set by a handler that rethrows.
+//                   Nothing reads `next` while the action runs.
 // Either may push again or drain again (re-entrancy is safe). Neither should throw, but either may unwind:
 // CPython ends a thread that re-takes the GIL during finalization with pthread_exit, whose forced unwind
 // passes through here. drain() and close() let any unwind pass (a noexcept frame would turn it into
@@ -32,39 +29,23 @@ class ReclaimQueue;
 // Counting: a drain counts what it takes as in_drain, and each item as released once the action is done
 // with it: the drain settles a call's items when the call returns; an action settles earlier
 // (ReclaimQueue::settle) before it runs something that may take long (a Python call), so that counters
-// and an exit report taken meanwhile say what really happened. An action may also requeue an item
-// unreleased (ReclaimQueue::requeue: it is pending again, at the front) or halt the drain (`halt`).
+// and an exit report taken meanwhile say what really happened. An action may also halt the drain (`halt`).
 using ReleaseFn = void (*)(void* item, void* context);
 struct ReleaseBatch {
   void* const* items;
   std::size_t count;
   std::size_t next;  // where the release action is: see ReleaseBatchFn
-  // items[0 ... available) are valid pointers (available >= count). Those from `count` on belong to a
-  // later call of the same drain: the action may read them (to prefetch what they point to), never
-  // release them. A call whose items end with their dequeue has available == count.
-  std::size_t available;
   // Set by the action, with `next` at the first item it did not release: the drain puts items[next ...)
   // of its whole dequeue back at the front of the queue (pending again, taken first by the next drain, in
   // this order) and returns.
   bool halt = false;
-  // The drain's bookkeeping (the action never writes these): items[0 ... settled) are counted, the
-  // `requeued` of them (since the last settle) that went back to the queue as pending, the rest as
-  // released (`released` in all); `queue` and
-  // `forks` say whose counters and whether a fork reset came in between. Null queue: nothing counts
-  // (a release action run over a plain array).
+  // The drain's bookkeeping (the action never writes these): items[0 ... settled) are counted as
+  // released; `queue` and `forks` say whose counters and whether a fork reset came in between. Null
+  // queue: nothing counts (a release action run over a plain array).
   std::size_t settled = 0;
-  std::size_t requeued = 0;
-  std::size_t released = 0;  // settled as released, in all
   ReclaimQueue* queue = nullptr;
   std::uint64_t forks = 0;
 };
 using ReleaseBatchFn = void (*)(ReleaseBatch* batch, void* context);
-
-// What the pointers handed to a batch release action point at, as far as a drain may assume:
-//   kOpaque    nothing it may touch (handles, tokens, fake addresses): pointers are only copied;
-//   kPrefetch  memory the release action is about to touch (Python objects): while it copies a batch out
-//              of the queue, the drain asks the CPU to fetch each pointee's first cache line, so that the
-//              action does not wait for them one by one. A prefetch never faults, whatever the pointer.
-enum class Pointees : bool { kOpaque, kPrefetch };
 
 }  // namespace reclaim

@@ -23,14 +23,6 @@ TEST(QueueCounters, InDrainIsWhatWasTakenAndNotSettled) {
   EXPECT_EQ(counters.drain_buckets().in_drain, 0u);
 }
 
-TEST(QueueCounters, QuietReleasesCountAsTakenAndReleased) {
-  QueueCounters counters;
-  counters.count_taken(4);
-  counters.count_released(4);
-  EXPECT_EQ(counters.drain_buckets().released, 4u);
-  EXPECT_EQ(counters.drain_buckets().in_drain, 0u);
-}
-
 TEST(QueueCounters, ADrainThatOutlivesAForkSettlesOutOfAbandoned) {
   QueueCounters counters;
   counters.count_taken(4);

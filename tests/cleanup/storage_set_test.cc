@@ -20,20 +20,20 @@ TEST(StorageSet, StoredCountCountsEveryStorage) {
   EXPECT_EQ(storages.stored_count(), 0u);
   ASSERT_TRUE(storages.current()->queue.enqueue(fake(1)));
   void* const requeued[2] = {fake(2), fake(3)};
-  ASSERT_TRUE(storages.front()->put(requeued, 2, /*first=*/true));
+  ASSERT_TRUE(storages.front()->put_first(requeued, 2));
   QueueStorage* previous = StorageSet::make_storage(1024);
   ASSERT_TRUE(previous->queue.enqueue(fake(4)));
   storages.set_previous(previous);  // freed by the set from now on
   EXPECT_EQ(storages.stored_count(), 4u);
 }
 
-TEST(StorageSet, FrontKeepsTheRestOfADequeueAheadOfSingleRequeues) {
+TEST(StorageSet, FrontKeepsTheRestOfALaterDequeueAheadOfAnEarlierOne) {
   StorageSet storages(1024);
   FrontStorage* front = storages.front();
-  void* const one[1] = {fake(9)};
+  void* const earlier[1] = {fake(9)};
   void* const rest[2] = {fake(1), fake(2)};
-  ASSERT_TRUE(front->put(one, 1, /*first=*/false));
-  ASSERT_TRUE(front->put(rest, 2, /*first=*/true));
+  ASSERT_TRUE(front->put_first(earlier, 1));
+  ASSERT_TRUE(front->put_first(rest, 2));
   void* batch[4] = {};
   ASSERT_EQ(front->take(batch, 4), 3u);
   EXPECT_EQ(batch[0], fake(1));
