@@ -57,7 +57,7 @@ void* fake_item(std::size_t i) { return reinterpret_cast<void*>((i + 1) * 16); }
 // action), so that no drain gets an inlined release the others cannot have.
 std::size_t g_released = 0;
 void count_release(void*, void*) { ++g_released; }
-reclaim::ReleaseFn volatile g_release = count_release;
+void (*volatile g_release)(void*, void*) = count_release;
 auto count_release_item = [](void* item) { g_release(item, nullptr); };
 
 // One strategy = what a producer calls per hand-over and what the owner calls to release everything.
@@ -263,7 +263,7 @@ void BM_HeapBytes(benchmark::State& state) {
     }
     const std::size_t pending = heap_in_use();
     if constexpr (std::is_same<Strategy, reclaim::ReclaimQueue>::value) {
-      while (strategy->drain(count_release, nullptr, SIZE_MAX) != 0) {
+      while (strategy->drain(count_release_batch, nullptr, SIZE_MAX) != 0) {
       }
     } else if constexpr (std::is_same<Strategy, CoalescedStack>::value) {
       CoalescedStack::release_list(strategy->take_all(), count_release_item);

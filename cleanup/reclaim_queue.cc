@@ -13,24 +13,6 @@
 
 namespace reclaim {
 
-namespace {
-
-// Adapts a one-pointer release action to the batch form.
-struct EachItem {
-  ReleaseFn release;
-  void* context;
-};
-
-void release_each(ReleaseBatch* batch, void* context) {
-  const EachItem* each = static_cast<const EachItem*>(context);
-  while (batch->next < batch->count) {
-    void* item = batch->items[batch->next++];
-    each->release(item, each->context);
-  }
-}
-
-}  // namespace
-
 ReclaimQueue::ReclaimQueue(const QueueOptions& options) noexcept
     : options_(options), admission_(options.producer_lanes), storages_(options.reserved_capacity) {}
 
@@ -225,16 +207,6 @@ std::size_t ReclaimQueue::drain_and_linger(ReleaseBatchFn release, void* context
   return release_all(reader, release, context, max_items, /*linger=*/true);
 }
 
-std::size_t ReclaimQueue::drain(ReleaseFn release, void* context, std::size_t max_items) {
-  EachItem each{release, context};
-  return drain(release_each, &each, max_items);
-}
-
-std::size_t ReclaimQueue::drain_and_linger(ReleaseFn release, void* context, std::size_t max_items) {
-  EachItem each{release, context};
-  return drain_and_linger(release_each, &each, max_items);
-}
-
 std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context) {
   admission_.close();
   // Wakes every waiter, now and later: a drain(timeout) blocked on an open queue returns.
@@ -246,12 +218,6 @@ std::size_t ReclaimQueue::close(ReleaseBatchFn release, void* context) {
   if (release == nullptr) return 0;
   const StorageReader reader(storages_);
   return release_all(reader, release, context, SIZE_MAX, /*linger=*/false);
-}
-
-std::size_t ReclaimQueue::close(ReleaseFn release, void* context) {
-  if (release == nullptr) return close(ReleaseBatchFn{nullptr}, nullptr);
-  EachItem each{release, context};
-  return close(release_each, &each);
 }
 
 void ReclaimQueue::close_without_release() noexcept { (void)close(ReleaseBatchFn{nullptr}, nullptr); }

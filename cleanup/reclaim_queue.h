@@ -144,17 +144,16 @@ class ReclaimQueue {
   // Any thread; never touches Python; never blocks.
   PushStatus push(void* item) noexcept;
 
-  // Releases up to `max_items` pending pointers by calling `release(item, context)` for each, on the
-  // calling thread. Dequeues in bulk and calls `release` outside any internal lock; `release` may push
-  // again or call drain() again (re-entrancy is safe). When nothing is pending it returns after one
-  // atomic load. Clears the wake-up fd when it leaves the queue empty. Returns the number released.
-  // If `release` unwinds, the item it was releasing counts as released, the rest of the batch goes back
-  // to the queue (still pending, counted once), and the unwind continues to the caller.
+  // Releases up to `max_items` pending pointers on the calling thread: takes them off the queue in bulk
+  // dequeues of up to kDrainBatch and hands each dequeue to `release(batch, context)` in one call
+  // (ReleaseBatchFn says what the action must do), outside any internal lock; `release` may push again or
+  // drain again (re-entrancy is safe). When nothing is pending it returns after one atomic load. Clears the
+  // wake-up fd when it leaves the queue empty. Returns the number released. If `release` unwinds, the item
+  // it was releasing counts as released, the rest of the dequeue goes back to the front of the queue (still
+  // pending, counted once), and the unwind continues to the caller.
   // Any thread (several may drain at once); never blocks, except for the moment a trim() on another
   // thread replaces the storage. The owner decides which threads are safe for `release` (for Python
   // objects: a thread holding the GIL).
-  std::size_t drain(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
-  // The same with a batch release action (see ReleaseBatchFn): one call per bulk dequeue.
   std::size_t drain(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Like drain(), but when it released something and left the queue empty, it keeps the wake-up signal
@@ -164,7 +163,6 @@ class ReclaimQueue {
   // queue after each push, making every push an empty→non-empty edge that pays one write(2) on the
   // producer's (CUDA's) thread; lingering turns that into at most one write per linger period.
   // Any thread (several may drain at once); never blocks.
-  std::size_t drain_and_linger(ReleaseFn release, void* context, std::size_t max_items = SIZE_MAX);
   std::size_t drain_and_linger(ReleaseBatchFn release, void* context, std::size_t max_items = SIZE_MAX);
 
   // Ends a linger without draining: makes the wake-up fd readable exactly when work is pending and clears
@@ -179,7 +177,6 @@ class ReclaimQueue {
   // Idempotent: a second call releases whatever a racing push left, and returns.
   // Returns the number released by this call. An unwinding `release` is handled as in drain().
   // Any thread; never touches Python; may yield the CPU while admitted pushes finish.
-  std::size_t close(ReleaseFn release, void* context);
   std::size_t close(ReleaseBatchFn release, void* context);
   // close() that releases nothing: what is queued stays pending and is reported as such.
   void close_without_release() noexcept;

@@ -22,9 +22,12 @@ struct Payload {
   std::atomic<int> releases{0};
 };
 
-void release_payload(void* item, void* released_count) {
-  static_cast<Payload*>(item)->releases.fetch_add(1);
-  static_cast<std::atomic<long>*>(released_count)->fetch_add(1);
+// The release action: one call per bulk dequeue, `next` advanced before each release (ReleaseBatchFn).
+void release_payloads(reclaim::ReleaseBatch* batch, void* released_count) {
+  while (batch->next < batch->count) {
+    static_cast<Payload*>(batch->items[batch->next++])->releases.fetch_add(1);
+    static_cast<std::atomic<long>*>(released_count)->fetch_add(1);
+  }
 }
 
 void print_counters(const char* when) {
@@ -54,7 +57,7 @@ int main() {
   // The owner: sleeps on the wake-up fd, drains in bounded batches while producers run.
   std::thread owner([&] {
     while (producing.load() || reclaim_pending() != 0) {
-      if (queue.wait_for_work(10)) queue.drain(release_payload, &released, 4096);
+      if (queue.wait_for_work(10)) queue.drain(release_payloads, &released, 4096);
     }
   });
 
@@ -70,7 +73,7 @@ int main() {
   owner.join();
   print_counters("owner drained");
 
-  queue.close(release_payload, &released);
+  queue.close(release_payloads, &released);
   print_counters("closed");
 
   // Late destructors, as CUDA may fire them during exit(): counted, never dereferenced.

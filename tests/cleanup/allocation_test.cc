@@ -16,6 +16,7 @@ namespace {
 using reclaim::PushStatus;
 using reclaim::QueueOptions;
 using reclaim::ReclaimQueue;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::ReleaseRecorder;
 
@@ -60,10 +61,10 @@ TEST(QueueAllocation, FirstUseOfAProducerLaneAllocatesThenSteadyStateDoesNot) {
     second_burst_allocations = g_allocations.load() - before;
   });
   while (phase.load() != 1) std::this_thread::yield();
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 10000u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 10000u);
   phase = 2;
   producer.join();
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 10000u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 10000u);
 
   // Measured, and documented in README.md: the first push through a producer lane creates its moodycamel
   // explicit producer (and block index); reserved blocks serve everything after it, and the producer
@@ -116,7 +117,7 @@ TEST(QueueAllocation, PushBeyondReservedCapacityWhenAllocationFailsIsRejected) {
   reclaim::set_queue_allocator_for_testing(nullptr);
   EXPECT_EQ(queue.push(item_for(1000)), PushStatus::kQueued);
   ReleaseRecorder recorder(1001);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), queued + 1);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), queued + 1);
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 

@@ -13,6 +13,7 @@
 
 namespace {
 
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::ReleaseRecorder;
 
@@ -20,7 +21,7 @@ using reclaim_test::ReleaseRecorder;
 ReleaseRecorder* g_recorder = nullptr;
 ptrdiff_t owner_drain(ptrdiff_t max_items) {
   return static_cast<ptrdiff_t>(reclaim::own_process_queue()->drain(
-      ReleaseRecorder::release, g_recorder, max_items < 0 ? SIZE_MAX : static_cast<std::size_t>(max_items)));
+      each_item<ReleaseRecorder::release>, g_recorder, max_items < 0 ? SIZE_MAX : static_cast<std::size_t>(max_items)));
 }
 int announces = 0;
 int owner_announce() { return ++announces, 0; }
@@ -102,7 +103,7 @@ TEST(ReclaimCApi, HostDestructorFromNativeThreadsThroughCloseAndLeaks) {
   EXPECT_FALSE(queue.wait_for_work(0));
 
   EXPECT_EQ(reclaim_push(item_for(4000)), RECLAIM_QUEUED);
-  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.close(each_item<ReleaseRecorder::release>, &recorder), 1u);
   EXPECT_EQ(reclaim_is_closed(), 1);
   EXPECT_EQ(reclaim_push(item_for(4001)), RECLAIM_LEAKED_AFTER_CLOSE);
   reclaim_host_destructor(item_for(4002));

@@ -19,6 +19,7 @@ namespace {
 
 using reclaim::PushStatus;
 using reclaim::ReclaimQueue;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::readable;
 using reclaim_test::ReleaseRecorder;
@@ -88,7 +89,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
     CHILD_CHECK(!readable(queue.wakeup_fd()));
     CHILD_CHECK(queue.push(item_for(10)) == PushStatus::kQueued);
     CHILD_CHECK(readable(queue.wakeup_fd()));
-    CHILD_CHECK(queue.drain(ReleaseRecorder::release, &recorder) == 1);
+    CHILD_CHECK(queue.drain(each_item<ReleaseRecorder::release>, &recorder) == 1);
     CHILD_CHECK(recorder.count(10) == 1 && recorder.total() == 1);  // parent items never touched
     counters = queue.snapshot();
     CHILD_CHECK(counters.handed_over == 11 && counters.released == 1 && counters.conserved());
@@ -99,7 +100,7 @@ TEST(ForkReset, ChildCountsParentItemsAsAbandonedAndStartsFresh) {
   // Parent: unaffected by the child's reset, its pushes or its drain.
   EXPECT_EQ(queue.pending(), 10u);
   EXPECT_TRUE(readable(queue.wakeup_fd()));
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 10u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 10u);
   for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_EQ(queue.snapshot().abandoned_after_fork, 0u);
   EXPECT_TRUE(queue.snapshot().conserved());
@@ -142,7 +143,7 @@ TEST(ForkReset, GlobalQueueResetsItselfInTheChildAndKeepsParentWakeupsApart) {
   EXPECT_EQ(failures, "");
 
   EXPECT_EQ(reclaim_pending(), 5u);
-  EXPECT_EQ(reclaim::own_process_queue()->drain(ReleaseRecorder::release, &recorder), 5u);
+  EXPECT_EQ(reclaim::own_process_queue()->drain(each_item<ReleaseRecorder::release>, &recorder), 5u);
   EXPECT_FALSE(readable(fd)) << "the child's pushes must not make the parent's fd readable";
   for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_EQ(recorder.total(), 5u);

@@ -13,6 +13,7 @@ namespace {
 
 using reclaim::QueueOptions;
 using reclaim::ReclaimQueue;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::ReleaseRecorder;
 
@@ -36,7 +37,7 @@ TEST(ProducerLanes, HundredThousandShortLivedThreadsUseNoMoreThanTheLanes) {
       wave.emplace_back([&queue, id = next] { queue.push(item_for(id)); });
     }
     for (std::thread& thread : wave) thread.join();
-    queue.drain(ReleaseRecorder::release, &recorder);
+    queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   }
   const reclaim::ProducerUse use = queue.producer_use();
   EXPECT_LE(use.lanes_used, use.lane_count);
@@ -55,7 +56,7 @@ TEST(ProducerLanes, OneThreadKeepsOneLane) {
   ReleaseRecorder recorder(1000);
   for (std::size_t i = 0; i < 1000; ++i) queue.push(item_for(i));
   EXPECT_EQ(queue.producer_use().lanes_used, 1u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1000u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 1000u);
 }
 
 TEST(ProducerLanes, MoreConcurrentPushersThanLanesLoseNothing) {
@@ -74,7 +75,7 @@ TEST(ProducerLanes, MoreConcurrentPushersThanLanesLoseNothing) {
   }
   go = true;
   std::size_t released = 0;
-  while (released < kThreads * kEach) released += queue.drain(ReleaseRecorder::release, &recorder);
+  while (released < kThreads * kEach) released += queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   for (std::thread& thread : threads) thread.join();
   EXPECT_EQ(queue.producer_use().lanes_used, 1u);
   for (std::size_t id = 0; id < kThreads * kEach; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
@@ -88,7 +89,7 @@ TEST(ProducerLanes, ZeroLanesMeansOne) {
   ReleaseRecorder recorder(1);
   EXPECT_EQ(queue.push(item_for(0)), reclaim::PushStatus::kQueued);
   EXPECT_EQ(queue.producer_use().lane_count, 1u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 1u);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace {
 
 using reclaim::PushStatus;
 using reclaim::ReclaimQueue;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::ReleaseRecorder;
 
@@ -33,7 +34,7 @@ TEST(ReclaimQueue, PushThenDrainReleasesEachItemOnce) {
   ReleaseRecorder recorder(1000);
   for (std::size_t i = 0; i < 1000; ++i) ASSERT_EQ(queue.push(item_for(i)), PushStatus::kQueued);
   EXPECT_EQ(queue.pending(), 1000u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1000u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 1000u);
   for (std::size_t i = 0; i < 1000; ++i) EXPECT_EQ(recorder.count(i), 1) << "item " << i;
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.handed_over, 1000u);
@@ -47,7 +48,7 @@ TEST(ReclaimQueue, PushThenDrainReleasesEachItemOnce) {
 TEST(ReclaimQueue, EmptyDrainReturnsZeroWithoutCountingACall) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(1);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 0u);
   EXPECT_EQ(queue.snapshot().nonempty_drains, 0u);
   EXPECT_EQ(recorder.total(), 0u);
 }
@@ -65,12 +66,12 @@ TEST(ReclaimQueue, DrainHonoursBudget) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(1000);
   for (std::size_t i = 0; i < 1000; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder, 100), 100u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder, 100), 100u);
   EXPECT_EQ(recorder.total(), 100u);
   EXPECT_EQ(queue.pending(), 900u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder, 1), 1u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder, 0), 0u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 899u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder, 1), 1u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder, 0), 0u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 899u);
   for (std::size_t i = 0; i < 1000; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_TRUE(queue.snapshot().conserved());
 }
@@ -79,7 +80,7 @@ TEST(ReclaimQueue, CloseReleasesWhatIsQueued) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(10);
   for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 10u);
+  EXPECT_EQ(queue.close(each_item<ReleaseRecorder::release>, &recorder), 10u);
   EXPECT_TRUE(queue.is_closed());
   for (std::size_t i = 0; i < 10; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_EQ(queue.pending(), 0u);
@@ -88,12 +89,12 @@ TEST(ReclaimQueue, CloseReleasesWhatIsQueued) {
 TEST(ReclaimQueue, PushAfterCloseCountsLeakAndNeverReleases) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(3);
-  queue.close(ReleaseRecorder::release, &recorder);
+  queue.close(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_EQ(queue.push(item_for(0)), PushStatus::kLeakedAfterClose);
   EXPECT_EQ(queue.push(item_for(1)), PushStatus::kLeakedAfterClose);
   EXPECT_EQ(queue.pending(), 0u);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 0u);
-  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 0u);
+  EXPECT_EQ(queue.close(each_item<ReleaseRecorder::release>, &recorder), 0u);
   EXPECT_EQ(recorder.total(), 0u);
   const auto counters = queue.snapshot();
   EXPECT_EQ(counters.handed_over, 2u);
@@ -106,8 +107,8 @@ TEST(ReclaimQueue, CloseIsIdempotent) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(1);
   queue.push(item_for(0));
-  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 1u);
-  EXPECT_EQ(queue.close(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_EQ(queue.close(each_item<ReleaseRecorder::release>, &recorder), 1u);
+  EXPECT_EQ(queue.close(each_item<ReleaseRecorder::release>, &recorder), 0u);
   EXPECT_TRUE(queue.is_closed());
   EXPECT_EQ(recorder.count(0), 1);
 }
@@ -138,7 +139,7 @@ struct ReentrantOwner {
     if (owner->depth < 8) {
       ++owner->depth;
       if (owner->depth > owner->max_depth) owner->max_depth = owner->depth;
-      owner->queue->drain(&ReentrantOwner::release, owner, 3);
+      owner->queue->drain(each_item<ReentrantOwner::release>, owner, 3);
       --owner->depth;
     }
   }
@@ -150,7 +151,7 @@ TEST(ReclaimQueue, ReleaseThatPushesAndDrainsAgainIsSafe) {
   ReentrantOwner owner{&queue, &recorder, 100, 5000};
   for (std::size_t i = 0; i < 100; ++i) queue.push(item_for(i));
   std::size_t total = 0;
-  while (queue.pending() != 0) total += queue.drain(&ReentrantOwner::release, &owner);
+  while (queue.pending() != 0) total += queue.drain(each_item<ReentrantOwner::release>, &owner);
   EXPECT_GT(owner.max_depth, 1) << "the test must exercise nested drains";
   EXPECT_EQ(recorder.total(), 5000u);
   for (std::size_t i = 0; i < 5000; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
@@ -161,68 +162,66 @@ TEST(ReclaimQueue, ReleaseThatPushesAndDrainsAgainIsSafe) {
   EXPECT_LE(total, 5000u);
 }
 
+// A release action that closes the queue from inside the drain.
+struct Closer {
+  ReclaimQueue* queue;
+  ReleaseRecorder* recorder;
+  static void release(void* item, void* self) noexcept {
+    auto* closer = static_cast<Closer*>(self);
+    ReleaseRecorder::release(item, closer->recorder);
+    closer->queue->close(each_item<ReleaseRecorder::release>, closer->recorder);
+  }
+};
+
+// Stands in for CPython's pthread_exit forced unwind out of a finalizer during interpreter shutdown: the
+// release of id `throw_on_id` unwinds; with `out_of_memory`, the queue's allocator fails from then on.
+struct Unwinding {
+  ReleaseRecorder* recorder;
+  std::size_t throw_on_id;
+  std::atomic<bool>* out_of_memory = nullptr;
+  static void release(void* item, void* self) {
+    auto* unwinding = static_cast<Unwinding*>(self);
+    ReleaseRecorder::release(item, unwinding->recorder);
+    if (reclaim_test::id_of(item) != unwinding->throw_on_id) return;
+    if (unwinding->out_of_memory != nullptr) *unwinding->out_of_memory = true;
+    throw std::runtime_error("unwind");
+  }
+};
+
 TEST(ReclaimQueue, ReleaseThatClosesMidDrainLeavesNothingBehind) {
-  struct Closer {
-    ReclaimQueue* queue;
-    ReleaseRecorder* recorder;
-    static void release(void* item, void* self) noexcept {
-      auto* closer = static_cast<Closer*>(self);
-      ReleaseRecorder::release(item, closer->recorder);
-      closer->queue->close(ReleaseRecorder::release, closer->recorder);
-    }
-  };
   ReclaimQueue queue;
   ReleaseRecorder recorder(600);
   for (std::size_t i = 0; i < 600; ++i) queue.push(item_for(i));
   Closer closer{&queue, &recorder};
-  queue.drain(&Closer::release, &closer);
+  queue.drain(each_item<Closer::release>, &closer);
   EXPECT_TRUE(queue.is_closed());
   for (std::size_t i = 0; i < 600; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
   EXPECT_TRUE(queue.snapshot().conserved());
 }
 
 TEST(ReclaimQueue, UnwindingReleaseKeepsTheRestOfTheBatchPending) {
-  // Stands in for CPython's pthread_exit forced unwind out of a finalizer during interpreter shutdown.
-  struct Unwinding {
-    ReleaseRecorder* recorder;
-    std::size_t throw_on_id;
-    static void release(void* item, void* self) {
-      auto* unwinding = static_cast<Unwinding*>(self);
-      ReleaseRecorder::release(item, unwinding->recorder);
-      if (reclaim_test::id_of(item) == unwinding->throw_on_id) throw std::runtime_error("unwind");
-    }
-  };
   ReclaimQueue queue;
   ReleaseRecorder recorder(100);
   for (std::size_t i = 0; i < 100; ++i) queue.push(item_for(i));
   Unwinding unwinding{&recorder, 10};
-  EXPECT_THROW(queue.drain(&Unwinding::release, &unwinding), std::runtime_error);
+  EXPECT_THROW(queue.drain(each_item<Unwinding::release>, &unwinding), std::runtime_error);
   EXPECT_EQ(recorder.total(), 11u);
   auto counters = queue.snapshot();
   EXPECT_EQ(counters.released, 11u);
   EXPECT_EQ(counters.pending, 89u);
   EXPECT_TRUE(counters.conserved());
   // The rest is released by the next drain, each item once.
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 89u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 89u);
   for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
   EXPECT_TRUE(queue.snapshot().conserved());
 }
+
+std::atomic<bool> out_of_memory{false};
 
 TEST(ReclaimQueue, AnUnwindWhoseRequeueRunsOutOfMemoryCountsTheRestAsRejected) {
   // The requeue goes through the draining thread's own producer, which needs memory the first time: when
   // there is none at that moment, the rest of the batch can be stored nowhere. It must not stay counted
   // as released: it is counted as a push that could not be stored (rejected, leaked).
-  static std::atomic<bool> out_of_memory{false};
-  struct Unwinding {
-    ReleaseRecorder* recorder;
-    static void release(void* item, void* self) {
-      ReleaseRecorder::release(item, static_cast<Unwinding*>(self)->recorder);
-      if (reclaim_test::id_of(item) == 10) {
-        out_of_memory = true;
-        throw std::runtime_error("unwind");
-      }
-    }
-  };
   ReclaimQueue queue;
   ReleaseRecorder recorder(100);
   std::thread producer([&] {  // another thread's producer: the draining thread has none yet
@@ -231,8 +230,8 @@ TEST(ReclaimQueue, AnUnwindWhoseRequeueRunsOutOfMemoryCountsTheRestAsRejected) {
   producer.join();
   reclaim::set_queue_allocator_for_testing(
       [](std::size_t size) noexcept -> void* { return out_of_memory ? nullptr : std::malloc(size); });
-  Unwinding unwinding{&recorder};
-  EXPECT_THROW(queue.drain(&Unwinding::release, &unwinding), std::runtime_error);
+  Unwinding unwinding{&recorder, 10, &out_of_memory};
+  EXPECT_THROW(queue.drain(each_item<Unwinding::release>, &unwinding), std::runtime_error);
   reclaim::set_queue_allocator_for_testing(nullptr);
   const reclaim::CounterSnapshot counters = queue.snapshot();
   EXPECT_EQ(recorder.total(), 11u);
@@ -248,7 +247,7 @@ TEST(ReclaimQueue, MaybePendingFollowsTheWakeupSignal) {
   EXPECT_FALSE(queue.maybe_pending());
   queue.push(item_for(0));
   EXPECT_TRUE(queue.maybe_pending());
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(queue.maybe_pending());
 }
 
@@ -289,7 +288,7 @@ TEST(ReclaimQueue, MaxPendingIsAtLeastPendingInEverySnapshot) {
     EXPECT_GE(counters.max_pending, counters.pending);
   }
   ReleaseRecorder recorder(10);
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_EQ(queue.snapshot().max_pending, 10u) << "a high-water mark never goes down";
 }
 
@@ -314,7 +313,7 @@ TEST(ReclaimQueue, LargestReservedCapacityConstructsAndWorks) {
   ReclaimQueue queue(options);
   ReleaseRecorder recorder(1);
   EXPECT_EQ(queue.push(item_for(0)), PushStatus::kQueued);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 1u);
 }
 
 }  // namespace

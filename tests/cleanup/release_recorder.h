@@ -1,11 +1,14 @@
-// tests/cleanup/release_recorder.h — test helper: fake items with ids, and a release action that counts
-// how often each id was released, so tests can assert "released exactly once" / "never released".
+// tests/cleanup/release_recorder.h — test helper: fake items with ids, a release action that counts how
+// often each id was released, so tests can assert "released exactly once" / "never released", and
+// each_item, which makes a batch release action of a one-item one.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
+
+#include "cleanup/release_batch.h"
 
 namespace reclaim_test {
 
@@ -18,7 +21,7 @@ class ReleaseRecorder {
   explicit ReleaseRecorder(std::size_t ids) : counts_(new std::atomic<int>[ids]), size_(ids) {
     for (std::size_t i = 0; i < ids; ++i) counts_[i].store(0);
   }
-  // Matches reclaim::ReleaseFn; `self` is the recorder.
+  // One item; `self` is the recorder. Drains take each_item<ReleaseRecorder::release>.
   static void release(void* item, void* self) noexcept {
     auto* recorder = static_cast<ReleaseRecorder*>(self);
     recorder->counts_[id_of(item)].fetch_add(1, std::memory_order_relaxed);
@@ -33,5 +36,15 @@ class ReleaseRecorder {
   std::size_t size_;
   std::atomic<std::size_t> total_{0};
 };
+
+// The batch release action that calls kRelease(item, context) for each item in order, advancing `next`
+// before each call (ReleaseBatchFn's contract: an item whose release unwinds counts as released).
+template <void (*kRelease)(void* item, void* context)>
+void each_item(reclaim::ReleaseBatch* batch, void* context) {
+  while (batch->next < batch->count) {
+    void* const item = batch->items[batch->next++];
+    kRelease(item, context);
+  }
+}
 
 }  // namespace reclaim_test

@@ -23,6 +23,7 @@ using reclaim::PushStatus;
 using reclaim::QueueOptions;
 using reclaim::ReclaimQueue;
 using reclaim::TrimStatus;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::ParkedAllocations;
 using reclaim_test::ReleaseRecorder;
@@ -54,7 +55,7 @@ TEST(Trim, NothingToFreeBelowTheReservedCapacity) {
   EXPECT_EQ(queue.trim(), TrimStatus::kNotNeeded);
   ReleaseRecorder recorder(100);
   push_from_thread(queue, 0, 100);
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(queue.trim_would_help());
   EXPECT_EQ(queue.trim(), TrimStatus::kNotNeeded);
 }
@@ -64,7 +65,7 @@ TEST(Trim, AfterABurstMovesWhatIsPendingAndKeepsTheCounters) {
   constexpr std::size_t kBurst = 50000, kLeft = 300;
   ReleaseRecorder recorder(kBurst + 10);
   push_from_thread(queue, 0, kBurst);
-  ASSERT_EQ(queue.drain(ReleaseRecorder::release, &recorder, kBurst - kLeft), kBurst - kLeft);
+  ASSERT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder, kBurst - kLeft), kBurst - kLeft);
   ASSERT_TRUE(queue.trim_would_help());
   const CounterSnapshot before = queue.snapshot();
   EXPECT_EQ(queue.trim(), TrimStatus::kTrimmed);
@@ -75,7 +76,7 @@ TEST(Trim, AfterABurstMovesWhatIsPendingAndKeepsTheCounters) {
   EXPECT_FALSE(queue.trim_would_help());
   // Pushes after the trim land in the new storage; a drain releases old and new alike, each once.
   push_from_thread(queue, kBurst, 10);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), kLeft + 10);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), kLeft + 10);
   for (std::size_t id = 0; id < kBurst + 10; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
   EXPECT_TRUE(queue.snapshot().conserved());
 }
@@ -89,7 +90,7 @@ TEST(Trim, FreesTheHeap) {
   ReleaseRecorder recorder(kBurst);  // before the baseline: 4 MiB of its own
   const std::size_t baseline = mallinfo2().uordblks + mallinfo2().hblkhd;
   push_from_thread(queue, 0, kBurst);
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   const std::size_t drained = mallinfo2().uordblks + mallinfo2().hblkhd;
   ASSERT_EQ(queue.trim(), TrimStatus::kTrimmed);
   const std::size_t trimmed = mallinfo2().uordblks + mallinfo2().hblkhd;
@@ -108,9 +109,11 @@ TEST(Trim, FromInsideAReleaseActionIsRefused) {
     std::size_t released = 0;
   } context{&queue};
   queue.drain(
-      [](void*, void* self) {
+      [](reclaim::ReleaseBatch* batch, void* self) {
         auto* c = static_cast<Context*>(self);
-        if (c->released++ == 0) c->status = c->queue->trim();
+        for (; batch->next < batch->count; ++batch->next) {
+          if (c->released++ == 0) c->status = c->queue->trim();
+        }
       },
       &context);
   EXPECT_EQ(context.status, TrimStatus::kBusy);
@@ -122,7 +125,7 @@ TEST(Trim, ClosedQueueHasNothingToTrim) {
   ReclaimQueue queue(small_reserve());
   ReleaseRecorder recorder(5000);
   push_from_thread(queue, 0, 5000);
-  queue.close(ReleaseRecorder::release, &recorder);
+  queue.close(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_EQ(queue.trim(), TrimStatus::kNotNeeded);
 }
 
@@ -146,7 +149,7 @@ TEST(Trim, OutOfMemoryWhileMovingKeepsEveryPointerReachable) {
   // A later trim finishes the move; every pointer is released once.
   EXPECT_EQ(queue.trim(), TrimStatus::kTrimmed);
   push_from_thread(queue, kBurst, 1);
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), kBurst + 1);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), kBurst + 1);
   for (std::size_t id = 0; id <= kBurst; ++id) ASSERT_EQ(recorder.count(id), 1) << id;
 }
 
@@ -162,7 +165,7 @@ TEST(Trim, RacesWithProducersAndDrainsLoseNothing) {
     });
   }
   std::thread drainer([&] {
-    while (producing.load()) queue.drain(ReleaseRecorder::release, &recorder, 4096);
+    while (producing.load()) queue.drain(each_item<ReleaseRecorder::release>, &recorder, 4096);
   });
   std::size_t trims = 0;
   while (recorder.total() < kThreads * kPerThread / 2) {
@@ -172,7 +175,7 @@ TEST(Trim, RacesWithProducersAndDrainsLoseNothing) {
   for (auto& producer : producers) producer.join();
   producing = false;
   drainer.join();
-  queue.close(ReleaseRecorder::release, &recorder);
+  queue.close(each_item<ReleaseRecorder::release>, &recorder);
   const CounterSnapshot counters = queue.snapshot();
   EXPECT_TRUE(counters.conserved());
   EXPECT_EQ(counters.released, kThreads * kPerThread);
@@ -235,7 +238,7 @@ TEST(Trim, WaitsForALanelessPushAdmittedBeforeItEvenWhenALaterOneCompletesFirst)
   ParkedAllocations::release(kLaneless);
   early.join();
   trimmer.join();
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 515u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 515u);
   for (std::size_t i = 0; i < 515; ++i) ASSERT_EQ(recorder.count(i), 1) << "item " << i;
   const CounterSnapshot counters = queue.snapshot();
   EXPECT_TRUE(counters.conserved());

@@ -15,6 +15,7 @@
 namespace {
 
 using reclaim::ReclaimQueue;
+using reclaim_test::each_item;
 using reclaim_test::item_for;
 using reclaim_test::readable;
 using reclaim_test::ReleaseRecorder;
@@ -32,7 +33,7 @@ TEST(WakeupFd, ReadableAfterPushAndClearedByEmptyingDrain) {
   queue.push(item_for(0));
   EXPECT_TRUE(readable(queue.wakeup_fd()));
   EXPECT_TRUE(queue.wait_for_work(0));
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 
@@ -41,7 +42,7 @@ TEST(WakeupFd, OneWritePerEmptyToNonEmptyEdge) {
   ReleaseRecorder recorder(300);
   for (std::size_t i = 0; i < 100; ++i) queue.push(item_for(i));
   EXPECT_EQ(queue.snapshot().eventfd_writes, 1u);
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   for (std::size_t i = 100; i < 300; ++i) queue.push(item_for(i));
   EXPECT_EQ(queue.snapshot().eventfd_writes, 2u);
@@ -55,9 +56,9 @@ TEST(WakeupFd, StaysReadableWhenBudgetLeavesWork) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(10);
   for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
-  queue.drain(ReleaseRecorder::release, &recorder, 4);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder, 4);
   EXPECT_TRUE(readable(queue.wakeup_fd()));
-  queue.drain(ReleaseRecorder::release, &recorder);
+  queue.drain(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 
@@ -83,19 +84,19 @@ TEST(WakeupFd, LingeringDrainLetsLaterPushesSkipTheWriteUntilTheNextDrain) {
   ReleaseRecorder recorder(300);
   queue.push(item_for(0));
   EXPECT_EQ(queue.snapshot().eventfd_writes, 1u);
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder), 1u);
   EXPECT_FALSE(readable(queue.wakeup_fd())) << "an event loop watching the fd goes quiet";
   EXPECT_TRUE(queue.maybe_pending()) << "the signal stays set while lingering";
   for (std::size_t i = 1; i < 200; ++i) queue.push(item_for(i));
   EXPECT_EQ(queue.snapshot().eventfd_writes, 1u) << "pushes while lingering make no eventfd write";
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 199u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder), 199u);
   // Nothing arrived since: this drain releases nothing and clears the signal for real.
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 0u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder), 0u);
   EXPECT_FALSE(queue.maybe_pending());
   queue.push(item_for(200));
   EXPECT_EQ(queue.snapshot().eventfd_writes, 2u) << "after the clear, the next edge writes again";
   EXPECT_TRUE(readable(queue.wakeup_fd()));
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 1u);
   for (std::size_t i = 0; i <= 200; ++i) EXPECT_EQ(recorder.count(i), 1);
   EXPECT_TRUE(queue.snapshot().conserved());
 }
@@ -104,9 +105,9 @@ TEST(WakeupFd, LingeringDrainThatLeavesWorkKeepsTheFdReadable) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(10);
   for (std::size_t i = 0; i < 10; ++i) queue.push(item_for(i));
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder, 4), 4u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder, 4), 4u);
   EXPECT_TRUE(readable(queue.wakeup_fd()));
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 6u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 6u);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 
@@ -114,7 +115,7 @@ TEST(WakeupFd, ClosingDrainClearsTheFd) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(3);
   for (std::size_t i = 0; i < 3; ++i) queue.push(item_for(i));
-  queue.close(ReleaseRecorder::release, &recorder);
+  queue.close(each_item<ReleaseRecorder::release>, &recorder);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   queue.push(item_for(0));  // leaked after close: no work, so no wake-up.
   EXPECT_FALSE(readable(queue.wakeup_fd()));
@@ -124,14 +125,14 @@ TEST(WakeupFd, EndLingerWithWorkPendingMakesTheFdReadable) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(3);
   queue.push(item_for(0));
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder), 1u);
   queue.push(item_for(1));  // skips the write: the signal is still set
   queue.push(item_for(2));
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   queue.end_linger();  // a stopping drain thread will not drain again
   EXPECT_TRUE(readable(queue.wakeup_fd())) << "pending work must stay visible to other drainers";
   EXPECT_TRUE(queue.maybe_pending());
-  EXPECT_EQ(queue.drain(ReleaseRecorder::release, &recorder), 2u);
+  EXPECT_EQ(queue.drain(each_item<ReleaseRecorder::release>, &recorder), 2u);
   EXPECT_FALSE(readable(queue.wakeup_fd()));
 }
 
@@ -139,7 +140,7 @@ TEST(WakeupFd, EndLingerWithNothingPendingClearsTheSignalSoTheNextPushWrites) {
   ReclaimQueue queue;
   ReleaseRecorder recorder(2);
   queue.push(item_for(0));
-  EXPECT_EQ(queue.drain_and_linger(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(queue.drain_and_linger(each_item<ReleaseRecorder::release>, &recorder), 1u);
   EXPECT_TRUE(queue.maybe_pending());
   queue.end_linger();
   EXPECT_FALSE(queue.maybe_pending());
@@ -172,7 +173,7 @@ TEST(WakeupFd, WaitAlsoReturnsForTheExtraFd) {
   EXPECT_TRUE(queue.wait_for_work_or(other.wakeup_fd(), -1));
   EXPECT_FALSE(readable(queue.wakeup_fd()));
   ReleaseRecorder recorder(1);
-  EXPECT_EQ(other.drain(ReleaseRecorder::release, &recorder), 1u);
+  EXPECT_EQ(other.drain(each_item<ReleaseRecorder::release>, &recorder), 1u);
 }
 
 }  // namespace
@@ -204,7 +205,7 @@ TEST(WakeupFd, EmptyingDrainsRacingWithPushesNeverLoseTheWakeup) {
       // to write, then it must have.
       if (queue.pending() != 0 && !queue.wait_for_work(2000) && queue.pending() != 0) ++lost;
     }
-    queue.drain(ReleaseRecorder::release, &recorder);
+    queue.drain(each_item<ReleaseRecorder::release>, &recorder);
     if (producers_left.load() == 0 && queue.pending() == 0 && recorder.total() < 2 * kPerProducer) break;
   }
   a.join();

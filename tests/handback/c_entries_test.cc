@@ -13,6 +13,7 @@
 namespace {
 
 using reclaim::handback::process_barrier;
+using reclaim_test::each_item;
 using reclaim_test::ReleaseRecorder;
 
 TEST(HandBackCEntries, CountInThisCopysProcessBarrier) {
@@ -35,7 +36,7 @@ TEST(HandBackCEntries, WaitHandedBackIsZeroOnceClosedEvenWithNothingHeld) {
   ReleaseRecorder recorder(16);
   ASSERT_EQ(reclaim_is_closed(), 0);
   EXPECT_EQ(reclaim_wait_handed_back(0.0), 1) << "open, nothing held";
-  queue->close(ReleaseRecorder::release, &recorder);
+  queue->close(each_item<ReleaseRecorder::release>, &recorder);
   ASSERT_EQ(reclaim_is_closed(), 1);
   EXPECT_FALSE(process_barrier().is_shut()) << "the owner shuts the barrier, not the queue's close";
   EXPECT_EQ(process_barrier().stats().held, 0u);
