@@ -1,9 +1,11 @@
 // tests/handback/process_barrier_test.cc — the process's hand-back barrier (handback/process_barrier.h),
-// linked without the queue: its own fork child handler resets it, its entries count in it, and its shut
-// ends a wait that is asleep. The shut is for good, so the test that shuts runs last in this binary.
+// linked without the queue: its own fork child handler resets it, its entries count in it, a signal does
+// not change what its wait covers, and its shut ends a wait that is asleep. The shut is for good, so the test that shuts runs last in this binary.
 
 #include "handback/process_barrier.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +31,37 @@ TEST(ProcessBarrier, EntriesCountInTheProcessBarrier) {
   EXPECT_EQ(done, 1u);
   EXPECT_EQ(process_barrier().stats().held, held);
   EXPECT_EQ(reclaim::handback::wait_handed_back(0.0), 1);
+}
+
+void note_signal(int) {}
+
+// A signal while the entry waits runs its handler and the wait goes on for what was attached before the
+// call, with the same deadline: it neither returns early nor waits for an attachment made meanwhile.
+TEST(ProcessBarrier, ASignalDuringTheWaitNeitherEndsItNorWidensIt) {
+  struct sigaction action = {};
+  action.sa_handler = note_signal;  // no SA_RESTART: the futex wait returns EINTR
+  struct sigaction previous;
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &previous), 0);
+  const int before = reclaim::handback::hand_back_begin();
+  std::atomic<int> result{-2};
+  std::thread waiter([&result] { result = reclaim::handback::wait_handed_back(30.0); });
+  while (process_barrier().stats().sleepers == 0) std::this_thread::yield();
+  const int during = reclaim::handback::hand_back_begin();  // after the wait began: not covered
+  for (int i = 0; i < 20 && result == -2; ++i) {
+    pthread_kill(waiter.native_handle(), SIGUSR1);
+    const std::uint64_t epoch_wakeups = process_barrier().stats().epoch_wakeups;
+    // Asleep again after the handler (or returned): the wait went on.
+    while (result == -2 && (process_barrier().stats().sleepers == 0 ||
+                            process_barrier().stats().epoch_wakeups != epoch_wakeups)) {
+      std::this_thread::yield();
+    }
+  }
+  EXPECT_EQ(result, -2) << "a signal ended the wait";
+  reclaim::handback::hand_back_end(before, nullptr);
+  waiter.join();
+  EXPECT_EQ(result, 1) << "the wait covers what was attached before it, not what came during it";
+  reclaim::handback::hand_back_end(during, nullptr);
+  ASSERT_EQ(sigaction(SIGUSR1, &previous, nullptr), 0);
 }
 
 // No queue is linked into this binary: the reset comes from the barrier's own pthread_atfork handler.
