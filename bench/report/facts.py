@@ -133,15 +133,15 @@ def pending_call_busy(r):
 
 
 def own_work(same_thread_ns, elsewhere_ns):
-    """What cuda-reclaim's work around moodycamel (lanes, counts, signal, chunks, lookahead) adds per pointer,
-    pushed on the draining thread and by another thread; negative where the lookahead saves more than the
-    rest costs."""
+    """What cuda-reclaim's work around moodycamel (lanes, counts, signal) adds per pointer, pushed on the
+    draining thread and by another thread. It only adds work to the same bulk dequeue, so a negative value is
+    the run's noise showing through."""
     if same_thread_ns >= 0 and elsewhere_ns >= 0:
-        return (f"its own work around it (lanes, counts, signal, chunks and lookahead together) costs "
+        return (f"its own work around it (lanes, counts and signal together) costs "
                 f"{same_thread_ns:.1f} and {elsewhere_ns:.1f} ns per pointer")
-    return (f"its own work around it (lanes, counts, signal, chunks and lookahead together) changes the time per "
-            f"pointer by {same_thread_ns:+.1f} and {elsewhere_ns:+.1f} ns: where it is negative, the lookahead (the "
-            "storage's lines asked for while the release action runs) saves the copy more than the rest costs")
+    return (f"its own work around it (lanes, counts and signal together) changes the time per pointer by "
+            f"{same_thread_ns:+.1f} and {elsewhere_ns:+.1f} ns: that work only adds to the same bulk dequeue, so "
+            "where it is negative the run's noise is larger than the work")
 
 
 def dequeue_share(r):

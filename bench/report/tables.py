@@ -432,8 +432,7 @@ INSTRUCTION_METHODS = ("plain_decref_loop", "plain_release_fn_loop", "cuda_recla
 INSTRUCTION_PARTS = {
     "release_loop": "the release loop (bindings' release action for cuda-reclaim)",
     "copy": "moodycamel's copy into the batch",
-    "quiet_sampling": "the looks at a few pointers of one batch in 16, to notice a change of mix",
-    "drain_loop": "the drain loop (counts, chunks, lookahead)",
+    "drain_loop": "the drain loop (counts, signal)",
 }
 
 
@@ -486,7 +485,7 @@ def instruction_gap(data, r):
         return ""
     own = ours["parts_per_ref"]
     loop_own = loop["parts_per_ref"].get("release_loop", 0.0)
-    queue = own.get("copy", 0.0) + own.get("drain_loop", 0.0) + own.get("quiet_sampling", 0.0)
+    queue = own.get("copy", 0.0) + own.get("drain_loop", 0.0)
     without_extras = loop["per_ref"] + queue
     limit_row = r.find("drain", fate="die", strategy="plain_decref_loop", batch="all")
     ours_row = r.find("drain", fate="die", strategy="cuda_reclaim", batch="all")
@@ -499,8 +498,7 @@ def instruction_gap(data, r):
         f"{loop['per_ref']:.1f} per dying reference ({loop_own:.1f} of them its own), {anchors}; cuda-reclaim's "
         f"drain {ours['per_ref']:.1f}, {ours['per_ref'] - loop['per_ref']:.1f} more than the loop: its release action "
         f"{own.get('release_loop', 0.0):.1f} against the loop's {loop_own:.1f}, moodycamel's copy "
-        f"{own.get('copy', 0.0):.1f}, the looks for a change of mix {own.get('quiet_sampling', 0.0):.1f}, the drain "
-        f"loop {own.get('drain_loop', 0.0):.1f}. The count ratio is {loop['per_ref'] / ours['per_ref']:.0%}"
+        f"{own.get('copy', 0.0):.1f}, the drain loop {own.get('drain_loop', 0.0):.1f}. The count ratio is {loop['per_ref'] / ours['per_ref']:.0%}"
         f"{time_ratio}. A drain whose release action were the bare loop would "
         f"execute {without_extras:.1f} ({loop['per_ref'] / without_extras:.0%} of the loop's count): "
         + _instruction_verdict(loop["per_ref"] / ours["per_ref"], loop["per_ref"] / without_extras)
@@ -513,6 +511,6 @@ def _instruction_verdict(count_ratio, bare_action_ratio):
         return ("by count the drain itself is within a 90% target; what it executes beyond the loop is the "
                 "queue's own share (the copy above all) and the release action's few extras.")
     if bare_action_ratio >= 0.9:
-        return ("the queue's own share (the copy, the sampling, the drain loop) fits within a 90% target; the "
+        return ("the queue's own share (the copy and the drain loop) fits within a 90% target; the "
                 "release action's extras do not.")
-    return "the queue's own share (the copy, the sampling, the drain loop) alone misses a 90% target."
+    return "the queue's own share (the copy and the drain loop) alone misses a 90% target."
