@@ -77,6 +77,20 @@ int reclaim_own_process_queue(const reclaim_owner* owner);
 
 #ifdef __cplusplus
 } /* extern "C" */
+
+namespace reclaim {
+class ReclaimQueue;  // cleanup/reclaim_queue.h
+
+// The process-wide queue of this copy of the library, for the code that owns it (drains and closes it):
+// binds this copy's reclaim_* functions to it (from then on nothing can be adopted) and returns it;
+// nullptr when this copy already adopted another copy's queue, whose owner is elsewhere. Created on first
+// use and never destroyed (no static destructor runs on it), so a push during exit() or after Py_Finalize
+// is safe; its fork handler (pthread_atfork, child side) resets it (ReclaimQueue::reset_after_fork_in_child).
+// Capacity: CUDA_RECLAIM_RESERVED_CAPACITY at first use, else QueueOptions' default. Call it once from a
+// known context (module init) before producers can run: the first call allocates.
+// Any thread; never touches Python; never blocks after the first call.
+ReclaimQueue* own_process_queue() noexcept;
+}  // namespace reclaim
 #endif
 
 #endif /* CUDA_RECLAIM_ABI_RECLAIM_H_ */

@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "abi/reclaim.h"
 #include "bindings/host_calls.h"
 #include "bindings/python_compat.h"
 #include "bindings/release_loop.h"

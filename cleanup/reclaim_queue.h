@@ -111,7 +111,7 @@ constexpr char kReservedCapacityVariable[] = "CUDA_RECLAIM_RESERVED_CAPACITY";
 
 // The reserved capacity the environment asks for (kReservedCapacityVariable, read at the call): the
 // parsed value, or QueueOptions' default when the variable is unset or invalid; `invalid_text` is the
-// variable's text when it is set and invalid (the environment owns it), else null. own_process_queue()
+// variable's text when it is set and invalid (the environment owns it), else null. The process queue
 // uses this; an owner that refuses a bad value (bindings: ImportError) calls it first.
 // Any thread; never touches Python; never blocks.
 struct ReservedCapacitySetting {
@@ -129,8 +129,8 @@ class ReclaimQueue {
   // Not thread-safe: publish the queue to other threads only after construction.
   explicit ReclaimQueue(const QueueOptions& options = QueueOptions()) noexcept;
 
-  // Deliberately not destroyed in production (see own_process_queue()); tests may destroy an instance once no
-  // thread can reach it. Closes its eventfd.
+  // Deliberately not destroyed in production (see abi/reclaim.h's own_process_queue()); tests may destroy
+  // an instance once no thread can reach it. Closes its eventfd.
   ~ReclaimQueue();
   ReclaimQueue(const ReclaimQueue&) = delete;
   ReclaimQueue& operator=(const ReclaimQueue&) = delete;
@@ -277,17 +277,6 @@ class ReclaimQueue {
   QueueCounters counters_;       // the owner-side counters (the push counters are in the lanes)
 };
 
-// The process-wide queue of this copy of cleanup/, for the code that owns it (drains and closes it):
-// binds this copy's reclaim_* functions to it (from then on nothing can be adopted, see abi/reclaim.h)
-// and returns it; nullptr when this copy already adopted another copy's queue, whose owner is elsewhere.
-// Created on first use and never destroyed (no static destructor runs on it), so a push during exit()
-// or after Py_Finalize is safe; its fork handler (pthread_atfork, child side) calls
-// reset_after_fork_in_child(). Capacity: CUDA_RECLAIM_RESERVED_CAPACITY at first use (see
-// parse_reserved_capacity), else QueueOptions' default. Call it once from a known context (module init)
-// before producers can run: the first call allocates.
-// Any thread; never touches Python; never blocks after the first call.
-ReclaimQueue* own_process_queue() noexcept;
-
 // Formats the one-line report of `counters` into `buffer`: "cuda-reclaim:", then every counter as
 // key=value in RECLAIM_COUNTERS order, then the fields of the report hook below if one is set, then
 // conserved=yes|no, then a newline. Returns the length written (without the NUL), truncated to fit.
@@ -301,8 +290,8 @@ std::size_t format_report(const CounterSnapshot& counters, char* buffer, std::si
 using ReportFieldsFn = std::size_t (*)(char* buffer, std::size_t size) noexcept;
 
 // Sets the report hook of this copy of cleanup/ (null: none); the fields come before "conserved=". Meant
-// to be called once, at load time, by the layer that owns the counters (a static constructor); a later
-// call replaces the hook. The pointer is stored with release and loaded with acquire; never destroyed.
+// to be called once, by the layer that owns the counters (bindings/, at module init); a later call
+// replaces the hook. The pointer is stored with release and loaded with acquire; never destroyed.
 // Any thread; never touches Python; never blocks.
 void set_report_fields(ReportFieldsFn fields) noexcept;
 

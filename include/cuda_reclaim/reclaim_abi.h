@@ -1,7 +1,7 @@
 /* reclaim_abi.h — the one binary interface of the process-wide reclaim queue: its counters, push results
  * and the table of entry points that every copy of the code in a process shares.
  *
- * Plain C; no Python.h, no cuda.h. cleanup/ implements it; the installed package carries it next to the C
+ * Plain C; no Python.h, no cuda.h. abi/ implements it; the installed package carries it next to the C
  * API header cuda_reclaim/cuda_reclaim.h, which includes it (cuda_reclaim.get_include()).
  *
  * One rendezvous: the cuda_reclaim extension module owns the queue and publishes this table through its

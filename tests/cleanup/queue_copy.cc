@@ -3,6 +3,7 @@
 // cleanup/ under Bazel.
 #include "tests/cleanup/queue_copy.h"
 
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
 #include "graph/counters.h"
 
@@ -18,7 +19,11 @@ template <typename Item>
 std::vector<Item*> drain_process_queue() {
   std::vector<Item*> items;
   reclaim::own_process_queue()->drain(
-      [](void* item, void* context) { static_cast<std::vector<Item*>*>(context)->push_back(static_cast<Item*>(item)); },
+      [](reclaim::ReleaseBatch* batch, void* context) {
+        for (; batch->next < batch->count; ++batch->next) {
+          static_cast<std::vector<Item*>*>(context)->push_back(static_cast<Item*>(batch->items[batch->next]));
+        }
+      },
       &items);
   return items;
 }
