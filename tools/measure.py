@@ -98,7 +98,7 @@ def git_files(root):
     return [n for n in names if os.path.isfile(os.path.join(root, n)) and not os.path.islink(os.path.join(root, n))]
 
 
-def _ignore_rules(root):
+def ignore_rules(root):
     """The patterns of the root .gitignore and of .git/info/exclude: (pattern, anchored, directories only)."""
     rules, lines = [], []
     for name in (".gitignore", os.path.join(".git", "info", "exclude")):
@@ -115,7 +115,8 @@ def _ignore_rules(root):
     return rules
 
 
-def _ignored(path, is_dir, rules):
+def ignored(path, is_dir, rules):
+    """Whether one of `rules` keeps the file or folder `path` (relative to the root) out of git."""
     for pattern, anchored, directory_only in rules:
         if directory_only and not is_dir:
             continue
@@ -125,17 +126,22 @@ def _ignored(path, is_dir, rules):
 
 
 def walked_files(root):
-    """The files of the tree, less .git, links and what the root .gitignore and .git/info/exclude keep out."""
-    rules, files = _ignore_rules(root), []
+    """The files of the tree, less .git, links and what the root .gitignore and .git/info/exclude keep out.
+
+    `.git` is left out at any depth whether it is a folder (a repository) or a file (the pointer of a worktree
+    or a submodule to its repository): git never lists it either. tests/docs/docs_test.py walks with this too.
+    """
+    rules, files = ignore_rules(root), []
     for directory, subdirectories, names in os.walk(root):
         relative = os.path.relpath(directory, root)
         relative = "" if relative == "." else relative + "/"
         subdirectories[:] = sorted(
             d for d in subdirectories
             if d != ".git" and not os.path.islink(os.path.join(directory, d))
-            and not _ignored(relative + d, True, rules))
+            and not ignored(relative + d, True, rules))
         files += [relative + n for n in sorted(names)
-                  if not os.path.islink(os.path.join(directory, n)) and not _ignored(relative + n, False, rules)]
+                  if n != ".git" and not os.path.islink(os.path.join(directory, n))
+                  and not ignored(relative + n, False, rules)]
     return sorted(files)
 
 
