@@ -6,17 +6,31 @@
    kernel version strings, and no absolute home or build paths.
 3. Every relative Markdown link leads to a file of the tree, and its #anchor to a heading there.
 4. No product file (cleanup/, abi/, graph/, bindings/) longer than 400 lines: each does one job.
+5. Every reference to a test in a Markdown file's inline code resolves: a path under tests/ (`tests/python`,
+   `tests/python/test_x.py`, `tests/python/test_x.py::test_y`), a Bazel label of a package under tests/
+   (`//tests/cleanup:requeue_test`, `tests/python:test_x.py`, and `:other_test` after one on the same line),
+   and a bare test file name (`test_x.py`, `x_test.cc`: a file of that name somewhere under tests/). A
+   `::name` part must be a `def`, `class` or `TEST(suite, name)` of the file it follows.
 
 The files are those of the source tree this test was built from, found through this file's own link in
-the runfiles tree, less what .gitignore keeps out of git; the test is tagged `external` so that Bazel runs
+the runfiles tree and listed by tools/measure.py's walk: less .git (a folder or a worktree's file), links
+and what .gitignore and .git/info/exclude keep out of git; the test is tagged `external` so that Bazel runs
 it again whenever asked, not only when this file changes. Run by hand: python3 tests/docs/docs_test.py.
 """
 
 import fnmatch
 import os
 import re
+import shutil
 import sys
+import tempfile
 import unittest
+
+# The tree this file belongs to (through its link in Bazel's runfiles tree); its tools/measure.py walks it.
+_THIS_TREE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+sys.path.insert(0, os.path.join(_THIS_TREE, "tools"))
+
+import measure  # noqa: E402 - tools/, from the source tree
 
 LIMIT = 120
 
@@ -30,6 +44,20 @@ KNOWN_OFFENDERS = {
     "long_lines": set(),
     "broken_links": set(),
     "machine_text": set(),
+}
+
+# References to tests that do not resolve, in files whose owners fix them: (Markdown file, reference as
+# written). Each must still be broken (a fixed or removed one fails the test), so the set only shrinks.
+KNOWN_BROKEN_TEST_REFERENCES = {
+    # The stuck drain's in_drain batch: tests/python:test_exit_report.py pins it today.
+    ("docs/design.md", "tests/python:test_drain_edges.py"),
+}
+
+# Test files of other projects' suites that the docs name (docs/clients.md: the peers' tests that
+# tests/clients/run_clients.py runs): not files of this tree, so not checked. Each must still be named.
+OTHER_PROJECTS_TESTS = {
+    "tests/cupy_tests/cuda_tests/test_stream.py": "CuPy's source distribution",
+    "test_host_callback_contracts.py": "cuda-python's cuda_core/tests/graph/",
 }
 
 # Where machine text belongs: the report whose run header says what machine its numbers came from, and
@@ -113,52 +141,113 @@ def broken_links(path, text, files, read):
     return broken
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_NAMES = r"((?:::[\w\-]+(?:\[[^\]]*\])?)*)"  # ::Class::test_name[parameters]
+_TEST_PATH = re.compile(r"(?<![\w./-])(//)?(tests(?:/[\w.\-]+)*)/?(?::([\w.+\-]+))?" + _NAMES)
+_TEST_FILE = re.compile(r"(?<![\w./:-])(test_\w+\.py|\w+_test\.(?:py|cc|sh))" + _NAMES + r"(?![\w./-])")
+_RELATIVE_LABEL = re.compile(r"^:([\w.+\-]+)$")
+
+
+def defines(text, name):
+    """Whether a Python or C++ test file defines `name`: `def name`, `class name`, `TEST(suite, name)`."""
+    name = re.escape(name)
+    return bool(re.search(r"\b(?:def|class)\s+" + name + r"\b", text)
+                or re.search(r"\bTEST(?:_F|_P)?\s*\(\s*(?:\w+\s*,\s*" + name + r"|" + name + r"\s*,\s*\w+)\s*\)", text))
+
+
+def _missing_names(path, names, read):
+    """The part of `::a::b[x]` that the file `path` does not define, or None."""
+    text = read(path)
+    for name in re.findall(r"::([\w\-]+)", names):
+        if not defines(text, name):
+            return f"no def, class or TEST {name} in {path}"
+    return None
+
+
+def _label_problem(package, target, names, files, read):
+    """Why the label //package:target does not resolve, or None."""
+    build = next((f"{package}/{b}" for b in ("BUILD.bazel", "BUILD") if f"{package}/{b}" in files), None)
+    if build is None:
+        return f"no package {package} (no BUILD.bazel there)"
+    defined = read(build)
+    if f"{package}/{target}" in files:
+        source = f"{package}/{target}"  # a source file of the package
+    elif (f'"{target}"' in defined
+          # Generated targets (`name = unit + "_test"` over a list of units) are accepted when their unit is
+          # named in the BUILD file: a pragmatic check, not Bazel's evaluation.
+          or (target.endswith("_test") and f'"{target[:-len("_test")]}"' in defined)):
+        source = next((f"{package}/{target}{e}" for e in (".cc", ".py", ".sh") if f"{package}/{target}{e}" in files),
+                      None)
+    else:
+        return f"no file {package}/{target} and no target {target} in {build}"
+    if names and source is None:
+        return f"no source file of {package}:{target} to find {names} in"
+    return _missing_names(source, names, read) if names else None
+
+
+def references_to_tests(path, text, files, read):
+    """[(line, reference, problem or None)] for each reference to a test in the inline code of `path`."""
+    found = []
+    for number, line in enumerate(prose(text).split("\n"), 1):
+        package = None  # of the last label on this line, for a `:target` after it
+        for span in _CODE_SPAN.findall(line):
+            relative = _RELATIVE_LABEL.match(span.strip())
+            if relative and package:
+                found.append((number, span.strip(),
+                              _label_problem(package, relative.group(1), "", files, read)))
+                continue
+            for match in _TEST_PATH.finditer(span):
+                _, folder, target, names = match.groups()
+                if match.group(0) == "tests":
+                    continue  # the word, not a path
+                folder = re.sub(r"(/\.\.\.)$", "", folder)  # //tests/cleanup/... names a folder's packages
+                if target is not None:
+                    package = folder
+                    found.append((number, match.group(0), _label_problem(folder, target, names, files, read)))
+                elif folder in files:
+                    found.append((number, match.group(0), _missing_names(folder, names, read) if names else None))
+                elif any(f.startswith(folder + "/") for f in files) and not names:
+                    found.append((number, match.group(0), None))
+                else:
+                    found.append((number, match.group(0), f"no {folder}"))
+            for match in _TEST_FILE.finditer(span):
+                name, names = match.groups()
+                candidates = [f for f in files if f.startswith("tests/") and os.path.basename(f) == name]
+                if not candidates:
+                    problem = f"no file {name} under tests/"
+                else:
+                    problems = [_missing_names(c, names, read) for c in candidates] if names else [None]
+                    problem = None if None in problems else problems[0]
+                found.append((number, match.group(0), problem))
+    return found
+
+
+def broken_test_references(root, files):
+    """([(path, line, reference, problem)] not about OTHER_PROJECTS_TESTS, the OTHER_PROJECTS_TESTS entries named)."""
+    broken, others_named, file_set = [], set(), set(files)
+    for path in files:
+        if not path.endswith(".md"):
+            continue
+        text = read_text(root, path) or ""
+        for number, reference, problem in references_to_tests(path, text, file_set, lambda p: read_text(root, p) or ""):
+            other = reference.split("::")[0].lstrip("/")
+            if other in OTHER_PROJECTS_TESTS:
+                others_named.add(other)
+            elif problem:
+                broken.append((path, number, reference, problem))
+    return broken, others_named
+
+
 def source_root():
-    root = os.environ.get("CUDA_RECLAIM_SOURCE_ROOT") or os.path.dirname(
-        os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    root = os.environ.get("CUDA_RECLAIM_SOURCE_ROOT") or _THIS_TREE
     if not (os.path.isfile(os.path.join(root, "WORKSPACE")) and os.path.isfile(os.path.join(root, ".gitignore"))):
         raise RuntimeError(f"{root} is not the source tree (no WORKSPACE and .gitignore there)")
     return root
 
 
-def _ignore_rules(root):
-    rules = []
-    with open(os.path.join(root, ".gitignore")) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            directory_only = line.endswith("/")
-            pattern = line.strip("/")
-            anchored = line.startswith("/") or "/" in pattern
-            rules.append((pattern, anchored, directory_only))
-    return rules
-
-
-def _ignored(path, is_dir, rules):
-    for pattern, anchored, directory_only in rules:
-        if directory_only and not is_dir:
-            continue
-        if anchored and fnmatch.fnmatch(path, pattern):
-            return True
-        if not anchored and fnmatch.fnmatch(os.path.basename(path), pattern):
-            return True
-    return False
-
-
 def source_files(root):
     """Paths, relative to `root`, of the files git would track: .git, links and .gitignore's paths left out."""
-    rules, files = _ignore_rules(root), []
-    for directory, subdirectories, names in os.walk(root):
-        relative = os.path.relpath(directory, root)
-        relative = "" if relative == "." else relative + "/"
-        subdirectories[:] = sorted(
-            d for d in subdirectories
-            if d != ".git" and not os.path.islink(os.path.join(directory, d))
-            and not _ignored(relative + d, True, rules))
-        files += [relative + n for n in sorted(names)
-                  if not os.path.islink(os.path.join(directory, n)) and not _ignored(relative + n, False, rules)]
-    return files
+    return measure.walked_files(root)
 
 
 def read_text(root, path):
@@ -218,18 +307,33 @@ class CheckersTest(unittest.TestCase):
 
     def test_ordinary_words_are_not(self):
         for text in ["amd64 wheels", "x86-64 Linux", "the core of the queue", "a model of the API",
-                     "two cores share a line", "a host with 16 cores or more", "home/user relative", "CUDA 13.0", "glibc 2.28"]:
+                     "two cores share a line", "a host with 16 cores or more", "home/user relative", "CUDA 13.0",
+                     "glibc 2.28"]:
             self.assertEqual(machine_text(text), [], text)
 
     def test_gitignored_paths_are_left_out(self):
         rules = [("bazel-*", True, False), ("__pycache__", False, True), ("*.pyc", False, False),
                  ("third_party/x/LICENSE", True, False)]
-        self.assertTrue(_ignored("bazel-out", True, rules))
-        self.assertTrue(_ignored("tests/__pycache__", True, rules))
-        self.assertTrue(_ignored("bench/report/x.pyc", False, rules))
-        self.assertTrue(_ignored("third_party/x/LICENSE", False, rules))
-        self.assertFalse(_ignored("docs/bazel-notes.md", False, rules))
-        self.assertFalse(_ignored("LICENSE", False, rules))
+        self.assertTrue(measure.ignored("bazel-out", True, rules))
+        self.assertTrue(measure.ignored("tests/__pycache__", True, rules))
+        self.assertTrue(measure.ignored("bench/report/x.pyc", False, rules))
+        self.assertTrue(measure.ignored("third_party/x/LICENSE", False, rules))
+        self.assertFalse(measure.ignored("docs/bazel-notes.md", False, rules))
+        self.assertFalse(measure.ignored("LICENSE", False, rules))
+
+    def test_the_walk_leaves_out_git_as_a_folder_and_as_a_worktree_file(self):
+        root = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, root)
+        for path, text in {".gitignore": "*.pyc\n", ".git/HEAD": "ref\n", "a.md": "a\n", "sub/.git": "gitdir: x\n",
+                           "sub/b.md": "b\n", "sub/b.pyc": ""}.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        self.assertEqual(source_files(root), [".gitignore", "a.md", "sub/b.md"])
+        os.rename(os.path.join(root, ".git"), os.path.join(root, "repository"))
+        with open(os.path.join(root, ".git"), "w") as f:
+            f.write("gitdir: repository\n")
+        self.assertEqual(source_files(root), [".gitignore", "a.md", "repository/HEAD", "sub/b.md"])
 
 
     def test_links_to_missing_files_and_headings_are_found(self):
@@ -243,6 +347,30 @@ class CheckersTest(unittest.TestCase):
         self.assertEqual(len(broken), 2, broken)
         self.assertTrue(broken[0].startswith("line 4: c.md"))
         self.assertIn("#nowhere", broken[1])
+
+    def test_references_to_tests_are_resolved(self):
+        files = {"tests/python/BUILD.bazel": '[x(name = unit + "_test") for unit in ["gen"]]\npy(name = "pytest")\n',
+                 "tests/python/test_a.py": "class TestA:\n    def test_one(self):\n        pass\n",
+                 "tests/cleanup/BUILD.bazel": 'cc_test(name = "queue_test")\n',
+                 "tests/cleanup/queue_test.cc": "TEST(Queue, Drains) {}\n", "tests/clients/x/test_b.py": ""}
+        text = "\n".join([
+            "`tests/python/test_a.py` `tests/python:test_a.py::TestA::test_one` `//tests/python:pytest` `tests/`",
+            "`//tests/cleanup:queue_test::Drains` then `:queue_test`; `test_a.py::TestA`, `test_b.py`",
+            "`tests/cleanup/...`",
+            "`bazel test //tests/python:gen_test` `other/tests/x.py` `x.tests` `peer_tests/test_c.py` `tests`",
+            "`tests/python:test_gone.py` `tests/python/test_a.py::test_two` `//tests/cleanup:gone_test` `test_c.py`",
+            "`//tests/nowhere:x` `tests/python/gone/` `x_test.cc` `:gone_test` `test_b.py::TestB[1]`",
+            "```", "`tests/python/in_code.py`", "```"])
+        found = references_to_tests("docs/a.md", text, files, lambda p: files.get(p, ""))
+        self.assertEqual([(n, r) for n, r, problem in found if problem is None],
+                         [(1, "tests/python/test_a.py"), (1, "tests/python:test_a.py::TestA::test_one"),
+                          (1, "//tests/python:pytest"), (1, "tests/"), (2, "//tests/cleanup:queue_test::Drains"),
+                          (2, ":queue_test"), (2, "test_a.py::TestA"), (2, "test_b.py"), (3, "tests/cleanup/..."),
+                          (4, "//tests/python:gen_test")])
+        self.assertEqual([(n, r) for n, r, problem in found if problem is not None],
+                         [(5, "tests/python:test_gone.py"), (5, "tests/python/test_a.py::test_two"),
+                          (5, "//tests/cleanup:gone_test"), (5, "test_c.py"), (6, "//tests/nowhere:x"),
+                          (6, "tests/python/gone/"), (6, "x_test.cc"), (6, ":gone_test"), (6, "test_b.py::TestB[1]")])
 
 
 class SourceTreeTest(unittest.TestCase):
@@ -279,6 +407,17 @@ class SourceTreeTest(unittest.TestCase):
 
     def test_product_files_fit_in_400_lines(self):
         self._check("long_files")
+
+    def test_references_to_tests_resolve(self):
+        broken, others_named = broken_test_references(self.root, self.files)
+        new = [f"{path}:{line}: `{reference}`: {problem}" for path, line, reference, problem in broken
+               if (path, reference) not in KNOWN_BROKEN_TEST_REFERENCES]
+        self.assertEqual(new, [], "point these at the test that pins the thing today, or remove them")
+        still_broken = {(path, reference) for path, _, reference, _ in broken}
+        stale = sorted(KNOWN_BROKEN_TEST_REFERENCES - still_broken)
+        self.assertEqual(stale, [], "fixed or gone: remove these from KNOWN_BROKEN_TEST_REFERENCES")
+        unnamed = sorted(set(OTHER_PROJECTS_TESTS) - others_named)
+        self.assertEqual(unnamed, [], "no Markdown file names these any more: remove them from OTHER_PROJECTS_TESTS")
 
 
 if __name__ == "__main__":
