@@ -1,16 +1,18 @@
 // bindings/drain_fork_return.cc — see drain_fork_return.h.
 //
-// The restart of the parent's drain thread after os.fork() (cuda_reclaim._auto_fork._after_fork_in_parent). CPython
-// 3.13 and 3.14.0 count the process's threads for fork()'s multi-threaded-process warning after the parent's after-fork
-// hooks, so a hook that starts the thread makes every fork warn. A pending call runs on the main thread, at its next
-// eval-breaker check; the first such check can still lie inside os.fork() (a later hook's bytecode, or the rest of
-// ours). The call tells by the frame that called os.fork(): while that frame is on the stack below the top one,
-// os.fork() has not returned (or its caller called deeper after a failed fork): the call adds itself again for the next
-// check. Once that frame is the top one, or gone (a failed fork's exception unwound it), the callback runs. A caller
-// that never becomes the top frame again (os.fork() called from C code that then runs Python code for good) would keep
-// the main thread's eval breaker set: once the call has found os.fork() not returned under kMostTopFramesWhileForking
-// different top frames, the callback runs anyway (a check runs the call again and again under one top frame: CPython
-// runs up to 32 pending calls per check). All of it is touched by the GIL holder only (main thread).
+// The restart of the parent's drain thread after os.fork() (cuda_reclaim._auto_fork._after_fork_in_parent), where
+// os.fork() counts the process's threads for its multi-threaded-process warning after the parent's after-fork hooks, so
+// a hook that starts the thread would make every fork warn: which CPython versions and OS conditions those are, and
+// when this file can go, is stated once, above _fork_counts_threads_after_hooks() in
+// bindings/cuda_reclaim/_auto_fork.py. A pending call runs on the main thread, at its next eval-breaker check; the
+// first such check can still lie inside os.fork() (a later hook's bytecode, or the rest of ours). The call tells by the
+// frame that called os.fork(): while that frame is on the stack below the top one, os.fork() has not returned (or its
+// caller called deeper after a failed fork): the call adds itself again for the next check. Once that frame is the top
+// one, or gone (a failed fork's exception unwound it), the callback runs. A caller that never becomes the top frame
+// again (os.fork() called from C code that then runs Python code for good) would keep the main thread's eval breaker
+// set: once the call has found os.fork() not returned under kMostTopFramesWhileForking different top frames, the
+// callback runs anyway (a check runs the call again and again under one top frame: CPython runs up to 32 pending calls
+// per check). All of it is touched by the GIL holder only (main thread).
 
 #include <Python.h>
 #include <frameobject.h>

@@ -6,6 +6,7 @@ import): the child's hook rebinds ``_auto._lock`` and ``_auto._stopping_threads`
 ``_auto`` when it runs. States and transitions: docs/design.md ("The lifecycle", "Fork").
 """
 
+import re
 import sys
 import threading
 
@@ -34,27 +35,82 @@ def _before_fork():
         _reclaim.drain()
 
 
-# CPython 3.13 counts the threads for os.fork()'s multi-threaded-process DeprecationWarning after the parent's
-# after-fork hooks (3.12 before them): a drain thread started by the hook would make every fork warn. Later
-# patch releases count the OS's threads before the hooks where the OS tells, and still count after them
-# where it does not; so from 3.13 on the main thread restarts the drain thread once os.fork() has returned.
-_FORK_COUNTS_THREADS_AFTER_HOOKS = sys.version_info >= (3, 13)
+# When CPython's os.fork() counts the threads for its multi-threaded-process DeprecationWarning, relative to the
+# parent's after-fork hooks. This is the one statement of that fact; other files point here.
+# os_fork_impl (Modules/posixmodule.c) warns when the count is above 1. The count is the OS's where the OS tells it
+# (Linux: the 20th space-separated field of the first 159 bytes of /proc/self/stat, read as C's atoi reads it, taken
+# as told when at least 1; macOS: task_threads()), else threading's (len(_active) + len(_limbo)).
+# - 3.10, 3.11: there is no such warning.
+# - 3.12: warn_about_fork_with_threads() runs before PyOS_AfterFork_Parent(), which runs the hooks: a thread that a
+#   hook starts is never counted.
+# - 3.13.0 to 3.13.9, 3.14.0, 3.15.0a1: it runs after PyOS_AfterFork_Parent() (gh-116522, PR gh-116607: the warning
+#   cannot be issued while the world is stopped), whichever count it takes: a thread that a hook starts makes every
+#   fork warn.
+# - 3.13.10, 3.14.1, 3.15.0a2 and later: get_number_of_os_threads() runs before PyOS_AfterFork_Parent() and the
+#   warning uses its count (gh-137109, PR gh-141438, backports gh-141614 and gh-141639). Where the OS does not tell
+#   (an OS other than Linux and macOS, no readable /proc, a process name with a space, which shifts the 20th field),
+#   the warning still takes threading's count after the hooks.
+# Where the count is taken after the hooks (_fork_counts_threads_after_hooks()), a fork on the main thread restarts
+# the drain thread once os.fork() has returned (_DrainWorker._call_once_fork_returned, drain_fork_return.cc) instead
+# of in the hook. That restart can be deleted once requires-python excludes 3.13.0-3.13.9, 3.14.0 and 3.15.0a1, if
+# a warning is acceptable on the forks whose count the OS does not tell (CPython keeps that fallback).
+# tests/python/test_cpython_fork_counts_threads.py fails where CPython departs from _fork_counts_threads_after_hooks().
+_COUNTS_THREADS_AFTER_HOOKS_ALWAYS = (
+    (3, 13) <= sys.version_info < (3, 13, 10)
+    or (3, 14) <= sys.version_info < (3, 14, 1)
+    or (3, 15) <= sys.version_info < (3, 15, 0, "alpha", 2)
+)
+_COUNTS_OS_THREADS_BEFORE_HOOKS = sys.version_info >= (3, 13) and not _COUNTS_THREADS_AFTER_HOOKS_ALWAYS
+_STAT_HEAD_BYTES = 159
+
+
+def _os_thread_count(stat_head):
+    """The thread count that os.fork() takes from Linux, given the first 159 bytes of /proc/self/stat: the 20th
+    field split on spaces (runs of spaces as one), read as C's atoi reads it; 0 (no count) where there is none."""
+    fields = [field for field in stat_head.split(b" ") if field]
+    if len(fields) < 20:
+        return 0
+    number = re.match(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)", fields[19])
+    return int(number.group(1)) if number else 0
+
+
+def _read_stat_head():
+    """The first 159 bytes of /proc/self/stat; b"" where it cannot be read."""
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            return stat.read(_STAT_HEAD_BYTES)
+    except OSError:
+        return b""
+
+
+def _fork_counts_threads_after_hooks(stat_head=None):
+    """True where this interpreter's os.fork() counts the threads for its multi-threaded-process warning after the
+    parent's after-fork hooks (see the statement above), for a process whose /proc/self/stat begins with stat_head
+    (read now when None)."""
+    if _COUNTS_THREADS_AFTER_HOOKS_ALWAYS:
+        return True
+    if not _COUNTS_OS_THREADS_BEFORE_HOOKS or sys.platform == "darwin":
+        return False
+    if not sys.platform.startswith("linux"):
+        return True
+    return _os_thread_count(_read_stat_head() if stat_head is None else stat_head) < 1
 
 
 def _after_fork_in_parent():
-    # A fork on the main thread: the drain thread restarts through a pending call that runs as soon as
-    # os.fork() has returned to its caller (_DrainWorker._call_once_fork_returned), before the caller's next
-    # bytecode, so releases that CUDA hands back meanwhile wait for no later hand-over. A fork on another thread
-    # restarts it here: a pending call runs on the main thread only, which may be blocked in C for as long as
-    # that fork's caller likes (a join), and releases must not wait for it. Such a fork warns anyway on 3.12+:
-    # its process has two threads at the fork, the main one and the forking one.
+    # A fork on the main thread whose thread count os.fork() takes after the hooks (see the statement above): the
+    # drain thread restarts through a pending call that runs as soon as os.fork() has returned to its caller
+    # (_DrainWorker._call_once_fork_returned), before the caller's next bytecode, so releases that CUDA hands back
+    # meanwhile wait for no later hand-over. Any other fork restarts it here. A fork on another thread does so even
+    # where the count comes after the hooks: a pending call runs on the main thread only, which may be blocked in C
+    # for as long as that fork's caller likes (a join), and releases must not wait for it. Such a fork warns anyway
+    # on 3.12+: its process has two threads at the fork, the main one and the forking one.
+    later = (
+        not sys.is_finalizing()
+        and threading.get_ident() == threading.main_thread().ident
+        and _fork_counts_threads_after_hooks()
+    )
     with _auto._lock.held():
         _auto._fork_depth = max(0, _auto._fork_depth - 1)
-        later = (
-            _FORK_COUNTS_THREADS_AFTER_HOOKS
-            and not sys.is_finalizing()
-            and threading.get_ident() == threading.main_thread().ident
-        )
         failure = None if later else _auto._start_locked()
     # Called from this frame itself: the frame below it is the one that called os.fork().
     if later and not _reclaim._DrainWorker._call_once_fork_returned(_restart_after_fork):
