@@ -141,7 +141,7 @@ def broken_links(path, text, files, read):
     return broken
 
 
-_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_CODE_SPAN = re.compile(r"`((?:[^`\n]|\n(?![ \t]*\n))+)`")
 _NAMES = r"((?:::[\w\-]+(?:\[[^\]]*\])?)*)"  # ::Class::test_name[parameters]
 _TEST_PATH = re.compile(r"(?<![\w./-])(//)?(tests(?:/[\w.\-]+)*)/?(?::([\w.+\-]+))?" + _NAMES)
 _TEST_FILE = re.compile(r"(?<![\w./:-])(test_\w+\.py|\w+_test\.(?:py|cc|sh))" + _NAMES + r"(?![\w./-])")
@@ -186,39 +186,43 @@ def _label_problem(package, target, names, files, read):
 
 
 def references_to_tests(path, text, files, read):
-    """[(line, reference, problem or None)] for each reference to a test in the inline code of `path`."""
-    found = []
-    for number, line in enumerate(prose(text).split("\n"), 1):
-        package = None  # of the last label on this line, for a `:target` after it
-        for span in _CODE_SPAN.findall(line):
-            relative = _RELATIVE_LABEL.match(span.strip())
-            if relative and package:
-                found.append((number, span.strip(),
-                              _label_problem(package, relative.group(1), "", files, read)))
-                continue
-            for match in _TEST_PATH.finditer(span):
-                _, folder, target, names = match.groups()
-                if match.group(0) == "tests":
-                    continue  # the word, not a path
-                folder = re.sub(r"(/\.\.\.)$", "", folder)  # //tests/cleanup/... names a folder's packages
-                if target is not None:
-                    package = folder
-                    found.append((number, match.group(0), _label_problem(folder, target, names, files, read)))
-                elif folder in files:
-                    found.append((number, match.group(0), _missing_names(folder, names, read) if names else None))
-                elif any(f.startswith(folder + "/") for f in files) and not names:
-                    found.append((number, match.group(0), None))
-                else:
-                    found.append((number, match.group(0), f"no {folder}"))
-            for match in _TEST_FILE.finditer(span):
-                name, names = match.groups()
-                candidates = [f for f in files if f.startswith("tests/") and os.path.basename(f) == name]
-                if not candidates:
-                    problem = f"no file {name} under tests/"
-                else:
-                    problems = [_missing_names(c, names, read) for c in candidates] if names else [None]
-                    problem = None if None in problems else problems[0]
-                found.append((number, match.group(0), problem))
+    """[(line, reference, problem or None)] for each reference to a test in the inline code of `path`.
+
+    An inline code span may go on over a line break (not over a blank line); a `:target` takes the package of
+    the last label before it on its line.
+    """
+    found, package, text = [], (0, None), prose(text)
+    for span in _CODE_SPAN.finditer(text):
+        code, number = span.group(1), text.count("\n", 0, span.start()) + 1
+        relative = _RELATIVE_LABEL.match(code.strip())
+        if relative:
+            if package[0] == number:
+                found.append((number, code.strip(), _label_problem(package[1], relative.group(1), "", files, read)))
+            continue
+        for match in _TEST_PATH.finditer(code):
+            _, folder, target, names = match.groups()
+            if match.group(0) == "tests":
+                continue  # the word, not a path
+            at = number + code.count("\n", 0, match.start())
+            folder = re.sub(r"(/\.\.\.)$", "", folder)  # //tests/cleanup/... names a folder's packages
+            if target is not None:
+                package = (at, folder)
+                found.append((at, match.group(0), _label_problem(folder, target, names, files, read)))
+            elif folder in files:
+                found.append((at, match.group(0), _missing_names(folder, names, read) if names else None))
+            elif any(f.startswith(folder + "/") for f in files) and not names:
+                found.append((at, match.group(0), None))
+            else:
+                found.append((at, match.group(0), f"no {folder}"))
+        for match in _TEST_FILE.finditer(code):
+            name, names = match.groups()
+            candidates = [f for f in files if f.startswith("tests/") and os.path.basename(f) == name]
+            if not candidates:
+                problem = f"no file {name} under tests/"
+            else:
+                problems = [_missing_names(c, names, read) for c in candidates] if names else [None]
+                problem = None if None in problems else problems[0]
+            found.append((number + code.count("\n", 0, match.start()), match.group(0), problem))
     return found
 
 
@@ -360,6 +364,7 @@ class CheckersTest(unittest.TestCase):
             "`bazel test //tests/python:gen_test` `other/tests/x.py` `x.tests` `peer_tests/test_c.py` `tests`",
             "`tests/python:test_gone.py` `tests/python/test_a.py::test_two` `//tests/cleanup:gone_test` `test_c.py`",
             "`//tests/nowhere:x` `tests/python/gone/` `x_test.cc` `:gone_test` `test_b.py::TestB[1]`",
+            "a span over a line break: `bazel test", "//tests/python:gone_test --x=1`", "",
             "```", "`tests/python/in_code.py`", "```"])
         found = references_to_tests("docs/a.md", text, files, lambda p: files.get(p, ""))
         self.assertEqual([(n, r) for n, r, problem in found if problem is None],
@@ -370,7 +375,8 @@ class CheckersTest(unittest.TestCase):
         self.assertEqual([(n, r) for n, r, problem in found if problem is not None],
                          [(5, "tests/python:test_gone.py"), (5, "tests/python/test_a.py::test_two"),
                           (5, "//tests/cleanup:gone_test"), (5, "test_c.py"), (6, "//tests/nowhere:x"),
-                          (6, "tests/python/gone/"), (6, "x_test.cc"), (6, ":gone_test"), (6, "test_b.py::TestB[1]")])
+                          (6, "tests/python/gone/"), (6, "x_test.cc"), (6, ":gone_test"), (6, "test_b.py::TestB[1]"),
+                          (8, "//tests/python:gone_test")])
 
 
 class SourceTreeTest(unittest.TestCase):
