@@ -353,7 +353,8 @@ class CheckersTest(unittest.TestCase):
         self.assertIn("#nowhere", broken[1])
 
     def test_references_to_tests_are_resolved(self):
-        files = {"tests/python/BUILD.bazel": '[x(name = unit + "_test") for unit in ["gen"]]\npy(name = "pytest")\n',
+        build = ['[x(name = unit + "_test") for unit in ["gen"]]', 'py(name = "pytest")']
+        files = {"tests/python/BUILD.bazel": "\n".join(build),
                  "tests/python/test_a.py": "class TestA:\n    def test_one(self):\n        pass\n",
                  "tests/cleanup/BUILD.bazel": 'cc_test(name = "queue_test")\n',
                  "tests/cleanup/queue_test.cc": "TEST(Queue, Drains) {}\n", "tests/clients/x/test_b.py": ""}
