@@ -48,10 +48,7 @@ KNOWN_OFFENDERS = {
 
 # References to tests that do not resolve, in files whose owners fix them: (Markdown file, reference as
 # written). Each must still be broken (a fixed or removed one fails the test), so the set only shrinks.
-KNOWN_BROKEN_TEST_REFERENCES = {
-    # The stuck drain's in_drain batch: tests/python:test_exit_report.py pins it today.
-    ("docs/design.md", "tests/python:test_drain_edges.py"),
-}
+KNOWN_BROKEN_TEST_REFERENCES = set()
 
 # Test files of other projects' suites that the docs name (docs/clients.md: the peers' tests that
 # tests/clients/run_clients.py runs): not files of this tree, so not checked. Each must still be named.

@@ -72,8 +72,7 @@ def test_objects_that_die_and_survive_mixed_in_one_drain_are_each_released_once(
     assert conserved(cuda_reclaim.stats())
 
 
-# Long enough runs of one kind that the drain stops offering quiet releases during a run of dying objects
-# and offers them again during a run of survivors (it re-checks one batch in 16).
+# Runs of one kind many batches long (dying, surviving, dying), drained at once or one batch per drain.
 RUN = 24 * 512
 
 
