@@ -62,9 +62,9 @@ extern "C" {
     "queued now (read from the queue itself, never derived from the other counters)")                        \
   R(X, leaked_after_close, counter, queue, "references handed over after close(), leaked on purpose",         \
     "handed over after close(): counted, never touched, never released")                                     \
-  R(X, rejected, counter, queue, "hand-overs that could not be stored, leaked",                               \
+  R(X, rejected, counter, queue, "hand-overs that could not be stored",                                       \
     "could not be stored (allocation failure; also the rest of a batch whose release unwound, when it "      \
-    "cannot be put back): counted apart, leaked")                                                            \
+    "cannot be put back): counted apart; leaked, except a defer_release() whose caller keeps its reference")  \
   /* Set (not added to) in each fork child, and a drain that the forking thread was inside takes what it     \
    * settles back out of it: it goes down, so it is a level. */                                              \
   R(X, abandoned_after_fork, gauge, queue, "references the parent had queued when this process forked",       \
