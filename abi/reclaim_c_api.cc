@@ -1,5 +1,5 @@
 // abi/reclaim_c_api.cc — the C entry points of abi/reclaim.h: through this copy's own process
-// queue's table, or an adopted one. The table's hand-back entries are this copy's process barrier's
+// queue's table, or an adopted one. The table's hand-back entry points are this copy's process barrier's
 // (//handback).
 
 #include <unistd.h>
@@ -62,7 +62,7 @@ int own_announce() {
   return owner != nullptr ? owner->announce() : 0;
 }
 
-// The hand-back barrier's entries are //handback's (handback/process_barrier.h); the wait is 0 once the
+// The hand-back barrier's entry points are //handback's (handback/process_barrier.h); the wait is 0 once the
 // queue is closed too (before the call, whatever is held), as the Python form's False.
 int own_wait_handed_back(double timeout_seconds) {
   if (own().is_closed()) return 0;

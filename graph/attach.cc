@@ -11,15 +11,15 @@ namespace reclaim {
 namespace graph {
 namespace {
 
-// The withdrawn-payload table (see keep_alive.h). An entry holds null (free), a payload being withdrawn, or
-// kConsumed (its destructor ran and did not push). Entries: claimed (null → payload) and freed by the
+// The withdrawn-payload table (see keep_alive.h). A place holds null (free), a payload being withdrawn, or
+// kConsumed (its destructor ran and did not push). Places: claimed (null → payload) and freed by the
 // failing caller; payload → kConsumed by a destructor (acq_rel CAS, so exactly one of the two sides wins
-// the payload). g_withdrawals counts callers inside the window: incremented (seq_cst) before the entry is
+// the payload). g_withdrawals counts callers inside the window: incremented (seq_cst) before the place is
 // filled and the user object released, decremented (release) after; destructors load it (acquire) so the
 // common case costs one load. A destructor the release triggers is ordered after the increment: it runs
 // inside the release call, or on a CUDA thread that the release call signalled.
-constexpr int kWithdrawEntries = 16;
-std::atomic<void*> g_withdraw_entries[kWithdrawEntries];
+constexpr int kWithdrawnPlaces = 16;
+std::atomic<void*> g_withdrawn[kWithdrawnPlaces];
 std::atomic<int> g_withdrawals{0};
 char g_consumed_marker;
 void* const kConsumed = &g_consumed_marker;
@@ -33,9 +33,9 @@ namespace internal {
 
 bool consume_withdrawn(void* payload) noexcept {
   if (g_withdrawals.load(std::memory_order_acquire) == 0) return false;
-  for (auto& entry : g_withdraw_entries) {
+  for (auto& place : g_withdrawn) {
     void* expected = payload;
-    if (entry.compare_exchange_strong(expected, kConsumed, std::memory_order_acq_rel)) return true;
+    if (place.compare_exchange_strong(expected, kConsumed, std::memory_order_acq_rel)) return true;
   }
   return false;
 }
@@ -53,15 +53,15 @@ bool accepted(int status) noexcept { return status == RECLAIM_QUEUED || status =
 AttachOutcome withdraw_and_release(const DriverApi& api, CUuserObject object, void* payload) noexcept {
   g_withdrawals.fetch_add(1, std::memory_order_seq_cst);
   std::atomic<void*>* claimed = nullptr;
-  for (auto& entry : g_withdraw_entries) {
+  for (auto& place : g_withdrawn) {
     void* expected = nullptr;
-    if (entry.compare_exchange_strong(expected, payload, std::memory_order_acq_rel)) {
-      claimed = &entry;
+    if (place.compare_exchange_strong(expected, payload, std::memory_order_acq_rel)) {
+      claimed = &place;
       break;
     }
   }
   const CUresult released = api.user_object_release(object, 1);
-  AttachOutcome outcome = AttachOutcome::kInFlight;  // no free entry, or the release failed: CUDA keeps the payload
+  AttachOutcome outcome = AttachOutcome::kInFlight;  // no free place, or the release failed: CUDA keeps the payload
   if (claimed != nullptr) {
     void* expected = payload;
     if (claimed->compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) {

@@ -14,10 +14,10 @@
 // Error accounting: every attach function says in its result what became of the reference, so that the
 // caller can give it back at once, in its own context, exactly when it is still its own. The delicate case
 // is a failing cuGraphRetainUserObject after a successful cuUserObjectCreate: the user object we own must
-// be released, and that runs its destructor, which would push the payload. The payload is first entered
+// be released, and that runs its destructor, which would push the payload. The payload is first put
 // in a small table of withdrawn payloads that the destructor checks; if the destructor runs during the
-// release (or before the caller looks again), it finds the entry, marks it consumed and does not push,
-// and the caller gets kReturned; if it has not run by then, the caller removes the entry and gets
+// release (or before the caller looks again), it finds the place, marks it consumed and does not push,
+// and the caller gets kReturned; if it has not run by then, the caller frees the place and gets
 // kInFlight: the destructor will push the payload later, as for an attached one. kInFlight is also the
 // answer when releasing our user object fails (cuUserObjectRelease): CUDA then still holds the payload.
 

@@ -1,5 +1,5 @@
 // handback/process_barrier.h — the process's hand-back barrier: the one this copy's attachments count in,
-// and the three entries of the C ABI table (cuda_reclaim/reclaim_abi.h) that reach it.
+// and the three entry points of the C ABI table (cuda_reclaim/reclaim_abi.h) that reach it.
 //
 // The owner of the process queue publishes its table, so every copy in a process ends up counting in the
 // owner's barrier: graph/ and other extensions reach it through reclaim_hand_back_begin / _end /
@@ -26,7 +26,7 @@ HandBackBarrier& process_barrier() noexcept;
 // that. Any thread; never blocks, never allocates.
 void shut_process_barrier() noexcept;
 
-// The table's entries for this copy's process barrier; each has the contract of the reclaim_api field of
+// The table's entry points for this copy's process barrier; each has the contract of the reclaim_api field of
 // its name. wait_handed_back returns 0 at once when the barrier is shut; the table also returns 0 when
 // the queue is closed (abi/reclaim_c_api.cc checks that before it calls this).
 // begin / end: any thread, CUDA's included; never block, never allocate. wait: not on a CUDA callback
