@@ -7,10 +7,10 @@ code that stands for them). setup.py compiles the pip-built extension with the s
 user's other compiler that warns still builds.
 
 -funroll-loops: a drain copies the pointers it takes out of moodycamel's blocks in ConcurrentQueue's own
-loop (try_dequeue_bulk, inlined into the drain), 7 instructions per pointer at -O2, where GCC does not
-unroll a loop whose trip count is known only at run time; unrolled, about 4.7. Counted with
-`//bench:count_instructions` over 10^6 objects that die: 111.4 instructions per reference without it,
-108.7 with it. bindings' release loops opt out (bindings/release_loop.h says why). The benchmark's limit
+loop (try_dequeue_bulk, flattened into the drain's take_bulk), about 7 instructions per pointer at -O2, where
+GCC does not unroll a loop whose trip count is known only at run time; unrolled, about 4.5 (the copy's part in
+docs/benchmarks-instructions.json, counted with `//bench:count_instructions` over 10^6 objects that die).
+bindings' release loops opt out (bindings/release_loop.h says why). The benchmark's limit
 and anchors keep the toolchain's defaults.
 """
 

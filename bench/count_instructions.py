@@ -36,12 +36,12 @@ METHODS = {
 }
 
 # Where an instruction of cuda-reclaim's drain belongs, by the function that ran it (callgrind's names).
-# Anything not named here inside the extension is the drain loop (counts, signal). moodycamel's copy is its
-# producers' dequeue_bulk, which the compiler keeps out of line (ReclaimQueue::release_all calls it through
-# try_dequeue_bulk); inlined there, the copy would count as the drain loop's.
+# Anything not named here inside the extension is the drain loop (counts, signal). moodycamel's copy is
+# take_bulk (cleanup/reclaim_queue.cc), into which its try_dequeue_bulk is flattened, or its producers'
+# dequeue_bulk where a build keeps that out of line.
 PARTS = (
     ("release_loop", re.compile(r"release_references|release_batch<|release_batch_like_bindings|decref_each|drain_strategy|pending_call")),
-    ("copy", re.compile(r"dequeue_bulk")),
+    ("copy", re.compile(r"take_bulk|dequeue_bulk")),
 )
 RELEASE_CHAIN = "release_chain"
 DRAIN_LOOP = "drain_loop"
