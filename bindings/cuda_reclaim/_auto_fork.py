@@ -55,45 +55,31 @@ def _before_fork():
 # of in the hook. That restart can be deleted once requires-python excludes 3.13.0-3.13.9, 3.14.0 and 3.15.0a1, if
 # a warning is acceptable on the forks whose count the OS does not tell (CPython keeps that fallback).
 # tests/python/test_cpython_fork_counts_threads.py fails where CPython departs from _fork_counts_threads_after_hooks().
-_COUNTS_THREADS_AFTER_HOOKS_ALWAYS = (
-    (3, 13) <= sys.version_info < (3, 13, 10)
-    or (3, 14) <= sys.version_info < (3, 14, 1)
-    or (3, 15) <= sys.version_info < (3, 15, 0, "alpha", 2)
-)
-_COUNTS_OS_THREADS_BEFORE_HOOKS = sys.version_info >= (3, 13) and not _COUNTS_THREADS_AFTER_HOOKS_ALWAYS
-_STAT_HEAD_BYTES = 159
+_COUNTS_AFTER_HOOKS_EVERYWHERE = any(low <= sys.version_info < high for low, high in (
+    ((3, 13), (3, 13, 10)), ((3, 14), (3, 14, 1)), ((3, 15), (3, 15, 0, "alpha", 2))))
 
 
+# The thread count that os.fork() takes from Linux, given the first 159 bytes of /proc/self/stat: the 20th field split
+# on spaces (a run of spaces as one), read as C's atoi reads it; 0 (no count) where there is none.
 def _os_thread_count(stat_head):
-    """The thread count that os.fork() takes from Linux, given the first 159 bytes of /proc/self/stat: the 20th
-    field split on spaces (runs of spaces as one), read as C's atoi reads it; 0 (no count) where there is none."""
-    fields = [field for field in stat_head.split(b" ") if field]
-    if len(fields) < 20:
-        return 0
-    number = re.match(rb"[ \t\n\v\f\r]*([+-]?[0-9]+)", fields[19])
+    field = ([field for field in stat_head.split(b" ") if field][19:20] or [b""])[0]
+    number = re.match(rb"\s*([+-]?[0-9]+)", field)
     return int(number.group(1)) if number else 0
 
 
-def _read_stat_head():
-    """The first 159 bytes of /proc/self/stat; b"" where it cannot be read."""
-    try:
-        with open("/proc/self/stat", "rb") as stat:
-            return stat.read(_STAT_HEAD_BYTES)
-    except OSError:
-        return b""
-
-
+# True where this interpreter's os.fork() counts the threads for its multi-threaded-process warning after the
+# parent's after-fork hooks (the statement above), for a process whose /proc/self/stat begins with stat_head (read
+# now when None).
 def _fork_counts_threads_after_hooks(stat_head=None):
-    """True where this interpreter's os.fork() counts the threads for its multi-threaded-process warning after the
-    parent's after-fork hooks (see the statement above), for a process whose /proc/self/stat begins with stat_head
-    (read now when None)."""
-    if _COUNTS_THREADS_AFTER_HOOKS_ALWAYS:
-        return True
-    if not _COUNTS_OS_THREADS_BEFORE_HOOKS or sys.platform == "darwin":
-        return False
-    if not sys.platform.startswith("linux"):
-        return True
-    return _os_thread_count(_read_stat_head() if stat_head is None else stat_head) < 1
+    if _COUNTS_AFTER_HOOKS_EVERYWHERE or sys.version_info < (3, 13) or sys.platform == "darwin":
+        return _COUNTS_AFTER_HOOKS_EVERYWHERE
+    if stat_head is None and sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/stat", "rb") as stat:
+                stat_head = stat.read(159)
+        except OSError:
+            pass
+    return _os_thread_count(stat_head or b"") < 1
 
 
 def _after_fork_in_parent():
