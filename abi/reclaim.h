@@ -78,6 +78,7 @@ int reclaim_own_process_queue(const reclaim_owner* owner);
 #ifdef __cplusplus
 } /* extern "C" */
 
+extern "C++" {  // C++ linkage also where the header is included inside an extern "C" block
 namespace reclaim {
 class ReclaimQueue;  // cleanup/reclaim_queue.h
 
@@ -91,6 +92,7 @@ class ReclaimQueue;  // cleanup/reclaim_queue.h
 // Any thread; never touches Python; never blocks after the first call.
 ReclaimQueue* own_process_queue() noexcept;
 }  // namespace reclaim
+}  /* extern "C++" */
 #endif
 
 #endif /* CUDA_RECLAIM_ABI_RECLAIM_H_ */

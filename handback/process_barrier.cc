@@ -4,9 +4,7 @@
 
 #include <pthread.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <new>
 
 namespace reclaim::handback {
@@ -44,22 +42,13 @@ int wait_handed_back(double timeout_seconds) noexcept {
   // Shut: 0, whatever is held (also nothing), as the Python form's False; a wait already in progress that
   // the shut interrupts returns 0 as well (kShut).
   if (barrier.is_shut()) return 0;
-  // One target for the whole call: a signal's handler has run when the futex returns early, and the wait
-  // goes on for the same attachments with what is left of its time (a new request would also cover what
-  // was attached meanwhile).
-  const HandBackBarrier::Span target = barrier.request(0);
-  const std::int64_t timeout_ns = timeout_to_ns(timeout_seconds);
-  const std::int64_t deadline = timeout_ns < 0 ? -1 : monotonic_ns() + timeout_ns;
-  for (;;) {
-    const std::int64_t left = deadline < 0 ? -1 : std::max<std::int64_t>(deadline - monotonic_ns(), 0);
-    switch (barrier.wait(target, left)) {
-      case HandBackBarrier::WaitResult::kReached:
-        return 1;
-      case HandBackBarrier::WaitResult::kInterrupted:
-        continue;
-      default:
-        return 0;
-    }
+  switch (barrier.wait(barrier.request(0), timeout_to_ns(timeout_seconds))) {
+    case HandBackBarrier::WaitResult::kReached:
+      return 1;
+    case HandBackBarrier::WaitResult::kInterrupted:
+      return -1;
+    default:
+      return 0;
   }
 }
 

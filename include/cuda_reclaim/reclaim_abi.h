@@ -224,10 +224,11 @@ typedef struct reclaim_api {
   /* Waits until everything whose hand_back_begin() returned before this call has ended: returns 1. Returns
    * 0 when `timeout_seconds` passed (negative: no limit) or the barrier is shut (before the call, whatever
    * is held, or while waiting: the owner shuts it when it closes the queue; the cuda_reclaim module, earlier,
-   * at threading's exit, so that waiting threads end before they are joined). A signal runs its handler and
-   * the wait goes on, for the same attachments and the same deadline. Sleeps on a futex that the ending
-   * hand-back wakes: no polling. Never touches Python: release the GIL around it. Not on a CUDA callback
-   * thread (it would wait for itself). */
+   * at threading's exit, so that waiting threads end before they are joined), and -1 when a signal
+   * interrupted the wait, so that the caller can check its signals (Ctrl-C). A new call is a new wait: it
+   * covers what was attached by then, with its full timeout. Sleeps on a futex that the ending hand-back
+   * wakes: no polling. Never touches Python: release the GIL around it. Not on a CUDA callback thread (it
+   * would wait for itself). */
   int (*wait_handed_back)(double timeout_seconds);
 } reclaim_api;
 
