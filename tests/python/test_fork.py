@@ -61,8 +61,9 @@ def test_a_fork_waits_for_a_drain_threads_finalizer_that_takes_loggings_lock():
 
 
 def test_forks_on_the_main_thread_with_the_drain_thread_running_warn_nothing_and_it_releases_again():
-    # The drain thread restarts once os.fork() has returned, not in the after-fork hook: CPython 3.13 and
-    # 3.14.0 count the threads for their warning after the hooks. The warnings are recorded in the child.
+    # Where CPython counts the threads for its warning after the after-fork hooks (_auto_fork's
+    # _fork_counts_threads_after_hooks() says where), the drain thread restarts once os.fork() has returned, not in
+    # the hook. The warnings are recorded in the child.
     result = run_child_script(SCENARIOS, "forks_on_the_main_thread_with_the_drain_thread_running", "50")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = result.stdout.splitlines()

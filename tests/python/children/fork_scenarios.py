@@ -233,10 +233,10 @@ def forks_that_each_stop_a_running_drain_thread(count_text):
 
 def forks_on_the_main_thread_with_the_drain_thread_running(count_text):
     # Each fork, on the main thread, finds the drain thread running (a C API user's import started it, and the
-    # parent restarts it after each fork). CPython 3.13 and 3.14.0 count the threads for the multi-threaded-fork
-    # DeprecationWarning after the parent's after-fork hooks; the warning is recorded, not turned into an error
-    # (os.fork() clears the error an error filter makes of it). An after-fork hook registered after the import
-    # runs after the package's and runs Python code there. After each fork a native thread of the C API user
+    # parent restarts it after each fork, once os.fork() has returned where CPython counts the threads for the
+    # multi-threaded-fork DeprecationWarning after the parent's after-fork hooks: _auto_fork says where). A
+    # warning is recorded, not turned into an error (os.fork() clears the error an error filter makes of it). An
+    # after-fork hook registered after the import runs after the package's and runs Python code there. After each fork a native thread of the C API user
     # hands an object over, which passes through no Python hand-over: the restarted drain thread releases it.
     import threading
     import warnings
