@@ -236,8 +236,9 @@ def forks_on_the_main_thread_with_the_drain_thread_running(count_text):
     # parent restarts it after each fork, once os.fork() has returned where CPython counts the threads for the
     # multi-threaded-fork DeprecationWarning after the parent's after-fork hooks: _auto_fork says where). A
     # warning is recorded, not turned into an error (os.fork() clears the error an error filter makes of it). An
-    # after-fork hook registered after the import runs after the package's and runs Python code there. After each fork a native thread of the C API user
-    # hands an object over, which passes through no Python hand-over: the restarted drain thread releases it.
+    # after-fork hook registered after the import runs after the package's and runs Python code there. After each
+    # fork a native thread of the C API user hands an object over, which passes through no Python hand-over: the
+    # restarted drain thread releases it.
     import threading
     import warnings
 
