@@ -16,10 +16,11 @@
 
 namespace reclaim::bindings {
 
-// Binds queue() to this copy's process-wide queue and makes this module its owner
-// (reclaim::own_process_queue()), whose exit report then carries graph/'s fields (its report hook is
-// reclaim::graph::format_report_fields); false when this copy of cleanup/ adopted another's queue.
-// Module init calls it (after reclaim_own_process_queue()), before anything else here runs.
+// Binds queue() to this copy's process-wide queue (reclaim::own_process_queue(): the queue this module
+// drains and closes, once reclaim_own_process_queue() has registered it as the owner), whose exit report
+// then carries graph/'s fields (its report hook is reclaim::graph::format_report_fields); false when this
+// copy adopted another's queue. Module init calls it (after reclaim_own_process_queue()), before anything
+// else here runs.
 // Any thread; never touches Python; never blocks after the first call.
 bool bind_queue() noexcept;
 

@@ -1,8 +1,9 @@
-// cleanup/process_queue.h — private to //cleanup: this copy's process-wide queue, before any binding.
+// cleanup/process_queue.h — this copy's process-wide queue, before any binding; for abi/ only.
 //
 // process_queue.cc creates it; abi/reclaim_c_api.cc decides whether this copy's C entry points use it or an
-// adopted table, and hands it out only to the owner (own_process_queue()). Nothing outside cleanup/ may
-// reach it another way: that is what keeps one copy from pushing into a queue nobody drains.
+// adopted table, and hands it out only to the owner (own_process_queue()). No other layer includes this
+// header (//tests/layering:include_rules_test): that is what keeps one copy from pushing into a queue
+// nobody drains.
 #pragma once
 
 #include "cleanup/reclaim_queue.h"

@@ -213,12 +213,14 @@ class ReclaimQueue {
   bool maybe_pending() const noexcept;
 
   // Approximate number of queued pointers (exact at quiescence).
-  // Any thread; never touches Python; never blocks.
+  // Any thread; never touches Python; never blocks, except for the moment a trim() on another thread
+  // replaces the storage.
   std::size_t pending() const noexcept;
 
   // A consistent-at-quiescence copy of every counter; see CounterSnapshot. The pending count it reads also
   // raises max_pending, so max_pending >= pending in every snapshot.
-  // Any thread; never touches Python; never blocks.
+  // Any thread; never touches Python; never blocks, except for the moment a trim() on another thread
+  // replaces the storage.
   CounterSnapshot snapshot() const noexcept;
 
   // Producer lanes in use and overflow pushes (see the header comment); for tests and diagnostics.

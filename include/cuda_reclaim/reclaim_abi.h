@@ -179,14 +179,16 @@ typedef struct reclaim_api {
 
   /* Copies min(size, the owner's sizeof(reclaim_stats)) bytes of counters into *out (pass
    * sizeof(reclaim_stats)). Returns 0, or -1 when `out` is NULL.
-   * Any thread; never touches Python; never blocks. */
+   * Any thread; never touches Python; never blocks, except for the moment a trim on another thread
+   * replaces the queue's storage. */
   int (*get_stats)(reclaim_stats* out, size_t size);
 
   /* 1 once the queue is closed (the process is exiting), else 0.
    * Any thread; never touches Python; never blocks. */
   int (*is_closed)(void);
 
-  /* Approximate number of queued items. Any thread; never touches Python; never blocks. */
+  /* Approximate number of queued items. Any thread; never touches Python; never blocks, except for the
+   * moment a trim on another thread replaces the queue's storage. */
   size_t (*pending)(void);
 
   /* The wake-up eventfd: readable while work is pending; stable for the life of the process (also across

@@ -22,6 +22,9 @@ What differs from CuPy's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls.
+- Nothing the drain runs may wait for the device while the call is pending: a finalizer that frees device
+  memory synchronously (a library's deferred deallocations flushed from a finalizer) waits for the stream,
+  which waits for this call, and the process hangs (docs/callbacks.md, "From inside a drain").
 - Something must drain the call: while the automatic drain is ``"off"`` and no event loop drains
   (:func:`cuda_reclaim.asyncio.install`), both raise RuntimeError naming ``Stream.add_callback`` or
   ``Stream.launch_host_func`` (CUDA's thread would wait for good).

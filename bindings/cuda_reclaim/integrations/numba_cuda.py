@@ -26,6 +26,9 @@ What differs from numba-cuda's own:
   the GIL to run the call that the stream waits for: a thread that waits for the stream must release the
   GIL while it waits (cuda.bindings, CuPy and ctypes release it around driver calls), as with cuda-reclaim's
   own ordered calls. The warning of an exception is issued on the drain's thread.
+- Nothing the drain runs may wait for the device while the call is pending: a finalizer that frees device
+  memory synchronously (a library's deferred deallocations flushed from a finalizer) waits for the stream,
+  which waits for this call, and the process hangs (docs/callbacks.md, "From inside a drain").
 - Something must drain ``add_callback``'s call: while the automatic drain is ``"off"`` and no event
   loop drains (:func:`cuda_reclaim.asyncio.install`), it raises RuntimeError naming
   ``Stream.add_callback`` (CUDA's thread would wait for good).
