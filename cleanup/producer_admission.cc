@@ -140,7 +140,7 @@ void ProducerAdmission::reset_after_fork(std::uint64_t laneless_leaked) noexcept
   completions_.store(admissions & ~kClosedBit, std::memory_order_relaxed);  // cut-off pushes are done
   closing_.clear(std::memory_order_relaxed);  // a parent thread may have been closing at the fork
   // Lanes that parent threads had taken at the fork are free in the child; every producer belongs to the
-  // dropped storage, so the tokens are dropped without touching it.
+  // abandoned storage, so the tokens are abandoned without touching it.
   for (std::size_t i = 0; i <= lane_mask_; ++i) {
     lanes_[i].forget_token();
     lanes_[i].taken.store(0, std::memory_order_relaxed);

@@ -90,7 +90,7 @@ class ProducerAdmission {
   inline ProducerLane& lane(std::size_t index) noexcept;  // producer_lane.h
 
   // Fork child, single-threaded: open again, every lane free and without a token (its producer belongs
-  // to the dropped storage), cut-off lane-less pushes done. `laneless_leaked` is laneless_leaked() of
+  // to the abandoned storage), cut-off lane-less pushes done. `laneless_leaked` is laneless_leaked() of
   // the admission word before the reset, which it keeps.
   void reset_after_fork(std::uint64_t laneless_leaked) noexcept;
 

@@ -85,7 +85,7 @@ struct alignas(64) ProducerLane {
     return true;
   }
 
-  // Drops the token without touching the queue it belongs to (the fork reset: that queue is dropped).
+  // Abandons the token without touching the queue it belongs to (the fork reset: that queue is abandoned).
   void forget_token() noexcept { token_owner.store(nullptr, std::memory_order_relaxed); }
 
   // Destroys the token if it belongs to `storage` (before `storage` is freed). Holder only.

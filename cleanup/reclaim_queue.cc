@@ -138,7 +138,7 @@ std::size_t ReclaimQueue::release_all(const StorageReader& reader, ReleaseBatchF
   // The caller's reader: neither storage changes until it leaves. What drains requeued (the front) is taken
   // first, as much of it as was there when this drain began (what this drain requeues itself waits for
   // the next one); then the previous storage a failed trim() left; then the current one.
-  // Unless a release forks and the child goes on: the child's reset drops the storages (their pointers
+  // Unless a release forks and the child goes on: the child's reset abandons the storages (their pointers
   // are counted as abandoned_after_fork, never to be read again) and no longer counts the caller as a
   // reader (reader.forked()). There the drain finishes the batch in hand (settled out of
   // abandoned_after_fork, see settle_taken) and stops.

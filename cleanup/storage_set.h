@@ -58,7 +58,7 @@ class StorageSet {
   // How many fork resets this set has had. Any thread.
   std::uint64_t forks() const noexcept { return forks_.load(std::memory_order_relaxed); }
 
-  // Fork child, single-threaded: the parent's storages and front are dropped (never freed, never read:
+  // Fork child, single-threaded: the parent's storages and front are abandoned (never freed, never read:
   // a parent thread may have stopped anywhere inside them) and replaced by fresh ones; readers and trims
   // of parent threads are forgotten, and so is this thread's own reader (see StorageReader).
   void reset_after_fork(std::size_t reserved_capacity) noexcept;
@@ -75,7 +75,7 @@ class StorageSet {
   // frees it. Written only by trim() (readers excluded) and the fork reset; null almost always.
   std::atomic<QueueStorage*> previous_{nullptr};
   // What drains requeued: taken before the storages, so it keeps its place ahead of what arrived later.
-  // Replaced (the old one dropped: a parent thread may have held its lock) by the fork reset.
+  // Replaced (the old one abandoned: a parent thread may have held its lock) by the fork reset.
   std::atomic<FrontStorage*> front_{nullptr};
   // Bumped by the fork reset; read by readers (on a line of its own, not readers_', which every reader
   // writes).
@@ -104,7 +104,7 @@ struct StorageReader {
   StorageReader(const StorageReader&) = delete;
   StorageReader& operator=(const StorageReader&) = delete;
 
-  // True in a fork child that was made while this reader was in: the storages it loaded are dropped
+  // True in a fork child that was made while this reader was in: the storages it loaded are abandoned
   // (never to be read again) and readers_ no longer counts it. Only the forking thread exists in the
   // child, so a relaxed load sees the reset.
   bool forked() const noexcept { return forks_now.load(std::memory_order_relaxed) != forks; }
