@@ -46,10 +46,6 @@ KNOWN_OFFENDERS = {
     "machine_text": set(),
 }
 
-# References to tests that do not resolve, in files whose owners fix them: (Markdown file, reference as
-# written). Each must still be broken (a fixed or removed one fails the test), so the set only shrinks.
-KNOWN_BROKEN_TEST_REFERENCES = set()
-
 # Test files of other projects' suites that the docs name (docs/clients.md: the peers' tests that
 # tests/clients/run_clients.py runs): not files of this tree, so not checked. Each must still be named.
 OTHER_PROJECTS_TESTS = {
@@ -414,12 +410,8 @@ class SourceTreeTest(unittest.TestCase):
 
     def test_references_to_tests_resolve(self):
         broken, others_named = broken_test_references(self.root, self.files)
-        new = [f"{path}:{line}: `{reference}`: {problem}" for path, line, reference, problem in broken
-               if (path, reference) not in KNOWN_BROKEN_TEST_REFERENCES]
-        self.assertEqual(new, [], "point these at the test that pins the thing today, or remove them")
-        still_broken = {(path, reference) for path, _, reference, _ in broken}
-        stale = sorted(KNOWN_BROKEN_TEST_REFERENCES - still_broken)
-        self.assertEqual(stale, [], "fixed or gone: remove these from KNOWN_BROKEN_TEST_REFERENCES")
+        problems = [f"{path}:{line}: `{reference}`: {problem}" for path, line, reference, problem in broken]
+        self.assertEqual(problems, [], "point these at the test that pins the thing today, or remove them")
         unnamed = sorted(set(OTHER_PROJECTS_TESTS) - others_named)
         self.assertEqual(unnamed, [], "no Markdown file names these any more: remove them from OTHER_PROJECTS_TESTS")
 
