@@ -108,6 +108,14 @@ void ReclaimQueue::settle(ReleaseBatch* batch, std::size_t upto) noexcept {
   batch->settled = upto;
 }
 
+void ReclaimQueue::settle_and_requeue_rest(ReleaseBatch* batch, std::size_t reached) noexcept {
+  settle(batch, reached);
+  const std::size_t rest = batch->count - reached;
+  // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never in two.
+  settle_taken(rest, batch->forks, /*released=*/false);
+  requeue_items(batch->items + reached, rest);
+}
+
 void ReclaimQueue::clear_signal_if_empty() noexcept {
   if (storages_.stored_count() != 0) return;  // still pending: stay readable.
   clear_signal();
@@ -174,23 +182,14 @@ std::size_t ReclaimQueue::release_all(const StorageReader& reader, ReleaseBatchF
     } catch (...) {
       // The item being released counts as released (its owner's action ran); the rest are still ours: back
       // to the front, into the child's own after a fork (the front is read again).
-      const std::size_t reached = items.next < taken ? items.next : taken;
-      settle(&items, reached);
-      // Uncounted first: in between, a snapshot finds them in no bucket (like a dequeue in flight), never
-      // in two.
-      settle_taken(taken - reached, items.forks, /*released=*/false);
-      requeue_items(batch + reached, taken - reached);
+      settle_and_requeue_rest(&items, items.next < taken ? items.next : taken);
       throw;
     }
     // The action halts before items[next]: that one and the rest of the dequeue go back first.
     const std::size_t reached = items.halt ? items.next : taken;
-    settle(&items, reached);
+    settle_and_requeue_rest(&items, reached);
     released_total += reached;
-    if (items.halt) {
-      settle_taken(taken - reached, items.forks, /*released=*/false);
-      requeue_items(batch + reached, taken - reached);
-      halted = true;
-    }
+    halted = items.halt;
     if (reader.forked()) break;
   }
   // In a fork child where `reader` outlived the reset: settling reads the child's storage through a fresh

@@ -267,6 +267,9 @@ class ReclaimQueue {
   // if it cannot be stored), and raises the signal. The caller has uncounted them. Owner threads; may
   // allocate.
   void requeue_items(void* const* items, std::size_t count) noexcept;
+  // Counts batch->items[0 ... reached) as released and requeues the rest of the dequeue at the front, not
+  // released (requeue_items). The draining thread; may allocate.
+  void settle_and_requeue_rest(ReleaseBatch* batch, std::size_t reached) noexcept;
   // `reader`: the caller's, held for the whole call (no storage changes meanwhile).
   std::size_t release_all(const StorageReader& reader, ReleaseBatchFn release, void* context,
                           std::size_t max_items, bool linger);
