@@ -102,8 +102,10 @@ inline void release_batch(reclaim::ReleaseBatch* batch, const HostItemType host,
   const std::size_t fetching =
       count > kFetchAhead && !objects_follow_in_address_order(items, index, count) ? count - kFetchAhead : 0;
   // The first kFetchAhead objects are asked for before the loop, which asks for the rest.
-  for (std::size_t ahead = index; ahead < fetching && ahead < index + kFetchAhead; ++ahead) {
-    __builtin_prefetch(items[ahead], 1);
+  if (fetching != 0) {
+    for (std::size_t ahead = index; ahead < std::min(count, index + kFetchAhead); ++ahead) {
+      __builtin_prefetch(items[ahead], 1);
+    }
   }
   // The stop flag is read before each item (relaxed: it only has to be seen soon, and the drain settles
   // what is requeued with its own ordering).
