@@ -33,6 +33,7 @@
 
 #include "bench/anchors.h"
 #include "benchmark/benchmark.h"
+#include "cleanup/queue_storage.h"
 #include "cleanup/reclaim_queue.h"
 #include "concurrentqueue/concurrentqueue.h"
 
@@ -119,15 +120,11 @@ struct StackStrategy {
   std::size_t drain(std::size_t) { return CoalescedStack::release_list(stack.take_all(), count_release_item); }
 };
 
-// moodycamel alone, as cuda-reclaim's storage uses it (blocks of 256 pointers, an explicit producer), with
-// no lane, count or signal around it: the drain takes batches of cuda-reclaim's size into an array on the
-// stack, then calls the release for each pointer of the batch.
-struct BulkTraits : moodycamel::ConcurrentQueueDefaultTraits {
-  static const std::size_t BLOCK_SIZE = 256;
-  static const std::size_t EXPLICIT_INITIAL_INDEX_SIZE = 256;
-};
+// moodycamel alone, as cuda-reclaim's storage uses it (its traits, an explicit producer), with no lane,
+// count or signal around it: the drain takes batches of cuda-reclaim's size into an array on the stack,
+// then calls the release for each pointer of the batch.
 struct MoodycamelBulkStrategy {
-  moodycamel::ConcurrentQueue<void*, BulkTraits> queue{g_drain_items};
+  reclaim::PointerQueue queue{g_drain_items};
   moodycamel::ProducerToken token{queue};
   void push(int, std::size_t i) { queue.enqueue(token, fake_item(i)); }
   std::size_t drain(std::size_t max_items) {

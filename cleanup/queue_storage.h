@@ -1,6 +1,7 @@
 // cleanup/queue_storage.h — where a ReclaimQueue keeps its pointers: the moodycamel queue (QueueStorage),
 // replaced by trim() and by the fork reset, and the front (FrontStorage) that holds what drains requeued.
-// Internal to cleanup/: not an interface.
+// Not part of the queue's interface: published only for the benchmark that measures the storage alone
+// (bench/queue_bench.cc); bindings/ may not include it (//tests/layering:include_rules_test).
 #pragma once
 
 #include <atomic>
