@@ -5,26 +5,24 @@
 
 #include "abi/reclaim.h"
 #include "cleanup/reclaim_queue.h"
+#include "tests/cleanup/release_recorder.h"
 
 namespace {
+
+using reclaim_test::each_item;
 
 // This copy's owner state (set once by become_owner, before anything drains).
 queue_copy_release_fn g_release = nullptr;
 void* g_context = nullptr;
 
-// The batch release action: g_release for each item, `next` advanced first.
-void release_each(reclaim::ReleaseBatch* batch, void*) {
-  while (batch->next < batch->count) {
-    void* const item = batch->items[batch->next++];
-    g_release(item, g_context);
-  }
-}
+// The owner's release of one item; drains take each_item<release_one>.
+void release_one(void* item, void*) { g_release(item, g_context); }
 
 ptrdiff_t owner_drain(ptrdiff_t max_items) {
   reclaim::ReclaimQueue* queue = reclaim::own_process_queue();
   if (queue == nullptr || g_release == nullptr) return 0;
   return static_cast<ptrdiff_t>(
-      queue->drain(release_each, nullptr, max_items < 0 ? SIZE_MAX : static_cast<size_t>(max_items)));
+      queue->drain(each_item<release_one>, nullptr, max_items < 0 ? SIZE_MAX : static_cast<size_t>(max_items)));
 }
 
 int owner_announce() { return 0; }
@@ -39,7 +37,7 @@ int become_owner(queue_copy_release_fn release, void* context) {
 
 size_t close_as_owner() {
   reclaim::ReclaimQueue* queue = reclaim::own_process_queue();
-  return queue == nullptr ? 0 : queue->close(g_release != nullptr ? release_each : nullptr, nullptr);
+  return queue == nullptr ? 0 : queue->close(g_release != nullptr ? each_item<release_one> : nullptr, nullptr);
 }
 
 }  // namespace
