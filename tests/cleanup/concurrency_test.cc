@@ -249,7 +249,8 @@ TEST(ReclaimQueueConcurrency, SnapshotsConserveWhileADrainTakesBatches) {
       std::thread drainer([&] {
         struct rusage before, after;
         ::getrusage(RUSAGE_THREAD, &before);
-        while (queue.drain([](reclaim::ReleaseBatch* batch, void*) { batch->next = batch->count; }, nullptr, 512) != 0) {
+        const auto noop_release = [](reclaim::ReleaseBatch* batch, void*) { batch->next = batch->count; };
+        while (queue.drain(noop_release, nullptr, 512) != 0) {
         }
         ::getrusage(RUSAGE_THREAD, &after);
         preempted = after.ru_nivcsw != before.ru_nivcsw;

@@ -1,6 +1,7 @@
 // tests/handback/process_barrier_test.cc — the process's hand-back barrier (handback/process_barrier.h),
 // linked without the queue: its own fork child handler resets it, its entry points count in it, a signal
-// ends its wait, and its shut ends a wait that is asleep. The shut is for good, so the test that shuts runs last in this binary.
+// ends its wait, and its shut ends a wait that is asleep. The shut is for good, so the test that shuts runs
+// last in this binary.
 
 #include "handback/process_barrier.h"
 
